@@ -1,0 +1,172 @@
+"""The ``gimletc`` command line. It owns the terminal: tables, progress, ``--json``.
+
+Imports stay light so ``gimletc --help`` answers at once: torch and
+transformers load only when a command traces a model.
+
+Exit codes: 0 success, 2 bad input, 3 infeasible, 4 runtime failure, 1 other errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any, Sequence
+
+from compiler.ir.block_graph import DTYPE_BYTES
+from compiler.ir.errors import BadInput, GimletError
+
+DTYPES = ("bf16", "fp16", "fp8", "fp4")
+
+
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    return parse
+
+
+_positive_int = _int_at_least(1)
+_nonneg_int = _int_at_least(0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gimletc",
+        description="Heterogeneous multi-silicon placement compiler for LLM inference.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what each step does")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser(
+        "inspect", help="trace a model and report its blocks' FLOPs, bytes, weights and KV cache",
+        description="Trace MODEL (preset, config.json path or module:callable) on the meta device, split it "
+                    "into blocks (embed, per-layer attention and FFN/MoE, head) for prefill and decode, and "
+                    "report each block's FLOPs and bytes at one shape and dtype. Costs are counted from the "
+                    "traced aten graph: predictions of work, not measurements of time.",
+    )
+    p.add_argument("model", nargs="?", help="preset name, path to a Hugging Face config.json or folder, "
+                                            "or module:callable")
+    p.add_argument("--list", action="store_true", help="list the preset models and exit")
+    p.add_argument("--phase", choices=("prefill", "decode", "both"), default="both", help="phases to report")
+    p.add_argument("--batch", type=_positive_int, default=1, metavar="B", help="sequences per step (default 1)")
+    p.add_argument("--prompt-len", type=_positive_int, default=1024, metavar="S",
+                   help="prompt tokens of a prefill step (default 1024)")
+    p.add_argument("--context-len", type=_nonneg_int, default=None, metavar="L",
+                   help="cached tokens seen by a decode step (default: the prompt length)")
+    p.add_argument("--dtype", choices=DTYPES, default="bf16", help="weight dtype (default bf16)")
+    p.add_argument("--kv-dtype", choices=tuple(DTYPE_BYTES), default=None,
+                   help="KV-cache dtype (default: the weight dtype; fp8 under fp4 weights)")
+    p.add_argument("--layers", action="store_true", help="one row per block instead of per role")
+    p.add_argument("--json", action="store_true", help="print the documented JSON object instead of tables")
+    p.add_argument("--no-cache", action="store_true", help="re-trace even if a cached trace exists")
+    p.set_defaults(func=_cmd_inspect)
+    return parser
+
+
+def _progress_printer(enabled: bool):
+    if not enabled:
+        return None
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    return lambda msg: console.print(f"[dim]… {msg}[/dim]")
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from compiler.model_spec import preset_names
+
+    if args.list:
+        print("\n".join(preset_names()))
+        return 0
+    if not args.model:
+        raise BadInput("inspect: give a MODEL (a preset such as llama-3.1-70b, a config.json path or "
+                       "module:callable); `gimletc inspect --list` lists the presets")
+    from compiler.inspect_report import summarize
+    from compiler.pipeline import Timings, block_graph
+
+    phases = ("prefill", "decode") if args.phase == "both" else (args.phase,)
+    timings = Timings()
+    graph = block_graph(args.model, phases=("prefill", "decode"), use_cache=not args.no_cache, timings=timings,
+                        progress=_progress_printer(sys.stderr.isatty() and not args.json))
+    report = summarize(graph, dtype=args.dtype, kv_dtype=args.kv_dtype, batch=args.batch,
+                       prompt_len=args.prompt_len, context_len=args.context_len, phases=phases)
+    report["timings_s"] = timings.as_dict()
+    if args.json:
+        json.dump(report, sys.stdout, indent=1, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        _print_inspect(report, phases, args.layers)
+    return 0
+
+
+def _si(value: float, unit: str = "") -> str:
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{prefix}{unit}"
+    return f"{value:.3g}{unit}"
+
+
+def _print_inspect(r: dict[str, Any], phases: Sequence[str], per_block: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(
+        f"[bold]{r['model']}[/bold]  {r['layers']} layers  params {_si(r['params_total'])} total, "
+        f"{_si(r['params_active'])} active  weights {_si(r['weight_bytes'], 'B')} ({r['dtype']})  "
+        f"KV {_si(r['kv_bytes_per_token'], 'B')}/token ({r['kv_dtype']}), "
+        f"{_si(r['kv_bytes_at_context'], 'B')} at batch {r['batch']} x {r['context_len']} tokens"
+    )
+    for phase in phases:
+        if phase not in r:
+            continue
+        ph = r[phase]
+        shape = f"B={r['batch']}, S={r['prompt_len']}" if phase == "prefill" else f"B={r['batch']}, L={r['context_len']}"
+        table = Table(title=f"{phase} ({shape}): {_si(ph['flops'], 'FLOP')}, {_si(ph['bytes'], 'B')} moved, "
+                            f"{_si(ph['flops_per_token'], 'FLOP')}/token, intensity {ph['arithmetic_intensity']:.1f} FLOP/B",
+                      title_justify="left")
+        first = "block" if per_block else "role"
+        for col in (first, "n" if not per_block else "kind", "weights", "FLOPs", "moved", "w.read", "KV", "act",
+                    "FLOP/B"):
+            table.add_column(col, justify="left" if col in (first, "kind") else "right")
+        for row in (ph["blocks"] if per_block else ph["roles"]):
+            label = row["name"] if per_block else row["role"]
+            second = (row.get("attention") or row["role"]) if per_block else str(row["blocks"])
+            table.add_row(label, second, _si(row["weight_bytes"], "B"), _si(row["flops"]), _si(row["bytes"], "B"),
+                          _si(row["weight_read_bytes"], "B"), _si(row["kv_bytes"], "B"), _si(row["act_bytes"], "B"),
+                          f"{row['arithmetic_intensity']:.1f}")
+        console.print(table)
+    if r["unaccounted"]:
+        ops = sorted({f"{u['op']} ({u['phase']})" for u in r["unaccounted"]})
+        console.print(f"[yellow]unaccounted ops (no cost rule, not counted): {', '.join(ops)}[/yellow]")
+    else:
+        console.print("every traced op has a cost rule (no unaccounted ops)")
+    console.print(f"[dim]trace: {r['trace'].get('tool', '?')}, torch {r['trace'].get('torch', '?')}; "
+                  f"times (s): {r['timings_s']}. Counts are predictions from the traced graph, not measurements.[/dim]")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except GimletError as e:
+        print(f"gimletc: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("gimletc: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,323 @@
+"""The BlockGraph: a model split into blocks by role and phase, with sized edges.
+
+This is the value every later pass reads (cost, place, emit, run); nothing
+downstream re-traces the model. It holds no fx node, tensor or solver object:
+blocks and edges refer to each other by name, and every FLOP and byte count is a
+`Poly` in the shape variables (B, S for prefill; B, L for decode), so one trace
+serves every batch size and length.
+
+Block names: ``embed``, ``L{i}.attn``, ``L{i}.ffn`` or ``L{i}.moe``, ``head``;
+the same name appears once per phase (``prefill`` and ``decode``).
+
+Bytes are kept by kind so that one trace serves every dtype:
+``weight_elems`` (read from weights, scaled by the weight dtype),
+``kv_elems`` (KV-cache elements read or written, scaled by the KV dtype) and
+``act_bytes`` (activations, at the traced activation dtype).
+
+>>> b = Block(name="L0.ffn", role="ffn", phase="decode", layer=0,
+...           ops=(OpCost("linear", "matmul", 3, flops=Poly.var("B") * 6, weight_elems=Poly.const(3)),),
+...           weight_params=3)
+>>> b.work(dtype="bf16", B=4).flops
+24
+>>> Block.from_json(b.to_json()) == b
+True
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
+
+from compiler.ir.poly import ZERO, Poly
+
+PHASES: tuple[str, ...] = ("prefill", "decode")
+ROLES: tuple[str, ...] = ("embed", "attn", "ffn", "moe", "head")
+
+#: Bytes per element of each storage dtype the tool reasons about.
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
+
+#: Kinds of op, as op accounting classifies them.
+OP_KINDS: tuple[str, ...] = ("matmul", "attention", "elementwise", "reduction", "data", "layout")
+
+
+def dtype_bytes(dtype: str) -> float:
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    """All nodes of one aten op inside one block, summed.
+
+    ``expert_weights`` marks ops that are handed every routed expert's weights
+    (grouped expert matmuls): their ``weight_elems`` covers all experts, and
+    `Block.work` charges only the experts a step's tokens are expected to touch.
+    """
+
+    op: str
+    kind: str
+    count: int
+    flops: Poly = ZERO
+    weight_elems: Poly = ZERO
+    kv_elems: Poly = ZERO
+    act_bytes: Poly = ZERO
+    expert_weights: bool = False
+
+    def __add__(self, other: OpCost) -> OpCost:
+        assert (self.op, self.kind, self.expert_weights) == (other.op, other.kind, other.expert_weights)
+        return OpCost(
+            self.op, self.kind, self.count + other.count,
+            self.flops + other.flops, self.weight_elems + other.weight_elems,
+            self.kv_elems + other.kv_elems, self.act_bytes + other.act_bytes, self.expert_weights,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"op": self.op, "kind": self.kind, "count": self.count}
+        for key in ("flops", "weight_elems", "kv_elems", "act_bytes"):
+            poly = getattr(self, key)
+            if not poly.is_zero():
+                out[key] = poly.to_json()
+        if self.expert_weights:
+            out["expert_weights"] = True
+        return out
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> OpCost:
+        polys = {k: Poly.from_json(d[k]) for k in ("flops", "weight_elems", "kv_elems", "act_bytes") if k in d}
+        return OpCost(d["op"], d["kind"], int(d["count"]), expert_weights=bool(d.get("expert_weights")), **polys)
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What one step of a block costs at one point (batch, length) and dtype."""
+
+    flops: float
+    weight_bytes: float
+    kv_bytes: float
+    act_bytes: float
+
+    @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.kv_bytes + self.act_bytes
+
+    def __add__(self, other: Work) -> Work:
+        return Work(self.flops + other.flops, self.weight_bytes + other.weight_bytes,
+                    self.kv_bytes + other.kv_bytes, self.act_bytes + other.act_bytes)
+
+
+ZERO_WORK = Work(0, 0, 0, 0)
+
+
+def expert_touch_fraction(tokens: float, experts: int, experts_per_token: int) -> float:
+    """Expected fraction of routed experts that at least one of `tokens` tokens uses.
+
+    Assumes uniform, independent routing: each token picks `experts_per_token`
+    of `experts`, so an expert is missed by one token with probability 1 - k/E.
+    """
+    if experts <= 0 or tokens <= 0:
+        return 0.0
+    return 1.0 - (1.0 - experts_per_token / experts) ** tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One role of one layer in one phase.
+
+    ``weight_params``: parameters this block must hold resident (elements).
+    ``kv_elems_per_token``: KV-cache elements this block keeps per token of context.
+    ``attention``: ``full``, ``sliding`` or ``mla`` for attention blocks; ``window_tokens``
+    bounds the resident KV of a sliding-window layer.
+    ``experts`` / ``experts_per_token``: routed experts of a MoE block.
+    """
+
+    name: str
+    role: str
+    phase: str
+    layer: int | None
+    ops: tuple[OpCost, ...] = ()
+    weight_params: int = 0
+    expert_params: int = 0
+    kv_elems_per_token: int = 0
+    attention: str | None = None
+    window_tokens: int | None = None
+    experts: int = 0
+    experts_per_token: int = 0
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"block {self.name}: unknown role {self.role!r}")
+        if self.phase not in PHASES:
+            raise ValueError(f"block {self.name}: unknown phase {self.phase!r}")
+
+    @property
+    def flops(self) -> Poly:
+        return sum((o.flops for o in self.ops), ZERO)
+
+    def tokens(self, **point: float) -> float:
+        """Tokens processed by one step: B*S in prefill, B in decode."""
+        return point["B"] * point["S"] if self.phase == "prefill" else point["B"]
+
+    def work(self, dtype: str = "bf16", kv_dtype: str | None = None, **point: float) -> Work:
+        """Evaluate the block's cost at `point` (B and S, or B and L)."""
+        wb, kvb = dtype_bytes(dtype), dtype_bytes(kv_dtype or dtype)
+        touched = expert_touch_fraction(self.tokens(**point), self.experts, self.experts_per_token)
+        flops = weight = kv = act = 0.0
+        for op in self.ops:
+            flops += op.flops(**point)
+            w = op.weight_elems(**point)
+            weight += w * (touched if op.expert_weights else 1.0) * wb
+            kv += op.kv_elems(**point) * kvb
+            act += op.act_bytes(**point)
+        return Work(flops, weight, kv, act)
+
+    def weight_bytes(self, dtype: str = "bf16") -> float:
+        return self.weight_params * dtype_bytes(dtype)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "role": self.role, "phase": self.phase, "layer": self.layer}
+        for key in ("weight_params", "expert_params", "kv_elems_per_token", "attention",
+                    "window_tokens", "experts", "experts_per_token"):
+            value = getattr(self, key)
+            if value:
+                out[key] = value
+        out["ops"] = [o.to_json() for o in self.ops]
+        return out
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Block:
+        kwargs = {k: v for k, v in d.items() if k != "ops"}
+        return Block(ops=tuple(OpCost.from_json(o) for o in d.get("ops", ())), **kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """A tensor that crosses from block `src` to block `dst`.
+
+    ``activation`` edges carry ``act_bytes`` per step (a `Poly`, at the traced
+    activation dtype). ``kv`` edges link a prefill attention block to its decode
+    twin and carry ``kv_elems_per_token`` (bytes follow from the KV dtype).
+    """
+
+    src: str
+    dst: str
+    kind: str
+    phase: str
+    act_bytes: Poly = ZERO
+    kv_elems_per_token: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"src": self.src, "dst": self.dst, "kind": self.kind, "phase": self.phase}
+        if self.kind == "kv":
+            out["kv_elems_per_token"] = self.kv_elems_per_token
+        else:
+            out["act_bytes"] = self.act_bytes.to_json()
+        return out
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Edge:
+        return Edge(d["src"], d["dst"], d["kind"], d["phase"],
+                    act_bytes=Poly.from_json(d.get("act_bytes", [])),
+                    kv_elems_per_token=int(d.get("kv_elems_per_token", 0)))
+
+
+@dataclass(frozen=True, slots=True)
+class UnaccountedOp:
+    """An aten op that op accounting has no rule for: reported, never counted as zero silently."""
+
+    phase: str
+    block: str
+    op: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class BlockGraph:
+    """Blocks of both phases, the edges between them, and what the trace knew.
+
+    ``trace`` records how the graphs were captured (tool, versions, symbolic or
+    concrete shapes) so a reader can judge the numbers.
+    """
+
+    model: str
+    config_sha256: str
+    params_total: int
+    params_active: int
+    embed_params: int
+    blocks: tuple[Block, ...]
+    edges: tuple[Edge, ...]
+    unaccounted: tuple[UnaccountedOp, ...] = ()
+    trace: tuple[tuple[str, str], ...] = ()
+    schema_version: int = 1
+
+    def block(self, name: str, phase: str) -> Block:
+        for b in self.blocks:
+            if b.name == name and b.phase == phase:
+                return b
+        raise KeyError(f"no block {name!r} in phase {phase!r}")
+
+    def phase_blocks(self, phase: str) -> tuple[Block, ...]:
+        return tuple(b for b in self.blocks if b.phase == phase)
+
+    @property
+    def num_layers(self) -> int:
+        return 1 + max((b.layer for b in self.blocks if b.layer is not None), default=-1)
+
+    def kv_elems_per_token(self) -> int:
+        """KV elements per token of context, all layers (decode twins carry the same value)."""
+        return sum(b.kv_elems_per_token for b in self.phase_blocks("decode"))
+
+    def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> float:
+        return self.kv_elems_per_token() * dtype_bytes(kv_dtype)
+
+    def weight_bytes(self, dtype: str = "bf16") -> float:
+        return self.params_total * dtype_bytes(dtype)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "model": self.model,
+            "config_sha256": self.config_sha256,
+            "params_total": self.params_total,
+            "params_active": self.params_active,
+            "embed_params": self.embed_params,
+            "trace": dict(self.trace),
+            "blocks": [b.to_json() for b in self.blocks],
+            "edges": [e.to_json() for e in self.edges],
+            "unaccounted": [[u.phase, u.block, u.op, u.count] for u in self.unaccounted],
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> BlockGraph:
+        if d.get("schema_version") != 1:
+            raise ValueError(f"BlockGraph schema_version {d.get('schema_version')!r} is not supported (expected 1)")
+        return BlockGraph(
+            model=d["model"], config_sha256=d["config_sha256"],
+            params_total=int(d["params_total"]), params_active=int(d["params_active"]),
+            embed_params=int(d["embed_params"]),
+            blocks=tuple(Block.from_json(b) for b in d["blocks"]),
+            edges=tuple(Edge.from_json(e) for e in d["edges"]),
+            unaccounted=tuple(UnaccountedOp(*u) for u in d.get("unaccounted", ())),
+            trace=tuple(sorted(d.get("trace", {}).items())),
+        )
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True)
+
+    @staticmethod
+    def loads(text: str) -> BlockGraph:
+        return BlockGraph.from_json(json.loads(text))
+
+    def with_model(self, model: str) -> BlockGraph:
+        return replace(self, model=model)
+
+
+def merge_ops(ops: Iterable[OpCost]) -> tuple[OpCost, ...]:
+    """Sum ops with the same (op, kind, expert_weights), in a stable order."""
+    acc: dict[tuple[str, str, bool], OpCost] = {}
+    for o in ops:
+        key = (o.op, o.kind, o.expert_weights)
+        acc[key] = acc[key] + o if key in acc else o
+    return tuple(acc[k] for k in sorted(acc))

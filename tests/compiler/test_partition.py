@@ -1,0 +1,103 @@
+"""Structure of the BlockGraph on the tiny zoo: blocks, edges, weights, KV, folding."""
+
+from dataclasses import replace
+
+import pytest
+
+from compiler.ir.block_graph import BlockGraph
+from tests.conftest import TINY_MODELS, preset_config
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_blocks_cover_every_layer_in_both_phases(tiny_graph, name):
+    g = tiny_graph(name)
+    cfg = preset_config(name)
+    n = cfg["num_hidden_layers"]
+    for phase in ("prefill", "decode"):
+        names = [b.name for b in g.phase_blocks(phase)]
+        assert names[0] == "embed" and names[-1] == "head"
+        assert [b for b in names if b.endswith(".attn")] == [f"L{i}.attn" for i in range(n)]
+        ffn = [b for b in names if b.endswith((".ffn", ".moe"))]
+        assert [b.split(".")[0] for b in ffn] == [f"L{i}" for i in range(n)]
+    assert not g.unaccounted, g.unaccounted
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_block_weights_add_up_to_the_model(tiny_graph, name):
+    g = tiny_graph(name)
+    for phase in ("prefill", "decode"):
+        assert sum(b.weight_params for b in g.phase_blocks(phase)) == g.params_total
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_activation_edges_chain_the_blocks_with_the_residual_stream(tiny_graph, name):
+    g = tiny_graph(name)
+    hidden = preset_config(name)["hidden_size"]
+    for phase, point, tokens in (("prefill", {"B": 3, "S": 5}, 15), ("decode", {"B": 3, "L": 9}, 3)):
+        blocks = [b.name for b in g.phase_blocks(phase)]
+        edges = [e for e in g.edges if e.phase == phase and e.kind == "activation"]
+        assert [(e.src, e.dst) for e in edges] == list(zip(blocks, blocks[1:]))
+        for e in edges:  # one bf16 hidden state per token crosses each seam
+            assert e.act_bytes(**point) == tokens * hidden * 2, (e.src, e.dst)
+
+
+def test_kv_edges_link_prefill_attention_to_its_decode_twin(tiny_graph):
+    g = tiny_graph("llama-tiny")
+    cfg = preset_config("llama-tiny")
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    per_layer = 2 * cfg["num_key_value_heads"] * head_dim
+    kv = [e for e in g.edges if e.kind == "kv"]
+    assert [(e.src, e.dst) for e in kv] == [(f"L{i}.attn", f"L{i}.attn") for i in range(cfg["num_hidden_layers"])]
+    assert all(e.kv_elems_per_token == per_layer for e in kv)
+    assert g.kv_elems_per_token() == per_layer * cfg["num_hidden_layers"]
+
+
+def test_attention_variants_are_kept(tiny_graph):
+    cfg = preset_config("gpt-oss-tiny")
+    g = tiny_graph("gpt-oss-tiny")
+    kinds = [b.attention for b in g.phase_blocks("decode") if b.role == "attn"]
+    assert kinds == ["sliding" if t == "sliding_attention" else "full" for t in cfg["layer_types"]]
+    sliding = next(b for b in g.phase_blocks("decode") if b.attention == "sliding")
+    assert sliding.window_tokens == cfg["sliding_window"]
+    # A sliding layer's decode work does not grow with the context; a full layer's does.
+    full = next(b for b in g.phase_blocks("decode") if b.attention == "full")
+    assert sliding.work(B=1, L=100).kv_bytes == sliding.work(B=1, L=1000).kv_bytes
+    assert full.work(B=1, L=1000).kv_bytes > full.work(B=1, L=100).kv_bytes
+
+    ds_cfg = preset_config("deepseek-v3-tiny")
+    ds = tiny_graph("deepseek-v3-tiny")
+    roles = [b.role for b in ds.phase_blocks("decode") if b.layer is not None and b.role != "attn"]
+    k = ds_cfg["first_k_dense_replace"]
+    assert roles == ["ffn"] * k + ["moe"] * (ds_cfg["num_hidden_layers"] - k)
+    mla = [b for b in ds.phase_blocks("decode") if b.role == "attn"]
+    assert {b.attention for b in mla} == {"mla"}
+    # MLA caches the compressed latent and the shared RoPE key, not per-head K and V.
+    assert {b.kv_elems_per_token for b in mla} == {ds_cfg["kv_lora_rank"] + ds_cfg["qk_rope_head_dim"]}
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-tiny", "deepseek-v3-tiny"])
+def test_depth_folding_gives_the_same_graph_as_a_full_trace(tiny_graph, name):
+    from compiler.model_spec import resolve_model
+    from compiler.partition import partition
+    from compiler.trace import trace
+
+    full = partition(trace(resolve_model(name), fold=False))
+    folded = tiny_graph(name)
+    assert replace(full, trace=()) == replace(folded, trace=())
+
+
+def test_block_graph_json_round_trip(tiny_graph):
+    g = tiny_graph("mixtral-tiny")
+    assert BlockGraph.loads(g.dumps()) == g
+
+
+def test_moe_charges_only_touched_experts(tiny_graph):
+    cfg = preset_config("mixtral-tiny")
+    g = tiny_graph("mixtral-tiny")
+    experts, k = cfg["num_local_experts"], cfg["num_experts_per_tok"]
+    moe = next(b for b in g.phase_blocks("decode") if b.role == "moe")
+    assert (moe.experts, moe.experts_per_token) == (experts, k)
+    dense_bytes, expert_bytes = (moe.weight_params - moe.expert_params) * 2, moe.expert_params * 2
+    # One token reads k of E experts' weights; thousands of tokens read all of them.
+    assert moe.work(B=1, L=8).weight_bytes == pytest.approx(dense_bytes + expert_bytes * k / experts)
+    assert moe.work(B=4096, L=8).weight_bytes == pytest.approx(dense_bytes + expert_bytes)
