@@ -68,6 +68,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the documented JSON object instead of tables")
     p.add_argument("--no-cache", action="store_true", help="re-trace even if a cached trace exists")
     p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("backends", help="list the device catalog (datasheet numbers with sources)",
+                       description="List every device of every backend: dense peak FLOP/s per dtype, memory tiers, "
+                                   "power, links, Kubernetes resource and how a stage executes on this host.")
+    p.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    p.set_defaults(func=_cmd_backends)
+
+    p = sub.add_parser(
+        "estimate", help="predict TTFT, TPOT, throughput, memory and power of one deployment",
+        description="Predict serving metrics of MODEL on COUNT devices of one type (tensor parallel TP, pipeline PP). "
+                    "All numbers are predictions of the cost model (datasheet peaks x fitted derates), not "
+                    "measurements. With --scenarios, evaluate every row of a CSV in one process.")
+    p.add_argument("model", nargs="?", help="preset, config.json path or module:callable")
+    p.add_argument("--device", help="device id (see `gimletc backends`)")
+    p.add_argument("--count", type=_positive_int, default=1, help="devices in the deployment (default 1)")
+    p.add_argument("--tp", type=_positive_int, default=None, help="tensor-parallel degree (default: --count / --pp)")
+    p.add_argument("--pp", type=_positive_int, default=1, help="pipeline stages (default 1)")
+    p.add_argument("--dtype", choices=DTYPES, default="bf16", help="weight dtype (default bf16)")
+    p.add_argument("--kv-dtype", choices=tuple(DTYPE_BYTES), default=None, help="KV dtype (default: --dtype; fp8 under fp4)")
+    p.add_argument("--input-len", type=_positive_int, default=1024, metavar="S", help="prompt tokens (default 1024)")
+    p.add_argument("--output-len", type=_positive_int, default=256, metavar="O", help="output tokens (default 256)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--batch", metavar="B|max", help="static batch of B requests, or max: the largest that fits")
+    mode.add_argument("--concurrency", type=_positive_int, metavar="C", help="continuous batching, C requests in flight")
+    p.add_argument("--scenarios", metavar="FILE.csv", help="evaluate every row of a CSV (columns named like the flags)")
+    p.add_argument("--out", metavar="FILE.csv", help="with --scenarios: write predictions here (default: stdout)")
+    p.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    p.set_defaults(func=_cmd_estimate)
+
+    p = sub.add_parser("calibrate", help="measure this host and fit its cost-model efficiencies",
+                       description="Measure real matmuls, attention and memory copies with torch on this machine, fit "
+                                   "the device's efficiencies, save them (used by every later estimate), and report "
+                                   "predicted vs measured stage times of a tiny model. Only cpu-host can be measured "
+                                   "here.")
+    p.add_argument("--device", default="cpu-host", help="device to calibrate (default cpu-host)")
+    p.add_argument("--json", action="store_true", help="print the calibration report as JSON")
+    p.set_defaults(func=_cmd_calibrate)
     return parser
 
 
@@ -104,6 +141,51 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         _print_inspect(report, phases, args.layers)
+    return 0
+
+
+def _cmd_backends(args: argparse.Namespace) -> int:
+    from backends.registry import all_devices
+    from compiler.catalog_report import catalog_rows, print_catalog
+
+    rows = catalog_rows(all_devices())
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        print_catalog(rows)
+    return 0
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    from compiler.estimate_cli import estimate_one, estimate_scenarios, print_estimate
+
+    if args.scenarios:
+        return estimate_scenarios(args.scenarios, args.out)
+    if not args.model or not args.device:
+        raise BadInput("estimate: give MODEL and --device ID (or --scenarios FILE.csv); `gimletc backends` lists devices")
+    if args.batch is None and args.concurrency is None:
+        raise BadInput("estimate: give --batch B, --batch max or --concurrency C")
+    result = estimate_one(model=args.model, device=args.device, count=args.count, tp=args.tp, pp=args.pp,
+                          dtype=args.dtype, kv_dtype=args.kv_dtype, input_len=args.input_len,
+                          output_len=args.output_len, batch=args.batch, concurrency=args.concurrency)
+    if args.json:
+        json.dump(result, sys.stdout, indent=1, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        print_estimate(result)
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from compiler.calibrate import calibrate, print_calibration
+
+    report = calibrate(args.device, progress=_progress_printer(not args.json))
+    if args.json:
+        json.dump(report, sys.stdout, indent=1, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        print_calibration(report)
     return 0
 
 

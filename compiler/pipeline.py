@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from compiler.ir.block_graph import BlockGraph
+from compiler.ir.paths import cache_dir
 from compiler.model_spec import ModelSpec, resolve_model
 
 log = logging.getLogger(__name__)
@@ -53,13 +54,6 @@ class Timings:
 
     def as_dict(self) -> dict[str, float]:
         return {name: round(s, 3) for name, s in self.steps}
-
-
-def cache_dir() -> Path:
-    if os.environ.get("GIMLETC_CACHE_DIR"):
-        return Path(os.environ["GIMLETC_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gimletc"
 
 
 def _code_fingerprint() -> str:

@@ -1,0 +1,45 @@
+"""What every backend provides; defaults live here so a new backend is one small file.
+
+A backend is one accelerator family. It declares its devices (`DeviceSpec`
+data with sources), how a stage executes on this host (``native`` when the
+torch device exists, else ``emulated`` on the host CPU with identical numerics
+and predicted timings) and how it deploys (Kubernetes resource, image, launch
+command). Checks return a list of reasons, empty when fine.
+
+To add a backend: subclass `Backend` in one module, set ``family`` and
+``devices``, and either add the module to `backends.registry.BUILTIN` or
+expose it through the ``gimletc.backends`` entry-point group (see
+tests/backends/test_registry.py for a dummy out-of-tree plugin).
+"""
+
+from __future__ import annotations
+
+from compiler.ir.device_spec import DeviceSpec
+
+
+class Backend:
+    family: str = ""
+    devices: tuple[DeviceSpec, ...] = ()
+
+    def execution(self, device: DeviceSpec) -> str:
+        """``native`` if this host has the device's torch backend, else ``emulated``."""
+        if device.torch_device is None:
+            return "emulated"
+        try:
+            import torch
+        except ImportError:
+            return "emulated"
+        module = getattr(torch, device.torch_device, None)
+        available = getattr(module, "is_available", None)
+        return "native" if device.torch_device == "cpu" or (callable(available) and available()) else "emulated"
+
+    def unsupported_reasons(self, device: DeviceSpec, dtype: str) -> list[str]:
+        """Why `device` cannot run a stage in `dtype`; empty if it can."""
+        reasons = []
+        if device.peak(dtype) is None:
+            reasons.append(f"{device.id} has no published {dtype} throughput (supports {', '.join(device.dtypes)})")
+        return reasons
+
+    def launch_command(self, device: DeviceSpec) -> list[str]:
+        """Command a stage worker container runs (the same worker program everywhere)."""
+        return ["python", "-m", "compiler.runtime.worker"]

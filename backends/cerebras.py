@@ -1,0 +1,68 @@
+"""Cerebras CS-3 (one WSE-3 wafer per system). Numbers from ../shared/reference/hardware_facts.yaml, sources inline.
+
+One device is one CS-3 system (``form="system"``). Weights live in the 44 GB
+of on-wafer SRAM first; what does not fit streams from MemoryX, external
+DRAM/flash servers reached through the system's Ethernet I/O, so that tier's
+bandwidth is the I/O bandwidth, roughly 10^5 times below SRAM. Cerebras
+publishes only a sparse "125 PF peak AI" figure, so the dense rates are a
+labelled assumption, and the ~23 kW power is low-confidence. There is no
+NVLink-like scale-up between wafers: systems talk over SwarmX/Ethernet.
+Cerebras runs as an appliance, so there is no Kubernetes resource and stages
+run emulated on the host.
+"""
+
+from __future__ import annotations
+
+from backends.base import Backend
+from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
+
+CS3_LAUNCH = ("https://www.tomshardware.com/tech-industry/artificial-intelligence/cerebras-launches-900000-core-"
+              "125-petaflops-wafer-scale-processor-for-ai-theoretically-equivalent-to-about-62-nvidia-h100-gpus")
+ARGONNE = "https://argonne-lcf.github.io/user-guides/ai-testbed/cerebras"
+CLUSTER_DOCS = "https://training-docs.cerebras.ai/rel-2.10.0/concepts/cerebras-wafer-scale-cluster"
+
+DENSE = ("assumption: Cerebras publishes no dense rate; half of the 125 PF 'peak AI' figure (FP16 with sparsity, "
+         + CS3_LAUNCH + "), the 2x that sparse headlines carry elsewhere")
+# The WSE-2's CS-2 has 12x100 GbE = 1.2 Tb/s of I/O; hardware_facts.yaml estimates ~1.5 Tb/s for CS-3 (+30%).
+SYSTEM_IO = ("assumption: the CS-2's published 1.2 Tb/s (12x100 GbE) system I/O, " + ARGONNE
+             + "; CS-3 may have ~30% more (hardware_facts.yaml estimate)")
+MEMORYX_BW = ("assumption: MemoryX streams weights through the system I/O, so 1.2 Tb/s = 150 GB/s (" + ARGONNE
+              + "); MemoryX is sized to match it, https://www.cerebras.net/glossary/memoryx/")
+MEMORYX_CAPACITY = ("assumption: the smallest CS-3 MemoryX option, 1.5 TB (also 12 TB and 1.2 PB; "
+                    "hardware_facts.yaml), " + CS3_LAUNCH)
+
+
+class CerebrasBackend(Backend):
+    family = "cerebras"
+    devices = (
+        DeviceSpec(
+            id="cerebras-cs3", vendor="Cerebras", product="CS-3 system (one WSE-3 wafer, 900k cores, 44 GB SRAM)",
+            family="cerebras", form="system",
+            peak_flops_per_s=(("bf16", 62.5e15), ("fp16", 62.5e15)),
+            memory=(MemoryTier("sram", 44e9, 21e15), MemoryTier("external", 1.5e12, 1.2e12 / 8)),
+            tdp_w=23000, idle_w=2300,
+            devices_per_node=1,
+            scale_up=None,
+            scale_out=Link("SwarmX / Ethernet (12x100 GbE system I/O)", 1.2e12 / 8, 10e-6, 2048),
+            k8s_resource=None,
+            k8s_note="no public device plugin; Cerebras runs as an appliance (Cerebras Inference API / SDK)",
+            torch_device=None,
+            software="Cerebras Software Platform (PyTorch front end, Model Zoo), Cerebras SDK (CSL), Inference API",
+            image="",
+            sources=tuple(sorted({
+                "peak_flops_per_s.bf16": DENSE, "peak_flops_per_s.fp16": DENSE,
+                "memory.sram.capacity_bytes": CS3_LAUNCH, "memory.sram.bw_bytes_per_s": CS3_LAUNCH + " (21 PB/s)",
+                "memory.external.capacity_bytes": MEMORYX_CAPACITY, "memory.external.bw_bytes_per_s": MEMORYX_BW,
+                "tdp_w": CS3_LAUNCH + " (low confidence: ~23 kW is the commonly quoted figure and Cerebras says "
+                                      "CS-3 draws the same power as CS-2; no primary CS-3 datasheet found)",
+                "idle_w": "assumption: not published; 10% of system power, the rule used for chips (probably low for "
+                          "a system whose pumps and fans run regardless of load)",
+                "devices_per_node": CLUSTER_DOCS + " (one wafer per CS-3 system; clusters of up to 2,048 systems)",
+                "scale_out.bw_bytes_per_s": SYSTEM_IO,
+                "scale_out.latency_s": "assumption: ~10 us per message across SwarmX/Ethernet including software",
+            }.items())),
+        ),
+    )
+
+
+BACKEND = CerebrasBackend()

@@ -1,0 +1,80 @@
+"""The host CPU (``cpu-host``): the reference backend, and the template for a new one.
+
+Its numbers describe this machine. Before ``gimletc calibrate --device cpu-host``
+they are labelled assumptions; after it, the measured peaks and bandwidth
+saved by `compiler.ir.paths.calibration_path` replace them (sources say
+``measured: ...``), and the fitted efficiencies are read by the cost model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+
+from backends.base import Backend
+from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
+from compiler.ir.paths import calibration_path
+
+
+def load_calibration() -> dict | None:
+    path = calibration_path("cpu-host")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _ram_bytes() -> float:
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 16e9
+
+
+def host_device() -> DeviceSpec:
+    cores = os.cpu_count() or 1
+    cal = load_calibration()
+    if cal:
+        flops = {k: float(v) for k, v in cal["peak_flops_per_s"].items()}
+        bw = float(cal["mem_bw_bytes_per_s"])
+        measured = f"measured: gimletc calibrate on {cal.get('host', 'this host')} at {cal.get('measured_at', '?')}"
+        flops_src = bw_src = measured
+    else:
+        # ~16 fp32 FLOP/cycle/core (one AVX2 FMA pipe) at ~2.5 GHz; bf16 runs through the same units.
+        flops = {"fp32": cores * 40e9, "bf16": cores * 40e9}
+        bw = 10e9
+        flops_src = "assumption: uncalibrated; 40 GFLOP/s per core (one 8-wide FMA pipe at 2.5 GHz)"
+        bw_src = "assumption: uncalibrated; 10 GB/s, a single-socket DDR4 share seen by a few cores"
+    ram = _ram_bytes()
+    return DeviceSpec(
+        id="cpu-host", vendor="host", product=f"{platform.machine()} CPU, {cores} cores", family="cpu", form="chip",
+        peak_flops_per_s=tuple(sorted(flops.items())),
+        memory=(MemoryTier("dram", ram, bw),),
+        tdp_w=10.0 * cores, idle_w=2.0 * cores, devices_per_node=1,
+        scale_up=None,
+        scale_out=Link("loopback TCP (gloo)", 2.8e9, 1e-4, 64),
+        k8s_resource="cpu", k8s_note="plain CPU pods; request cores with resources.requests.cpu",
+        torch_device="cpu", software="PyTorch (CPU)", image="python:3.11-slim",
+        sources=tuple(sorted({
+            **{f"peak_flops_per_s.{k}": flops_src for k in flops},
+            "memory.dram.capacity_bytes": "measured: os.sysconf physical pages x page size",
+            "memory.dram.bw_bytes_per_s": bw_src,
+            "tdp_w": "assumption: ~10 W per core under load (server CPUs run 5-15 W per core)",
+            "idle_w": "assumption: ~2 W per core idle",
+            "devices_per_node": "measured: one host",
+            "scale_out.bw_bytes_per_s": "measured: FIELD_NOTES.md, gloo loopback moved 268 MB in ~95 ms",
+            "scale_out.latency_s": "measured: FIELD_NOTES.md, 8 KB gloo send 0.05-0.3 ms one way",
+        }.items())),
+    )
+
+
+class CpuBackend(Backend):
+    family = "cpu"
+
+    @property
+    def devices(self) -> tuple[DeviceSpec, ...]:  # read at use: calibration may have changed it
+        return (host_device(),)
+
+
+BACKEND = CpuBackend()

@@ -1,0 +1,88 @@
+"""Intel Gaudi accelerators (Intel Gaudi software, formerly SynapseAI). Numbers from
+../shared/reference/hardware_facts.yaml, sources inline.
+
+Peaks are the MME (matrix engine) rates Intel publishes, BF16 and FP8 only;
+FP16, INT8 and FP32 run on Gaudi but their rates are not published, so they are
+left out. Gaudi 3 uses 1,677 TFLOPS, the rate at the 1,600 MHz MME clock parts
+ship with (the white paper's 1,835 assumes 1,750 MHz). Scale-up and scale-out
+both run over the chip's integrated RoCE ports: 21 of them go all-to-all to the
+7 other chips of a node (3 per peer), 3 leave the node.
+"""
+
+from __future__ import annotations
+
+from backends.base import Backend
+from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
+
+GAUDI2_PAPER = ("https://www.intel.com/content/www/us/en/content-details/839363/"
+                "intel-gaudi-2-ai-accelerators-white-paper.html")
+GAUDI3_PAPER = ("https://www.intel.com/content/www/us/en/content-details/817486/"
+                "intel-gaudi-3-ai-accelerator-white-paper.html")
+GAUDI_NETWORK = "https://docs.habana.ai/en/latest/Management_and_Monitoring/Network_Configuration/index.html"
+ACCEL_TABLE = "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md"
+NETWORK_TABLE = "https://github.com/stas00/ml-engineering/blob/master/network/README.md"
+
+IDLE = "assumption: Intel publishes no idle power; ~10% of TDP, the same rule as the GPUs"
+ROCE_SCALE_UP_LATENCY = ("assumption: ~10 us per HCCL collective step; scale-up runs over RDMA Ethernet ports, "
+                         "not a memory-semantic fabric")
+ROCE_LATENCY = "assumption: ~10 us per message across RoCE including software"
+
+
+def _gaudi(id: str, product: str, tflops: dict[str, float], hbm: tuple[float, float], tdp_w: float,
+           port_gbit_per_s: float, src: dict[str, str]) -> DeviceSpec:
+    """One OAM chip with 24 RoCE ports of `port_gbit_per_s`: 21 scale up, 3 scale out.
+
+    `tflops` are dense TFLOPS; `hbm` is (bytes, bytes/s); `src` gives ``flops``,
+    ``memory``, ``tdp_w``, ``devices_per_node``, ``scale_up`` and ``scale_out``
+    sources.
+    """
+    capacity_bytes, bw_bytes_per_s = hbm
+    return DeviceSpec(
+        id=id, vendor="Intel", product=product, family="gaudi", form="chip",
+        peak_flops_per_s=tuple(sorted((k, v * 1e12) for k, v in tflops.items())),
+        memory=(MemoryTier("hbm", capacity_bytes, bw_bytes_per_s),),
+        tdp_w=tdp_w, idle_w=round(0.1 * tdp_w),
+        devices_per_node=8,
+        scale_up=Link(f"integrated RoCE, 21x{port_gbit_per_s:.0f}GbE all-to-all", 21 * port_gbit_per_s * 1e9 / 8,
+                      10e-6, 8),
+        scale_out=Link(f"integrated RoCE, 3x{port_gbit_per_s:.0f}GbE", 3 * port_gbit_per_s * 1e9 / 8, 10e-6, 1 << 16),
+        k8s_resource="habana.ai/gaudi", torch_device="hpu",
+        software="Intel Gaudi software (SynapseAI), PyTorch bridge, Optimum Habana, vLLM",
+        image="vault.habana.ai/gaudi-docker/1.21.0/ubuntu22.04/habanalabs/pytorch-installer-2.6.0:latest",
+        sources=tuple(sorted({
+            **{f"peak_flops_per_s.{k}": src["flops"] for k in tflops},
+            "memory.hbm.capacity_bytes": src["memory"], "memory.hbm.bw_bytes_per_s": src["memory"],
+            "tdp_w": src["tdp_w"], "idle_w": IDLE, "devices_per_node": src["devices_per_node"],
+            "scale_up.bw_bytes_per_s": src["scale_up"], "scale_up.latency_s": ROCE_SCALE_UP_LATENCY,
+            "scale_out.bw_bytes_per_s": src["scale_out"], "scale_out.latency_s": ROCE_LATENCY,
+        }.items())),
+    )
+
+
+class GaudiBackend(Backend):
+    family = "gaudi"
+    devices = (
+        _gaudi("intel-gaudi2", "Gaudi 2 (HL-225, OAM, 96GB HBM2E)", {"bf16": 432, "fp8": 865}, (96e9, 2.46e12), 600,
+               100, {"flops": GAUDI2_PAPER + " (MME rates)", "memory": GAUDI2_PAPER, "tdp_w": GAUDI2_PAPER,
+                     "devices_per_node": GAUDI2_PAPER,
+                     "scale_up": NETWORK_TABLE + " (21x100GbE = 262.5 GB/s per direction)",
+                     "scale_out": NETWORK_TABLE + " (3x100GbE = 300 Gb/s)"}),
+        _gaudi("intel-gaudi3", "Gaudi 3 (HL-325L, OAM air-cooled, 128GB HBM2e)", {"bf16": 1677, "fp8": 1677},
+               (128e9, 3.67e12), 900, 200,
+               {"flops": ACCEL_TABLE + " (1,677 at the shipped 1,600 MHz MME clock; white paper 1,835 at 1,750 MHz)",
+                "memory": GAUDI3_PAPER, "tdp_w": GAUDI3_PAPER + " (air-cooled OAM; 1,200 W liquid-cooled)",
+                "devices_per_node": GAUDI_NETWORK,
+                "scale_up": GAUDI_NETWORK + " (21x200GbE = 525 GB/s per direction)",
+                "scale_out": GAUDI_NETWORK + " (3x200GbE = 600 Gb/s)"}),
+    )
+
+    def execution(self, device: DeviceSpec) -> str:
+        """``torch.hpu`` exists once the Intel Gaudi PyTorch bridge is imported; without it, emulated."""
+        try:
+            import habana_frameworks.torch  # noqa: F401  (registers torch.hpu)
+        except ImportError:
+            return "emulated"
+        return super().execution(device)
+
+
+BACKEND = GaudiBackend()

@@ -1,0 +1,147 @@
+"""NVIDIA data-center GPUs (CUDA). Numbers from ../shared/reference/hardware_facts.yaml, sources inline.
+
+Dense peaks only: NVIDIA's headline tensor numbers for Hopper, Blackwell and
+Ada are 2:4-sparse and are halved here (their sources say so); the A100
+datasheet lists dense numbers directly. ``fp32`` is plain FP32 (CUDA cores),
+not TF32: PyTorch runs fp32 matmuls without TF32 unless a user opts in.
+Links are per GPU, one direction (NVLink "900 GB/s" is 450 each way).
+"""
+
+from __future__ import annotations
+
+from backends.base import Backend
+from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
+
+A100_DATASHEET = ("https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+                  "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf")
+H100_PAGE = "https://www.nvidia.com/en-us/data-center/h100/"
+H200_PAGE = "https://www.nvidia.com/en-us/data-center/h200/"
+DGX_B200 = "https://resources.nvidia.com/en-us-dgx-systems/dgx-b200-datasheet"
+B200_NOTES = "https://glennklockwood.com/garden/processors/B200"
+HGX_B200_NVLINK = "https://docs.vultr.com/inference-cookbook/cuda/getting-started/hardware-overview"
+GB200_PAGE = "https://www.nvidia.com/en-us/data-center/gb200-nvl72/"
+GB200_MLPERF = ("https://raw.githubusercontent.com/mlcommons/inference_results_v6.1/main/closed/Crusoe/systems/"
+                "GB200-NVL72_GB200-186GB_aarch64x16_Dynamo.json")
+L40S_PAGE = "https://www.nvidia.com/en-us/data-center/l40s/"
+ACCEL_TABLE = "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md"
+NETWORK_TABLE = "https://github.com/stas00/ml-engineering/blob/master/network/README.md"
+HALVED = " (2:4-sparse headline halved)"
+
+IDLE = "assumption: NVIDIA publishes no idle power; ~10% of TDP, in line with nvidia-smi idle readings of HGX parts"
+NVLINK_LATENCY = "assumption: ~5 us per NVLink collective step (NCCL small-message latency on NVSwitch systems)"
+PCIE_LATENCY = "assumption: ~10 us per GPU-to-GPU transfer over PCIe through the host or a PCIe switch, with NCCL"
+IB_LATENCY = "assumption: ~10 us per message across InfiniBand/RoCE including software"
+
+
+def _nvlink(generation: int, bw_bytes_per_s: float, domain_devices: int) -> Link:
+    return Link(f"NVLink {generation} + NVSwitch", bw_bytes_per_s, 5e-6, domain_devices)
+
+
+def _network(gbit_per_s: float) -> Link:
+    """InfiniBand/RoCE/EFA at `gbit_per_s` per GPU; any number of nodes."""
+    return Link(f"InfiniBand / RoCE / EFA {gbit_per_s:.0f}G per GPU", gbit_per_s * 1e9 / 8, 10e-6, 1 << 16)
+
+
+def _nvidia(id: str, product: str, tflops: dict[str, float], device_memory: tuple[float, float], tdp_w: float,
+            scale_up: Link, scale_out: Link, src: dict[str, str], *, form: str = "chip",
+            devices_per_node: int = 8, memory_name: str = "hbm") -> DeviceSpec:
+    """One GPU. `tflops` are dense TFLOPS (TOPS for int8); `device_memory` is (bytes, bytes/s).
+
+    `src` gives the sources of this GPU's numbers: ``flops`` (every dtype but
+    fp32, which comes from the accelerator table), ``memory``, ``tdp_w``,
+    ``devices_per_node``, ``scale_up`` and ``scale_out`` (bandwidths); link
+    latencies and idle power are family assumptions unless `src` overrides
+    them by their full key.
+    """
+    capacity_bytes, bw_bytes_per_s = device_memory
+    by_dtype = {k: (ACCEL_TABLE if k == "fp32" else src["flops"]) for k in tflops}
+    return DeviceSpec(
+        id=id, vendor="NVIDIA", product=product, family="nvidia", form=form,
+        peak_flops_per_s=tuple(sorted((k, v * 1e12) for k, v in tflops.items())),
+        memory=(MemoryTier(memory_name, capacity_bytes, bw_bytes_per_s),),
+        tdp_w=tdp_w, idle_w=round(0.1 * tdp_w),
+        devices_per_node=devices_per_node,
+        scale_up=scale_up, scale_out=scale_out,
+        k8s_resource="nvidia.com/gpu", torch_device="cuda", software="CUDA (TensorRT-LLM, vLLM, SGLang)",
+        image="nvcr.io/nvidia/pytorch:25.01-py3",
+        sources=tuple(sorted({
+            **{f"peak_flops_per_s.{k}": s for k, s in by_dtype.items()},
+            f"memory.{memory_name}.capacity_bytes": src["memory"],
+            f"memory.{memory_name}.bw_bytes_per_s": src["memory"],
+            "tdp_w": src["tdp_w"], "idle_w": IDLE, "devices_per_node": src["devices_per_node"],
+            "scale_up.bw_bytes_per_s": src["scale_up"], "scale_up.latency_s": NVLINK_LATENCY,
+            "scale_out.bw_bytes_per_s": src["scale_out"], "scale_out.latency_s": IB_LATENCY,
+            **{k: v for k, v in src.items() if "." in k},
+        }.items())),
+    )
+
+
+def _a100(id: str, product: str, hbm: tuple[float, float]) -> DeviceSpec:
+    # DGX A100: 8 GPUs, NVLink 3 at 600 GB/s both ways, one 200G HDR port per GPU.
+    return _nvidia(id, product, {"bf16": 312, "fp16": 312, "int8": 624, "fp32": 19.5}, hbm, 400,
+                   _nvlink(3, 300e9, 8), _network(200),
+                   {"flops": A100_DATASHEET, "memory": A100_DATASHEET, "tdp_w": A100_DATASHEET,
+                    "devices_per_node": NETWORK_TABLE, "scale_up": A100_DATASHEET + " (NVLink 600 GB/s both ways)",
+                    "scale_out": NETWORK_TABLE})
+
+
+HOPPER_TFLOPS = {"bf16": 989, "fp16": 989, "fp8": 1979, "int8": 1979, "fp32": 67}
+# GB200 runs its Blackwell GPUs a little faster than HGX B200 (1,200 W vs 1,000 W configurations).
+B200_TFLOPS = {"bf16": 2250, "fp16": 2250, "fp8": 4500, "int8": 4500, "fp4": 9000, "fp32": 80}
+GB200_TFLOPS = {"bf16": 2500, "fp16": 2500, "fp8": 5000, "int8": 5000, "fp4": 10000, "fp32": 80}
+
+
+class NvidiaBackend(Backend):
+    family = "nvidia"
+    devices = (
+        _a100("nvidia-a100-sxm-40gb", "A100 SXM4 40GB (Ampere)", (40e9, 1.555e12)),
+        _a100("nvidia-a100-sxm-80gb", "A100 SXM4 80GB (Ampere)", (80e9, 2.039e12)),
+        _nvidia("nvidia-l40s", "L40S 48GB GDDR6 (Ada Lovelace, PCIe)",
+                {"bf16": 362, "fp16": 362, "fp8": 733, "int8": 733, "fp32": 91.6}, (48e9, 0.864e12), 350,
+                # No NVLink: GPUs reach each other over PCIe Gen4 x16.
+                Link("PCIe Gen4 x16 peer-to-peer (no NVLink)", 31.5e9, 10e-6, 8), _network(200),
+                {"flops": L40S_PAGE + HALVED, "memory": L40S_PAGE, "tdp_w": L40S_PAGE,
+                 "devices_per_node": "assumption: 8 per PCIe server (hardware_facts: typically 4-8, some 10-12)",
+                 "scale_up": NETWORK_TABLE + " (PCIe Gen4 x16: 31.5 GB/s per direction)",
+                 "scale_up.latency_s": PCIE_LATENCY,
+                 "scale_out": "assumption: deployment-specific (nothing published); 200 Gb/s Ethernet/RoCE per GPU, "
+                              "half an HGX server's 400G per GPU since PCIe servers carry fewer NICs"},
+                form="card", memory_name="dram"),
+        _nvidia("nvidia-h100-sxm", "H100 SXM5 80GB HBM3 (Hopper)", HOPPER_TFLOPS, (80e9, 3.35e12), 700,
+                _nvlink(4, 450e9, 8), _network(400),
+                {"flops": H100_PAGE + HALVED, "memory": H100_PAGE, "tdp_w": H100_PAGE,
+                 "devices_per_node": NETWORK_TABLE, "scale_up": NETWORK_TABLE + " (NVLink 4: 900 GB/s both ways)",
+                 "scale_out": NETWORK_TABLE}),
+        _nvidia("nvidia-h200-sxm", "H200 SXM 141GB HBM3e (Hopper)", HOPPER_TFLOPS, (141e9, 4.8e12), 700,
+                _nvlink(4, 450e9, 8), _network(400),
+                {"flops": H200_PAGE + HALVED, "memory": H200_PAGE, "tdp_w": H200_PAGE,
+                 "devices_per_node": NETWORK_TABLE, "scale_up": NETWORK_TABLE + " (NVLink 4: 900 GB/s both ways)",
+                 "scale_out": NETWORK_TABLE}),
+        _nvidia("nvidia-b200", "B200 SXM 180GB HBM3e (HGX/DGX B200, Blackwell, 1,000 W)", B200_TFLOPS,
+                (180e9, 8.0e12), 1000, _nvlink(5, 900e9, 8), _network(400),
+                {"flops": DGX_B200 + " (per GPU: system figure / 8; 2:4-sparse headline halved)",
+                 "memory": DGX_B200 + " (180 GB usable per GPU: 1,440 GB / 8)", "tdp_w": B200_NOTES,
+                 "devices_per_node": DGX_B200, "scale_up": HGX_B200_NVLINK, "scale_out": DGX_B200}),
+        _nvidia("nvidia-gb200", "GB200 NVL72, one Blackwell GPU (186GB HBM3e, 1,200 W configuration)",
+                GB200_TFLOPS, (186e9, 8.0e12), 1200, _nvlink(5, 900e9, 72), _network(400),
+                {"flops": GB200_PAGE + " (per GPU: rack figure / 72; 2:4-sparse headline halved)",
+                 "memory": GB200_MLPERF + " (186 GB per GPU)",
+                 "memory.hbm.bw_bytes_per_s": GB200_PAGE + " (rack HBM bandwidth / 72)",
+                 "tdp_w": "assumption: 1,200 W per GPU, the GB200 configuration hardware_facts.yaml records; NVIDIA "
+                          "publishes rack-level power, see " + GB200_PAGE,
+                 "devices_per_node": GB200_PAGE + " (a compute tray holds 2 superchips = 4 GPUs)",
+                 "scale_up": GB200_PAGE + " (NVLink 5: 1.8 TB/s per GPU both ways; 72-GPU domain)",
+                 "scale_out": GB200_MLPERF + " (4 ConnectX-7 400G per 4-GPU tray)"},
+                devices_per_node=4),
+    )
+
+    def execution(self, device: DeviceSpec) -> str:
+        """A ROCm build of torch also answers ``torch.cuda``; only a CUDA build runs NVIDIA stages natively."""
+        try:
+            import torch
+        except ImportError:
+            return "emulated"
+        return "emulated" if getattr(torch.version, "hip", None) else super().execution(device)
+
+
+BACKEND = NvidiaBackend()

@@ -1,0 +1,57 @@
+"""Find backends and devices by name: built-in modules plus the ``gimletc.backends`` entry points.
+
+>>> device("nvidia-h100-sxm").vendor
+'NVIDIA'
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import logging
+from functools import lru_cache
+from importlib import metadata
+
+from backends.base import Backend
+from compiler.ir.device_spec import DeviceSpec
+from compiler.ir.errors import BadInput
+
+log = logging.getLogger(__name__)
+
+BUILTIN = ("nvidia", "amd", "trainium", "cerebras", "dmatrix", "gaudi", "cpu")
+ENTRY_POINT_GROUP = "gimletc.backends"
+
+
+@lru_cache(maxsize=1)
+def backends() -> tuple[Backend, ...]:
+    found: list[Backend] = [importlib.import_module(f"backends.{name}").BACKEND for name in BUILTIN]
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            plugin = ep.load()
+        except Exception as e:  # a broken plugin must not take the catalog down
+            log.warning("skipping backend plugin %s (%s: %s)", ep.name, type(e).__name__, e)
+            continue
+        found.append(plugin() if isinstance(plugin, type) else plugin)
+    families = [b.family for b in found]
+    dupes = {f for f in families if families.count(f) > 1}
+    if dupes:
+        raise BadInput(f"backend families registered twice: {sorted(dupes)}; uninstall the duplicate plugin")
+    return tuple(found)
+
+
+def all_devices() -> tuple[DeviceSpec, ...]:
+    return tuple(d for b in backends() for d in b.devices)
+
+
+def backend_of(device_spec: DeviceSpec) -> Backend:
+    return next(b for b in backends() if b.family == device_spec.family)
+
+
+def device(device_id: str) -> DeviceSpec:
+    """The device with this id; an unknown id lists the known ones."""
+    devices = {d.id: d for d in all_devices()}
+    if device_id in devices:
+        return devices[device_id]
+    close = difflib.get_close_matches(device_id, list(devices), n=3)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise BadInput(f"device {device_id!r} is not known; {hint}known ids: {', '.join(sorted(devices))}")

@@ -1,0 +1,117 @@
+"""Roofline time of a block on a device: compute- or memory-bound, per op, with overheads.
+
+An op takes ``max(flops / achievable FLOP/s, bytes / achievable bytes/s)``;
+a block takes the sum of its ops plus a fixed per-kernel-group overhead.
+Achievable = datasheet peak (``DeviceSpec``) x efficiency (`Derate`), kept
+apart so a peak is never a fitted number.
+
+Memory tiers: weights are read from the tier they were placed in. A
+`TierSplit` says what fraction of a block's weight bytes sits in each tier
+(SRAM first, then DRAM/external); KV and activations use the fastest tier
+with room, which the serving model decides.
+
+>>> from compiler.ir.device_spec import DeviceSpec, MemoryTier
+>>> d = DeviceSpec("x", "v", "p", "f", "chip", (("bf16", 1e15),), (MemoryTier("hbm", 80e9, 1e12),), 700, 70, 8,
+...                None, None, None)
+>>> round(op_time_s(flops=1e12, weight_bytes=0, other_bytes=1e9, device=d, dtype="bf16",
+...                 derate=Derate.ideal()) * 1e3, 3)   # 1 ms compute vs 1 ms memory
+1.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.ir.block_graph import Block, dtype_bytes, expert_touch_fraction
+from compiler.ir.device_spec import DeviceSpec
+from cost_models.derates import Derate
+
+#: Matmul dtype actually used when the weight dtype has no native throughput (e.g. fp4 on H100 upcasts to fp8).
+COMPUTE_FALLBACK = {"fp4": ("fp4", "fp8", "bf16", "fp16", "fp32"), "fp8": ("fp8", "int8", "bf16", "fp16", "fp32"),
+                    "bf16": ("bf16", "fp16", "fp32"), "fp16": ("fp16", "bf16", "fp32"), "fp32": ("fp32", "bf16")}
+
+
+def compute_peak(device: DeviceSpec, dtype: str) -> tuple[float, str]:
+    """(dense peak FLOP/s, dtype it runs at) for matmuls whose weights are `dtype`."""
+    for candidate in COMPUTE_FALLBACK.get(dtype, (dtype,)):
+        peak = device.peak(candidate)
+        if peak:
+            return peak, candidate
+    raise ValueError(f"{device.id} publishes no throughput for {dtype} or a wider dtype")
+
+
+@dataclass(frozen=True, slots=True)
+class TierSplit:
+    """Fraction of some bytes (weights or KV) in each memory tier, by tier name (sums to 1)."""
+
+    fractions: tuple[tuple[str, float], ...]
+
+    def read_s(self, nbytes: float, device: DeviceSpec, derate: Derate) -> float:
+        total = 0.0
+        for name, frac in self.fractions:
+            tier = device.tier(name)
+            total += nbytes * frac / (tier.bw_bytes_per_s * derate.mem_eff)
+        return total
+
+
+def fastest_tier(device: DeviceSpec) -> TierSplit:
+    return TierSplit(((device.memory[0].name, 1.0),))
+
+
+def op_time_s(*, flops: float, weight_bytes: float, other_bytes: float, device: DeviceSpec, dtype: str,
+              derate: Derate, tiers: TierSplit | None = None) -> float:
+    """Roofline time of one op (or a sum of like ops)."""
+    peak, _ = compute_peak(device, dtype)
+    tiers = tiers or fastest_tier(device)
+    compute = flops / (peak * derate.compute_eff) if flops else 0.0
+    memory = tiers.read_s(weight_bytes, device, derate) + other_bytes / (
+        device.memory[0].bw_bytes_per_s * derate.mem_eff)
+    return max(compute, memory)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockTime:
+    """Time of one block step on one shard, and what bounds it."""
+
+    time_s: float
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+def block_time(block: Block, point: dict[str, float], device: DeviceSpec, *, dtype: str, kv_dtype: str,
+               derate: Derate, shards: int = 1, tiers: TierSplit | None = None,
+               kv_tiers: TierSplit | None = None) -> BlockTime:
+    """Time of one step of `block` at `point` split evenly over `shards` devices (tensor parallel).
+
+    Each op is bound by compute or memory on its own; the block's compute and
+    memory totals are reported to say which resource dominates. `tiers` and
+    `kv_tiers` say where weights and KV live (default: the fastest tier).
+    """
+    peak, _ = compute_peak(device, dtype)
+    tiers = tiers or fastest_tier(device)
+    kv_tiers = kv_tiers or fastest_tier(device)
+    wb, kvb = dtype_bytes(dtype), dtype_bytes(kv_dtype)
+    touched = expert_touch_fraction(block.tokens(**point), block.experts, block.experts_per_token)
+    fast_bw = device.memory[0].bw_bytes_per_s * derate.mem_eff
+    total = comp_total = mem_total = 0.0
+    for op in block.ops:
+        flops = op.flops(**point) / shards
+        weights = op.weight_elems(**point) * wb * (touched if op.expert_weights else 1.0) / shards
+        kv = op.kv_elems(**point) * kvb / shards
+        act = op.act_bytes(**point) / shards
+        heavy = op.kind in ("matmul", "attention")
+        if not heavy:  # serving engines fuse norms, RoPE and activations into neighbouring kernels
+            act *= derate.elementwise_traffic
+        eff = derate.compute_eff if heavy else derate.vector_eff
+        comp = flops / (peak * eff) if flops else 0.0
+        mem = tiers.read_s(weights, device, derate) + kv_tiers.read_s(kv, device, derate) + act / fast_bw
+        comp_total += comp
+        mem_total += mem
+        total += max(comp, mem)
+    overhead = derate.block_overhead_s + derate.op_overhead_s * sum(op.count for op in block.ops)
+    return BlockTime(total + overhead, comp_total, mem_total, overhead)

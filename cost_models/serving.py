@@ -1,0 +1,268 @@
+"""Serving-level model: memory, batching, prefill and decode on one deployment.
+
+A `Deployment` is ``count`` devices of one type running ``count / (tp*pp)``
+replicas of a ``tp``-way tensor-parallel, ``pp``-stage pipeline. Every time
+here is a prediction from the BlockGraph (work) and the roofline (device);
+nothing is measured.
+
+Functions (each documented and tested on its own):
+- `memory_plan`: weights and KV per device, which tier holds them, how many tokens of KV fit.
+- `max_batch`: largest batch for a KV length distribution, paged (block size) vs contiguous.
+- `decode_step`: one decode step at (batch, context): blocks, TP all-reduces, PP hops, overheads.
+- `prefill_time`: a prompt, whole or in chunks.
+- `continuous_batching`: steady state with C requests in flight, prefill interference included.
+- `prefix_cached_tokens`: prompt tokens left to compute after prefix-cache hits.
+- `speculative_tpot`: time per output token with a draft model.
+- `moe_expert_parallel_step`: a MoE block's step split over expert-parallel devices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from compiler.ir.block_graph import Block, BlockGraph, dtype_bytes
+from compiler.ir.device_spec import DeviceSpec
+from cost_models.comm import all_to_all_s, allreduce_s, p2p_s
+from cost_models.derates import Derate
+from cost_models.roofline import BlockTime, TierSplit, block_time
+
+#: Share of the memory left after weights and runtime reserve that the KV cache takes
+#: (TensorRT-LLM's kv_cache_free_gpu_mem_fraction and vLLM's gpu_memory_utilization both default to 0.9).
+KV_FREE_FRACTION = 0.9
+#: Memory a runtime keeps for its context, workspace and activations, as a share of capacity (assumption).
+RUNTIME_RESERVE_FRACTION = 0.02
+#: Tokens per KV page in a paged cache (vLLM's default block size).
+PAGE_TOKENS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    device: DeviceSpec
+    count: int
+    derate: Derate
+    tp: int = 1
+    pp: int = 1
+    dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+
+    @property
+    def replicas(self) -> int:
+        return self.count // (self.tp * self.pp)
+
+    @property
+    def group(self) -> int:
+        return self.tp * self.pp
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    """Per device of one replica: bytes of weights, and what is left for KV, by tier."""
+
+    weight_bytes: float
+    usable_bytes: float
+    kv_capacity_bytes: float
+    weight_tiers: TierSplit
+    kv_tiers: TierSplit
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_capacity_bytes > 0
+
+
+def memory_plan(graph: BlockGraph, dep: Deployment, kv_bytes_hint: float = 0.0) -> MemoryPlan:
+    """Place one replica's weights (fastest tier first) and the KV it will hold.
+
+    Weights split evenly over the tp*pp devices of a replica. KV fills the fastest
+    tier's room left after weights, then slower tiers; `kv_bytes_hint` (per device)
+    decides the KV tier split when known.
+    """
+    weights = graph.weight_bytes(dep.dtype) / dep.group
+    usable = dep.device.capacity_bytes * (1 - RUNTIME_RESERVE_FRACTION)
+    left = weights
+    w_frac, room = [], []
+    for tier in dep.device.memory:
+        cap = tier.capacity_bytes * (1 - RUNTIME_RESERVE_FRACTION)
+        used = min(left, cap)
+        if used > 0:
+            w_frac.append((tier.name, used / weights))
+        room.append((tier.name, KV_FREE_FRACTION * (cap - used)))
+        left -= used
+    kv_left = kv_bytes_hint
+    kv_frac = []
+    for name, free in room:
+        if kv_bytes_hint <= 0:
+            break
+        used = min(kv_left, free)
+        if used > 0:
+            kv_frac.append((name, used / kv_bytes_hint))
+        kv_left -= used
+    kv_tiers = TierSplit(tuple(kv_frac) or ((dep.device.memory[0].name, 1.0),))
+    kv_capacity = KV_FREE_FRACTION * (usable - weights) if left <= 0 else -left
+    return MemoryPlan(weights, usable, kv_capacity, TierSplit(tuple(w_frac)), kv_tiers)
+
+
+def kv_bytes_per_sequence(graph: BlockGraph, tokens: float, kv_dtype: str) -> float:
+    """KV bytes one sequence of `tokens` tokens holds (sliding layers keep at most their window)."""
+    per = 0.0
+    for b in graph.phase_blocks("decode"):
+        if b.kv_elems_per_token:
+            per += b.kv_elems_per_token * (min(tokens, b.window_tokens) if b.window_tokens else tokens)
+    return per * dtype_bytes(kv_dtype)
+
+
+def max_batch(capacity_bytes: float, kv_bytes_per_token: float, lengths: Sequence[int], *, max_len: int | None = None,
+              paged: bool = True, page_tokens: int = PAGE_TOKENS) -> int:
+    """Largest number of concurrent sequences whose KV fits `capacity_bytes`.
+
+    Paged: each sequence holds ceil(len / page) pages of its actual length
+    (mean over `lengths`). Contiguous: each reserves `max_len` tokens
+    (default: the longest in `lengths`), as engines without paging must.
+    """
+    if capacity_bytes <= 0 or kv_bytes_per_token <= 0:
+        return 0
+    if paged:
+        per_seq = sum(math.ceil(n / page_tokens) * page_tokens for n in lengths) / len(lengths)
+    else:
+        per_seq = max_len if max_len is not None else max(lengths)
+    return int(capacity_bytes // (per_seq * kv_bytes_per_token))
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    """One engine step of one replica and its parts."""
+
+    time_s: float
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    overhead_s: float
+
+    @property
+    def bound(self) -> str:
+        parts = {"compute": self.compute_s, "memory": self.memory_s, "communication": self.comm_s,
+                 "overhead": self.overhead_s}
+        return max(parts, key=parts.get)
+
+
+def _phase_step(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str, float],
+                plan: MemoryPlan) -> StepTime:
+    blocks = graph.phase_blocks(phase)
+    link = dep.device.scale_up or dep.device.scale_out
+    total = comp = mem = comm = over = 0.0
+    for b in blocks:
+        t: BlockTime = block_time(b, point, dep.device, dtype=dep.dtype, kv_dtype=dep.kv_dtype, derate=dep.derate,
+                                  shards=dep.tp, tiers=plan.weight_tiers, kv_tiers=plan.kv_tiers)
+        total += t.time_s
+        comp += t.compute_s
+        mem += t.memory_s
+        over += t.overhead_s
+    if dep.tp > 1 and link is not None:
+        # Megatron-style TP all-reduces the residual stream each block hands on (embed, attention, FFN/MoE).
+        bw = link.bw_bytes_per_s * dep.derate.link_eff
+        for e in graph.edges:
+            if e.phase == phase and e.kind == "activation":
+                comm += allreduce_s(e.act_bytes(**point), dep.tp, bw_bytes_per_s=bw, latency_s=link.latency_s)
+    if dep.pp > 1:
+        up = dep.device.scale_up
+        hop = up if up is not None and dep.group <= up.domain_devices else dep.device.scale_out
+        seam = next((e.act_bytes(**point) for e in graph.edges if e.phase == phase and e.kind == "activation"), 0.0)
+        comm += (dep.pp - 1) * p2p_s(seam, bw_bytes_per_s=hop.bw_bytes_per_s * dep.derate.link_eff,
+                                     latency_s=hop.latency_s)
+    over += dep.derate.step_overhead_s
+    return StepTime(total + comm + dep.derate.step_overhead_s, comp, mem, comm, over)
+
+
+def decode_step(graph: BlockGraph, dep: Deployment, batch: float, context: float,
+                plan: MemoryPlan | None = None) -> StepTime:
+    """One decode step: `batch` sequences, each with `context` cached tokens, one new token each."""
+    plan = plan or memory_plan(graph, dep, kv_bytes_per_sequence(graph, context, dep.kv_dtype) * batch / dep.group)
+    return _phase_step(graph, dep, "decode", {"B": batch, "L": context}, plan)
+
+
+def prefill_time(graph: BlockGraph, dep: Deployment, batch: float, prompt: float, *, chunk_tokens: int | None = None,
+                 plan: MemoryPlan | None = None) -> StepTime:
+    """Prefill `batch` prompts of `prompt` tokens; with `chunk_tokens`, in chunks of that many tokens.
+
+    A chunked prefill does the same work plus one step overhead per extra chunk
+    (attention over earlier chunks is already in the S x S term).
+    """
+    plan = plan or memory_plan(graph, dep, kv_bytes_per_sequence(graph, prompt, dep.kv_dtype) * batch / dep.group)
+    whole = _phase_step(graph, dep, "prefill", {"B": batch, "S": prompt}, plan)
+    if not chunk_tokens or chunk_tokens >= prompt * batch:
+        return whole
+    extra = (math.ceil(prompt * batch / chunk_tokens) - 1) * dep.derate.step_overhead_s
+    return StepTime(whole.time_s + extra, whole.compute_s, whole.memory_s, whole.comm_s, whole.overhead_s + extra)
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyState:
+    """Continuous batching with `concurrency` requests in flight (per replica)."""
+
+    ttft_s: float
+    tpot_s: float
+    step_s: float
+    decode_only_step_s: float
+    prefill_tokens_per_step: float
+
+    @property
+    def interference(self) -> float:
+        """How much longer a step takes because prefill chunks share it (1.0 = none)."""
+        return self.step_s / self.decode_only_step_s if self.decode_only_step_s else 1.0
+
+
+def continuous_batching(graph: BlockGraph, dep: Deployment, concurrency: int, input_len: int,
+                        output_len: int) -> SteadyState:
+    """Steady state of an engine that mixes prefill chunks into decode steps (chunked prefill).
+
+    On average `concurrency / output_len` requests finish per step, so the same
+    number start: each step prefills ``concurrency * input_len / output_len``
+    prompt tokens alongside ``concurrency`` decodes at mean context
+    ``input_len + output_len / 2``. A new request's TTFT is its own prefill at
+    that shared step rate plus one step it waits to join.
+    """
+    context = input_len + output_len / 2
+    decode = decode_step(graph, dep, concurrency, context)
+    per_step_tokens = concurrency * input_len / max(output_len, 1)
+    chunk = prefill_time(graph, dep, 1, max(per_step_tokens, 1.0)) if per_step_tokens else None
+    mixed = decode.time_s + (chunk.time_s - dep.derate.step_overhead_s if chunk else 0.0)
+    own_prefill = prefill_time(graph, dep, 1, input_len).time_s
+    steps_to_prefill = max(1.0, math.ceil(input_len / max(per_step_tokens, 1.0)))
+    ttft = min(own_prefill + mixed, steps_to_prefill * mixed) if per_step_tokens else own_prefill
+    ttft = max(ttft, own_prefill)
+    return SteadyState(ttft, mixed, mixed, decode.time_s, per_step_tokens)
+
+
+def prefix_cached_tokens(prompt: int, shared_prefix: int, hit_rate: float) -> float:
+    """Prompt tokens still to compute when `hit_rate` of requests find their `shared_prefix` cached."""
+    return prompt - hit_rate * min(shared_prefix, prompt)
+
+
+def speculative_tpot(target_verify_s: float, draft_step_s: float, draft_len: int, acceptance: float) -> float:
+    """Mean time per output token with speculative decoding.
+
+    Each round: `draft_len` draft steps, one target pass verifying ``draft_len + 1``
+    positions. With per-token acceptance rate a, a round yields
+    ``(1 - a^(k+1)) / (1 - a)`` tokens on average (Leviathan et al., 2023).
+    """
+    a, k = acceptance, draft_len
+    tokens = k + 1 if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
+    return (k * draft_step_s + target_verify_s) / tokens
+
+
+def moe_expert_parallel_step(graph: BlockGraph, block: Block, dep: Deployment, point: dict[str, float],
+                             ep: int) -> float:
+    """A MoE block's step with its experts split over `ep` devices (expert parallelism).
+
+    Each device holds E/ep experts and computes the tokens routed to them (1/ep
+    of the work under uniform routing); tokens are dispatched to their experts
+    and combined back with two all-to-alls of ``tokens x k x hidden`` activations.
+    """
+    work = block_time(block, point, dep.device, dtype=dep.dtype, kv_dtype=dep.kv_dtype, derate=dep.derate, shards=ep)
+    link = dep.device.scale_up or dep.device.scale_out
+    inbound = next(e for e in graph.edges if e.dst == block.name and e.phase == block.phase and e.kind == "activation")
+    routed = inbound.act_bytes(**point) * block.experts_per_token  # each token's hidden state goes to k experts
+    a2a = all_to_all_s(routed, ep, bw_bytes_per_s=link.bw_bytes_per_s * dep.derate.link_eff, latency_s=link.latency_s)
+    return work.time_s + 2 * a2a
+

@@ -1,0 +1,63 @@
+"""`gimletc backends` and `gimletc estimate` as a user runs them."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+from compiler.estimate import KEYS
+from tests.compiler.test_cli import _assert_one_line_error
+from tests.conftest import run_cli
+
+
+def test_backends_json_lists_every_family():
+    proc = run_cli("backends", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert {r["family"] for r in rows} == {"nvidia", "amd", "trainium", "cerebras", "dmatrix", "gaudi", "cpu"}
+
+
+def test_estimate_json_has_the_documented_keys():
+    proc = run_cli("estimate", "llama-3.1-8b", "--device", "nvidia-h100-sxm", "--batch", "8", "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert set(KEYS) <= set(r) and r["prediction"] is True
+    assert r["batch"] == 8 and r["fits"]
+    # Output throughput is what the batch emits over its end-to-end latency.
+    assert r["output_tokens_per_s"] == r["batch"] * r["output_len"] / r["e2e_latency_s"]
+    assert r["bound"] == {"prefill": "compute", "decode": "memory"}
+
+
+def test_batch_max_and_concurrency():
+    mx = json.loads(run_cli("estimate", "llama-3.1-8b", "--device", "nvidia-h100-sxm", "--batch", "max",
+                            "--json").stdout)
+    assert mx["batch"] == mx["max_batch"] > 8
+    cc = json.loads(run_cli("estimate", "llama-3.1-8b", "--device", "nvidia-h100-sxm", "--concurrency", "32",
+                            "--json").stdout)
+    assert cc["batch"] == 32 and cc["interference"] >= 1.0
+
+
+def test_model_that_does_not_fit_says_how_many_devices():
+    proc = run_cli("estimate", "llama-3.1-405b", "--device", "nvidia-h100-sxm", "--count", "2", "--batch", "1")
+    _assert_one_line_error(proc, "does not fit", "needs at least 11 devices")
+
+
+def test_unknown_device_lists_known_ids():
+    _assert_one_line_error(run_cli("estimate", "llama-tiny", "--device", "nvidia-h1000", "--batch", "1"),
+                           "nvidia-h1000", "nvidia-h100-sxm")
+
+
+def test_scenarios_csv_reports_bad_rows_in_place(tmp_path):
+    src = tmp_path / "scenarios.csv"
+    src.write_text("model,device,count,tp,pp,dtype,input_len,output_len,batch,concurrency\n"
+                   "llama-3.1-8b,nvidia-h100-sxm,1,1,1,bf16,512,128,4,\n"
+                   "llama-3.1-8b,nvidia-h9000,1,1,1,bf16,512,128,4,\n"
+                   "llama-3.1-8b,amd-mi300x,2,2,1,fp8,512,128,,16\n")
+    out = tmp_path / "out.csv"
+    proc = run_cli("estimate", "--scenarios", str(src), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 3
+    assert rows[0]["error"] == "" and float(rows[0]["tpot_ms"]) > 0
+    assert "nvidia-h9000" in rows[1]["error"] and rows[1]["tpot_ms"] == ""
+    assert rows[2]["error"] == "" and rows[2]["batch"] == "16"  # one tp=2 replica holds all 16

@@ -1,0 +1,141 @@
+"""The serving model: the talk's claims as tests, and each function against hand arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+
+from cost_models.comm import all_to_all_s, allreduce_s, kv_handoff_s, p2p_s
+from cost_models.power import device_power_w, energy_per_token_j
+from cost_models.serving import max_batch, prefix_cached_tokens, speculative_tpot
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    from compiler.pipeline import block_graph
+
+    return {m: block_graph(m) for m in ("llama-3.1-8b", "llama-3.1-70b")}
+
+
+def _dep(device_id, count, tp, dtype="bf16", pp=1):
+    from compiler.estimate import deployment
+
+    return deployment(device_id, count, tp, pp, dtype)
+
+
+def test_claim_a_decode_is_memory_bound_and_long_prefill_compute_bound(graphs):
+    from backends.registry import device
+    from cost_models.serving import decode_step, prefill_time
+
+    g, h100 = graphs["llama-3.1-70b"], device("nvidia-h100-sxm")
+    ridge = h100.peak("bf16") / h100.memory[0].bw_bytes_per_s  # FLOP per byte where the roofline bends (~295)
+    p = g.params_total
+    # Independent arithmetic: decode at batch 1 does ~2 FLOPs per weight and reads every weight's 2 bytes;
+    # prefill of S tokens does 2*S FLOPs per weight for the same weight bytes.
+    assert 2 * p / (2 * p) < ridge < 2 * 512 * p / (2 * p)
+    dep = _dep("nvidia-h100-sxm", 8, 8)
+    assert decode_step(g, dep, batch=1, context=1024).bound in ("memory", "overhead")
+    assert decode_step(g, dep, batch=1, context=1024).memory_s > decode_step(g, dep, 1, 1024).compute_s
+    for s in (512, 2048, 8192):
+        step = prefill_time(g, dep, 1, s)
+        assert step.compute_s > step.memory_s, s
+    # The traced graph agrees with the hand arithmetic on the intensity itself.
+    work = [b.work(B=1, L=1024) for b in g.phase_blocks("decode")]
+    assert sum(w.flops for w in work) / sum(w.bytes for w in work) < 2 < ridge
+
+
+def test_claim_b_four_times_the_silicon_buys_about_twice_the_speed(graphs):
+    from cost_models.serving import decode_step
+
+    g = graphs["llama-3.1-8b"]
+    one = decode_step(g, _dep("nvidia-h100-sxm", 1, 1), 1, 1024).time_s
+    four = decode_step(g, _dep("nvidia-h100-sxm", 4, 4), 1, 1024).time_s
+    assert 1.5 <= one / four <= 3.0
+
+
+def test_claim_c_paged_kv_triples_capacity_when_mean_is_a_third_of_max(graphs):
+    g = graphs["llama-3.1-70b"]
+    per_token = g.kv_bytes_per_token("bf16")
+    max_len = 6144
+    lengths = [max_len // 3] * 100  # mean sequence a third of the maximum
+    capacity = 8 * 80e9 * 0.9 - g.weight_bytes("bf16")
+    paged = max_batch(capacity, per_token, lengths, max_len=max_len, paged=True)
+    contiguous = max_batch(capacity, per_token, lengths, max_len=max_len, paged=False)
+    assert paged / contiguous == pytest.approx(3.0, rel=0.05)
+
+
+def test_claim_d_wafer_scale_wins_per_user_gpus_win_per_watt(graphs):
+    from compiler.estimate import estimate
+
+    g = graphs["llama-3.1-70b"]
+    # Four CS-3 systems hold 70B in on-wafer SRAM, one pipeline stage of layers each (no NVLink-like fabric for TP).
+    cs3 = estimate(g, _dep("cerebras-cs3", 4, 1, pp=4), input_len=1024, output_len=256, batch=1)
+    h100_b1 = estimate(g, _dep("nvidia-h100-sxm", 8, 8), input_len=1024, output_len=256, batch=1)
+    h100_big = estimate(g, _dep("nvidia-h100-sxm", 8, 8), input_len=1024, output_len=256, batch=256)
+    cs3_big = estimate(g, _dep("cerebras-cs3", 4, 1, pp=4), input_len=1024, output_len=256, batch="max")
+    assert cs3["tokens_per_s_per_user"] > 5 * h100_b1["tokens_per_s_per_user"]
+    per_watt = lambda r: r["output_tokens_per_s"] / r["power_w"]  # noqa: E731
+    assert per_watt(h100_big) > per_watt(cs3_big)
+
+
+def test_memory_plan_and_not_fitting(graphs):
+    from compiler.estimate import estimate
+    from compiler.ir.errors import BadInput
+
+    g = graphs["llama-3.1-70b"]
+    with pytest.raises(BadInput, match="needs at least 2 devices"):
+        estimate(g, _dep("nvidia-h100-sxm", 1, 1), input_len=128, output_len=128, batch=1)
+
+
+def test_continuous_batching_prefill_interference(graphs):
+    from cost_models.serving import continuous_batching
+
+    g = graphs["llama-3.1-8b"]
+    dep = _dep("nvidia-h100-sxm", 1, 1)
+    light = continuous_batching(g, dep, 4, 1024, 256)
+    heavy = continuous_batching(g, dep, 4, 8192, 64)  # prefill-heavy: more prompt tokens per decode step
+    assert light.interference >= 1.0 and heavy.interference > light.interference
+    assert heavy.tpot_s > light.tpot_s
+
+
+def test_comm_formulas():
+    assert p2p_s(1e9, bw_bytes_per_s=1e9, latency_s=1e-3) == pytest.approx(1.001)
+    # Ring all-reduce of n bytes over p devices moves 2(p-1)/p * n per device.
+    assert allreduce_s(8e9, 8, bw_bytes_per_s=1e9, latency_s=0) == pytest.approx(2 * 7 / 8 * 8)
+    assert allreduce_s(1e9, 1, bw_bytes_per_s=1e9, latency_s=1) == 0
+    assert all_to_all_s(4e9, 4, bw_bytes_per_s=1e9, latency_s=0) == pytest.approx(3.0)
+    assert kv_handoff_s(1e9, bw_bytes_per_s=1e9, latency_s=1e-3, layers=10,
+                        layout_conversion_bytes_per_s=2e9) == pytest.approx(1.51)
+
+
+def test_power_and_energy():
+    assert device_power_w(tdp_w=700, idle_w=70, memory_util=0, compute_util=0) == 70
+    assert device_power_w(tdp_w=700, idle_w=70, memory_util=1, compute_util=1) == 700
+    assert energy_per_token_j(500, 2.0, 100) == 10
+
+
+def test_prefix_cache_and_speculative_decoding():
+    assert prefix_cached_tokens(4096, 3000, 0.5) == 4096 - 1500
+    assert prefix_cached_tokens(1000, 3000, 1.0) == 0
+    # acceptance 0: each round yields one token for k draft steps plus a verify pass
+    assert speculative_tpot(10e-3, 1e-3, 4, 0.0) == pytest.approx(14e-3)
+    # acceptance 0.8, k=4: (1 - 0.8^5) / 0.2 = 3.3616 tokens per round
+    assert speculative_tpot(10e-3, 1e-3, 4, 0.8) == pytest.approx(14e-3 / 3.3616)
+
+
+def test_moe_expert_parallelism_splits_expert_work():
+    from compiler.pipeline import block_graph
+    from cost_models.serving import moe_expert_parallel_step
+
+    g = block_graph("mixtral-8x7b")
+    moe = next(b for b in g.phase_blocks("decode") if b.role == "moe")
+    dep = _dep("nvidia-h100-sxm", 8, 1)
+    point = {"B": 256, "L": 1024}
+    one = moe_expert_parallel_step(g, moe, dep, point, 1)
+    eight = moe_expert_parallel_step(g, moe, dep, point, 8)
+    # Eight devices share the expert weights and work; two all-to-alls of 256 x 2 hidden states cost less.
+    assert eight < one / 3
+    tiny = block_graph("mixtral-tiny")
+    tiny_moe = next(b for b in tiny.phase_blocks("decode") if b.role == "moe")
+    # A tiny layer is latency-bound: splitting it only adds all-to-all hops.
+    assert moe_expert_parallel_step(tiny, tiny_moe, dep, {"B": 1, "L": 8}, 8) > \
+        moe_expert_parallel_step(tiny, tiny_moe, dep, {"B": 1, "L": 8}, 1)
