@@ -105,6 +105,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu-host", help="device to calibrate (default cpu-host)")
     p.add_argument("--json", action="store_true", help="print the calibration report as JSON")
     p.set_defaults(func=_cmd_calibrate)
+
+    for name in ("compile", "pareto"):
+        if name == "compile":
+            p = sub.add_parser(
+                "compile", help="place a model on a mixed fleet under a power budget and write plan.json",
+                description="Trace MODEL, cost every candidate pool on every device type of the cluster, and solve "
+                            "an exact CP-SAT placement (counts, parallelism, batch, prefill/decode and "
+                            "attention/FFN split) under power, inventory, memory, SLO and link constraints. Writes "
+                            "DIR/plan.json. Metrics are predictions of the cost model.")
+        else:
+            p = sub.add_parser(
+                "pareto", help="sweep TPOT targets: tokens/s per user vs tokens/s per MW, heterogeneous and "
+                               "homogeneous",
+                description="Solve the placement for a sweep of TPOT targets and write the frontier of tokens/s per "
+                            "user against tokens/s per MW (heterogeneous fleet and best single device type) as "
+                            "DIR/pareto.png, .csv and .json. Predictions of the cost model.")
+        p.add_argument("model", help="preset, config.json path or module:callable")
+        p.add_argument("--cluster", required=True, metavar="FILE", help="cluster YAML (examples/clusters/)")
+        p.add_argument("--workload", required=True, metavar="FILE", help="workload YAML (examples/workloads/)")
+        p.add_argument("--power-budget", metavar="W", help="override the cluster's budget, e.g. 200kW or 1.5MW")
+        p.add_argument("--dtype", choices=DTYPES, default="bf16", help="weight dtype (default bf16)")
+        p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="solver time limit (default 60 s)")
+        p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+        if name == "compile":
+            p.add_argument("--objective", choices=("throughput", "tokens-per-watt", "power", "latency"),
+                           default="throughput", help="what to optimise (default throughput)")
+            p.add_argument("--slo-ttft-ms", type=float, metavar="X", help="override the workload's TTFT SLO")
+            p.add_argument("--slo-tpot-ms", type=float, metavar="Y", help="override the workload's TPOT SLO")
+            p.add_argument("--json", action="store_true", help="print plan.json instead of the summary")
+            p.set_defaults(func=_cmd_compile)
+        else:
+            p.add_argument("--points", type=int, default=8, help="TPOT targets in the sweep (default 8)")
+            p.set_defaults(func=_cmd_pareto)
+
+    p = sub.add_parser("schema", help="print the JSON Schemas of the cluster, workload and plan files")
+    p.set_defaults(func=_cmd_schema)
     return parser
 
 
@@ -186,6 +222,48 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print_calibration(report)
+    return 0
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from compiler.compile import compile_plan, parse_power
+    from compiler.compile_report import print_compile_summary
+
+    budget = parse_power(args.power_budget) if args.power_budget else None
+    result = compile_plan(args.model, args.cluster, args.workload, power_budget_w=budget, objective=args.objective,
+                          slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms, dtype=args.dtype,
+                          time_limit_s=args.time_limit, progress=_progress_printer(not args.json))
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "plan.json").write_text(result.plan.dumps())
+    except OSError as e:
+        raise BadInput(f"--out {out}: cannot write plan.json ({e.strerror}); choose a writable directory") from None
+    if args.json:
+        sys.stdout.write(result.plan.dumps())
+    else:
+        print_compile_summary(result, out / "plan.json")
+    return 0
+
+
+def _cmd_pareto(args: argparse.Namespace) -> int:
+    from compiler.compile import parse_power
+    from compiler.pareto import pareto
+
+    budget = parse_power(args.power_budget) if args.power_budget else None
+    pareto(args.model, args.cluster, args.workload, out_dir=args.out, power_budget_w=budget, dtype=args.dtype,
+           points=args.points, time_limit_s=args.time_limit, progress=_progress_printer(True))
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from compiler.fleet import schemas
+    from compiler.plan import Plan
+
+    json.dump({**schemas(), "plan": Plan.model_json_schema()}, sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
     return 0
 
 

@@ -71,14 +71,19 @@ class MemoryPlan:
         return self.kv_capacity_bytes > 0
 
 
-def memory_plan(graph: BlockGraph, dep: Deployment, kv_bytes_hint: float = 0.0) -> MemoryPlan:
+def memory_plan(graph: BlockGraph, dep: Deployment, kv_bytes_hint: float = 0.0,
+                roles: tuple[str, ...] | None = None) -> MemoryPlan:
     """Place one replica's weights (fastest tier first) and the KV it will hold.
 
-    Weights split evenly over the tp*pp devices of a replica. KV fills the fastest
-    tier's room left after weights, then slower tiers; `kv_bytes_hint` (per device)
-    decides the KV tier split when known.
+    Weights (of the blocks in `roles`, default all) split evenly over the tp*pp
+    devices of a replica. KV fills the fastest tier's room left after weights,
+    then slower tiers; `kv_bytes_hint` (per device) decides the KV tier split.
     """
-    weights = graph.weight_bytes(dep.dtype) / dep.group
+    if roles is None:
+        weights = graph.weight_bytes(dep.dtype) / dep.group
+    else:
+        params = sum(b.weight_params * n for b, n in block_groups(graph, "decode", roles))
+        weights = params * dtype_bytes(dep.dtype) / dep.group
     usable = dep.device.capacity_bytes * (1 - RUNTIME_RESERVE_FRACTION)
     left = weights
     w_frac, room = [], []
@@ -146,18 +151,56 @@ class StepTime:
         return max(parts, key=parts.get)
 
 
-def _phase_step(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str, float],
-                plan: MemoryPlan) -> StepTime:
-    blocks = graph.phase_blocks(phase)
-    link = dep.device.scale_up or dep.device.scale_out
-    total = comp = mem = comm = over = 0.0
-    for b in blocks:
+_GROUPS: dict[int, tuple[BlockGraph, dict]] = {}
+
+
+def block_groups(graph: BlockGraph, phase: str, roles: tuple[str, ...] | None = None) -> list[tuple[Block, int]]:
+    """Distinct blocks of a phase with their multiplicity: identical layers are costed once.
+
+    [Note: grouped layers] An 80-layer model has one attention and one FFN block
+    kind (two of each for sliding/full mixes), so costing a deployment takes a
+    handful of roofline evaluations whatever the depth.
+    """
+    entry = _GROUPS.get(id(graph))
+    if entry is None or entry[0] is not graph:
+        entry = (graph, {})
+        _GROUPS[id(graph)] = entry
+    memo = entry[1]
+    key = (phase, roles)
+    if key not in memo:
+        groups: dict[tuple, list] = {}
+        for b in graph.phase_blocks(phase):
+            if roles is not None and b.role not in roles:
+                continue
+            sig = (b.role, b.ops, b.attention, b.window_tokens, b.experts, b.experts_per_token)
+            if sig in groups:
+                groups[sig][1] += 1
+            else:
+                groups[sig] = [b, 1]
+        memo[key] = [(b, n) for b, n in groups.values()]
+    return memo[key]
+
+
+def blocks_time(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str, float], plan: MemoryPlan,
+                roles: tuple[str, ...] | None = None) -> BlockTime:
+    """Sum of block times of a phase (optionally only some roles) on one tp-sharded replica."""
+    total = comp = mem = over = 0.0
+    for b, n in block_groups(graph, phase, roles):
         t: BlockTime = block_time(b, point, dep.device, dtype=dep.dtype, kv_dtype=dep.kv_dtype, derate=dep.derate,
                                   shards=dep.tp, tiers=plan.weight_tiers, kv_tiers=plan.kv_tiers)
-        total += t.time_s
-        comp += t.compute_s
-        mem += t.memory_s
-        over += t.overhead_s
+        total += n * t.time_s
+        comp += n * t.compute_s
+        mem += n * t.memory_s
+        over += n * t.overhead_s
+    return BlockTime(total, comp, mem, over)
+
+
+def _phase_step(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str, float],
+                plan: MemoryPlan) -> StepTime:
+    link = dep.device.scale_up or dep.device.scale_out
+    comm = 0.0
+    bt = blocks_time(graph, dep, phase, point, plan)
+    total, comp, mem, over = bt.time_s, bt.compute_s, bt.memory_s, bt.overhead_s
     if dep.tp > 1 and link is not None:
         # Megatron-style TP all-reduces the residual stream each block hands on (embed, attention, FFN/MoE).
         bw = link.bw_bytes_per_s * dep.derate.link_eff
@@ -179,6 +222,38 @@ def decode_step(graph: BlockGraph, dep: Deployment, batch: float, context: float
     """One decode step: `batch` sequences, each with `context` cached tokens, one new token each."""
     plan = plan or memory_plan(graph, dep, kv_bytes_per_sequence(graph, context, dep.kv_dtype) * batch / dep.group)
     return _phase_step(graph, dep, "decode", {"B": batch, "L": context}, plan)
+
+
+def af_decode_step(graph: BlockGraph, attn: Deployment, ffn: Deployment, batch: float, context: float, *,
+                   link_bw_bytes_per_s: float, link_latency_s: float) -> tuple[StepTime, MemoryPlan, MemoryPlan]:
+    """One decode step with attention and FFN disaggregated (MegaScale-Infer style).
+
+    Attention blocks and the KV cache live on `attn`; FFN/MoE blocks, embedding and
+    head on `ffn`. Each layer ships its hidden states attention -> FFN and back,
+    ``2 x layers`` point-to-point transfers per step over the link between the pools.
+    """
+    point = {"B": batch, "L": context}
+    attn_roles, ffn_roles = ("attn",), ("embed", "ffn", "moe", "head")
+    kv = kv_bytes_per_sequence(graph, context, attn.kv_dtype) * batch / attn.group
+    plan_a = memory_plan(graph, attn, kv, roles=attn_roles)
+    plan_f = memory_plan(graph, ffn, 0.0, roles=ffn_roles)
+    ta = blocks_time(graph, attn, "decode", point, plan_a, attn_roles)
+    tf = blocks_time(graph, ffn, "decode", point, plan_f, ffn_roles)
+    comm = 0.0
+    for dep, roles in ((attn, attn_roles), (ffn, ffn_roles)):
+        link = dep.device.scale_up or dep.device.scale_out
+        if dep.tp > 1 and link is not None:
+            for e in graph.edges:
+                if e.phase == "decode" and e.kind == "activation" and graph.block(e.src, "decode").role in roles:
+                    comm += allreduce_s(e.act_bytes(**point), dep.tp, bw_bytes_per_s=link.bw_bytes_per_s *
+                                        dep.derate.link_eff, latency_s=link.latency_s)
+    seam = next(e.act_bytes(**point) for e in graph.edges
+                if e.phase == "decode" and e.kind == "activation" and e.src.endswith(".attn"))
+    comm += 2 * graph.num_layers * p2p_s(seam, bw_bytes_per_s=link_bw_bytes_per_s, latency_s=link_latency_s)
+    overhead = max(attn.derate.step_overhead_s, ffn.derate.step_overhead_s)
+    step = StepTime(ta.time_s + tf.time_s + comm + overhead, ta.compute_s + tf.compute_s, ta.memory_s + tf.memory_s,
+                    comm, ta.overhead_s + tf.overhead_s + overhead)
+    return step, plan_a, plan_f
 
 
 def prefill_time(graph: BlockGraph, dep: Deployment, batch: float, prompt: float, *, chunk_tokens: int | None = None,

@@ -1,0 +1,141 @@
+"""The plan: what `gimletc compile` writes to ``DIR/plan.json`` and what ``run`` will read.
+
+A pydantic model, so ``plan.json`` has a JSON Schema (`gimletc schema`) and
+loading it validates without executing anything (JSON only, no pickle).
+Versioned by ``schema_version``. Every metric in it is a prediction of the
+cost model (``predicted``), never a measurement.
+
+Contents: the model (preset or config hash, dtype), the cluster and workload
+it was compiled for, the pools (device type, devices per replica, replicas,
+tensor and pipeline parallelism, batch, role and the blocks each pipeline
+stage runs), the transfers between pools (KV hand-offs, per-layer
+activations), the predicted totals, the solver report and the baselines.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from compiler.ir.errors import BadInput
+
+SCHEMA_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Stage(_Frozen):
+    """One pipeline stage of a replica: the blocks it runs, in order, per phase."""
+
+    index: int
+    device: str
+    blocks: list[str]
+
+
+class Pool(_Frozen):
+    name: str
+    role: Literal["colocated", "prefill", "decode", "decode-attention", "decode-ffn"]
+    device: str
+    devices_per_replica: int
+    replicas: int
+    tp: int
+    pp: int
+    batch: int
+    phases: list[Literal["prefill", "decode"]]
+    stages: list[Stage]
+    option: str
+    predicted_requests_per_s: float
+    predicted_ttft_ms: float | None = None
+    predicted_tpot_ms: float | None = None
+    predicted_power_w: float
+
+
+class Transfer(_Frozen):
+    kind: Literal["kv", "activation"]
+    src_pool: str
+    dst_pool: str
+    predicted_requests_per_s: float
+    predicted_bytes_per_s: float
+    predicted_latency_ms: float
+
+
+class Predicted(_Frozen):
+    requests_per_s: float
+    output_tokens_per_s: float
+    power_w: float  # mean draw while serving
+    provisioned_power_w: float  # device TDP reserved against the budget
+    output_tokens_per_s_per_w: float
+    worst_ttft_ms: float | None
+    worst_tpot_ms: float | None
+    prediction: Literal[True] = True
+
+
+class SolverReport(_Frozen):
+    status: Literal["optimal", "feasible"]
+    objective: str
+    objective_value: float
+    bound: float
+    gap: float
+    variables: int
+    constraints: int
+    options: int
+
+
+class Baseline(_Frozen):
+    name: str
+    output_tokens_per_s: float
+    power_w: float
+    plan_ratio: float  # plan's output tokens/s over this baseline's
+
+
+class Plan(_Frozen):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    gimletc_version: str
+    model: str
+    model_sha256: str
+    dtype: str
+    kv_dtype: str
+    cluster: str
+    power_budget_w: float | None
+    inventory: dict[str, int]
+    workload: str
+    mean_input_len: float
+    mean_output_len: float
+    slo_ttft_ms: float | None
+    slo_tpot_ms: float | None
+    pools: list[Pool]
+    transfers: list[Transfer]
+    predicted: Predicted
+    solver: SolverReport
+    baselines: list[Baseline]
+
+    def dumps(self) -> str:
+        """Canonical text: sorted keys, fixed float repr, so equal plans are equal bytes."""
+        return json.dumps(self.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate ``plan.json`` (a file or the plan directory)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "plan.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BadInput(f"plan {path}: not found; run `gimletc compile ... --out DIR` first") from None
+    except json.JSONDecodeError as e:
+        raise BadInput(f"plan {path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
+        raise BadInput(f"plan {path}: schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}; "
+                       f"recompile it with this gimletc")
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise BadInput(f"plan {path}: field {where}: {err['msg']}; recompile the plan") from None

@@ -1,0 +1,148 @@
+"""`gimletc compile` end to end on the example fleet: determinism, baselines, workloads, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.compiler.test_cli import _assert_one_line_error
+from tests.conftest import REPO, run_cli
+
+MIXED = str(REPO / "examples" / "clusters" / "mixed.yaml")
+
+
+def workload(name: str) -> str:
+    return str(REPO / "examples" / "workloads" / f"{name}.yaml")
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """plan.json per workload, compiled once per module (llama-3.1-70b on the mixed fleet)."""
+    memo = {}
+
+    def get(name: str, *extra: str) -> dict:
+        key = (name, extra)
+        if key not in memo:
+            out = tmp_path_factory.mktemp(name)
+            proc = run_cli("compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload(name), "--out",
+                           str(out), *extra)
+            assert proc.returncode == 0, proc.stderr
+            memo[key] = (json.loads((out / "plan.json").read_text()), (out / "plan.json").read_bytes(), proc.stdout)
+        return memo[key]
+
+    return get
+
+
+def test_plan_is_optimal_and_beats_every_homogeneous_baseline(compiled):
+    plan, _, stdout = compiled("chat")
+    assert plan["solver"]["status"] == "optimal" and plan["solver"]["gap"] <= 1e-3
+    homo = [b for b in plan["baselines"] if b["name"].startswith("homogeneous:")]
+    assert homo and all(b["plan_ratio"] >= 1.0 - 1e-9 for b in homo)
+    best = max(homo, key=lambda b: b["output_tokens_per_s"])
+    assert plan["predicted"]["output_tokens_per_s"] >= best["output_tokens_per_s"]
+    assert "homogeneous:" in stdout and "greedy" in stdout and "optimal" in stdout
+    assert plan["predicted"]["provisioned_power_w"] <= plan["power_budget_w"]
+
+
+def test_same_inputs_give_byte_identical_plans(compiled, tmp_path):
+    _, first, _ = compiled("chat")
+    proc = run_cli("compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload("chat"), "--out",
+                   str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "plan.json").read_bytes() == first
+
+
+def _mix(plan: dict) -> dict[tuple[str, str], int]:
+    mix: dict[tuple[str, str], int] = {}
+    for p in plan["pools"]:
+        key = (p["role"], p["device"])
+        mix[key] = mix.get(key, 0) + p["replicas"] * p["devices_per_replica"]
+    return mix
+
+
+def test_prefill_heavy_and_decode_heavy_workloads_get_different_pools(compiled):
+    summarize, _, _ = compiled("summarize")
+    generate, _, _ = compiled("long_generation")
+    assert _mix(summarize) != _mix(generate)
+
+    def prefill_share(plan):
+        mix = _mix(plan)
+        return sum(n for (role, _), n in mix.items() if role == "prefill") / sum(mix.values())
+
+    assert prefill_share(summarize) > prefill_share(generate)
+
+
+def test_coding_agent_kv_binds_capacity(compiled):
+    plan, _, _ = compiled("coding_agent")
+    chat, _, _ = compiled("chat")
+    # 70B keeps 80 layers x 8 KV heads x 128 x 2 x 2 bytes per token: a 200K+1K request holds ~66 GB of KV.
+    per_request = 80 * 8 * 128 * 2 * 2 * (plan["mean_input_len"] + plan["mean_output_len"])
+    weights = 70.55e9 * 2
+    from backends.registry import device
+
+    for p in plan["pools"]:
+        if p["role"] in ("decode", "colocated"):
+            room = p["devices_per_replica"] * device(p["device"]).capacity_bytes - weights
+            assert p["batch"] * per_request <= room
+    batches = lambda pl: max(p["batch"] for p in pl["pools"] if p["role"] in ("decode", "colocated"))  # noqa: E731
+    assert batches(plan) < batches(chat) / 8
+
+
+def test_infeasible_budget_exits_3_naming_power(tmp_path):
+    proc = run_cli("compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload("chat"),
+                   "--power-budget", "1kW", "--out", str(tmp_path))
+    assert proc.returncode == 3, proc.stderr
+    assert "power budget 1.0 kW <" in proc.stderr and "needed" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_impossible_slo_exits_3_naming_the_slo(tmp_path):
+    proc = run_cli("compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload("chat"),
+                   "--slo-tpot-ms", "0.5", "--out", str(tmp_path))
+    assert proc.returncode == 3, proc.stderr
+    assert "TPOT SLO 0.5 ms <" in proc.stderr
+
+
+def test_malformed_cluster_exits_2(tmp_path):
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text("name: x\ndevices:\n  - device: nvidia-h100-sxm\n    count: -3\n")
+    _assert_one_line_error(run_cli("compile", "llama-tiny", "--cluster", str(bad), "--workload", workload("chat"),
+                                   "--out", str(tmp_path / "o")), "cluster.yaml", "devices[0].count")
+
+
+def test_schema_command_prints_all_three_schemas():
+    proc = run_cli("schema")
+    assert proc.returncode == 0
+    assert set(json.loads(proc.stdout)) == {"cluster", "workload", "plan"}
+
+
+def test_plan_loads_back_and_validates(compiled, tmp_path):
+    from compiler.plan import load_plan
+
+    _, raw, _ = compiled("chat")
+    (tmp_path / "plan.json").write_bytes(raw)
+    plan = load_plan(tmp_path)
+    assert plan.dumps().encode() == raw
+    broken = json.loads(raw)
+    broken["pools"][0]["replicas"] = "many"
+    (tmp_path / "plan.json").write_text(json.dumps(broken))
+    from compiler.ir.errors import BadInput
+
+    with pytest.raises(BadInput, match="pools.0.replicas"):
+        load_plan(tmp_path)
+
+
+def test_pareto_writes_frontier_and_heterogeneous_dominates(tmp_path):
+    import csv
+
+    proc = run_cli("pareto", "llama-3.1-8b", "--cluster", str(REPO / "examples" / "clusters" / "nvidia.yaml"),
+                   "--workload", workload("chat"), "--out", str(tmp_path), "--points", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "pareto.png").stat().st_size > 10_000
+    rows = list(csv.DictReader((tmp_path / "pareto.csv").open()))
+    het = {r["tpot_target_ms"]: float(r["output_tokens_per_s_per_mw"]) for r in rows if r["curve"] == "heterogeneous"}
+    assert len(het) >= 2
+    for r in rows:
+        if r["curve"].startswith("homogeneous:") and r["tpot_target_ms"] in het:
+            assert het[r["tpot_target_ms"]] >= float(r["output_tokens_per_s_per_mw"]) * (1 - 1e-3)
+    assert json.loads((tmp_path / "pareto.json").read_text())["points"]
