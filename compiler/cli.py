@@ -172,11 +172,16 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     report = summarize(graph, dtype=args.dtype, kv_dtype=args.kv_dtype, batch=args.batch,
                        prompt_len=args.prompt_len, context_len=args.context_len, phases=phases)
     report["timings_s"] = timings.as_dict()
-    if args.json:
-        json.dump(report, sys.stdout, indent=1, sort_keys=True)
+    return _output(report, args.json, lambda r: _print_inspect(r, phases, args.layers))
+
+
+def _output(value: Any, as_json: bool, render) -> int:
+    """Print `value` as JSON or through its renderer; every command ends here."""
+    if as_json:
+        json.dump(value, sys.stdout, indent=1, sort_keys=True)
         sys.stdout.write("\n")
     else:
-        _print_inspect(report, phases, args.layers)
+        render(value)
     return 0
 
 
@@ -184,13 +189,7 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     from backends.registry import all_devices
     from compiler.catalog_report import catalog_rows, print_catalog
 
-    rows = catalog_rows(all_devices())
-    if args.json:
-        json.dump(rows, sys.stdout, indent=1, sort_keys=True)
-        sys.stdout.write("\n")
-    else:
-        print_catalog(rows)
-    return 0
+    return _output(catalog_rows(all_devices()), args.json, print_catalog)
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
@@ -205,24 +204,14 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     result = estimate_one(model=args.model, device=args.device, count=args.count, tp=args.tp, pp=args.pp,
                           dtype=args.dtype, kv_dtype=args.kv_dtype, input_len=args.input_len,
                           output_len=args.output_len, batch=args.batch, concurrency=args.concurrency)
-    if args.json:
-        json.dump(result, sys.stdout, indent=1, sort_keys=True)
-        sys.stdout.write("\n")
-    else:
-        print_estimate(result)
-    return 0
+    return _output(result, args.json, print_estimate)
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from compiler.calibrate import calibrate, print_calibration
 
     report = calibrate(args.device, progress=_progress_printer(not args.json))
-    if args.json:
-        json.dump(report, sys.stdout, indent=1, sort_keys=True)
-        sys.stdout.write("\n")
-    else:
-        print_calibration(report)
-    return 0
+    return _output(report, args.json, print_calibration)
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
@@ -262,9 +251,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     from compiler.fleet import schemas
     from compiler.plan import Plan
 
-    json.dump({**schemas(), "plan": Plan.model_json_schema()}, sys.stdout, indent=1, sort_keys=True)
-    sys.stdout.write("\n")
-    return 0
+    return _output({**schemas(), "plan": Plan.model_json_schema()}, True, None)
 
 
 def _si(value: float, unit: str = "") -> str:
@@ -326,6 +313,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gimletc: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `gimletc ... | head`: the reader left; not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

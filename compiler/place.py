@@ -209,7 +209,7 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     start = time.perf_counter()
     full = inst
     if "slo" in families and objective != "latency":
-        inst = replace(inst, options=prune(inst.options))
+        inst = replace(inst, options=prune(inst))
     model = _Model(inst, families)
     if hint:
         model.hint(hint)
@@ -276,27 +276,33 @@ def _dinkelbach(model: _Model, deadline: float, workers: int):
     return [(model.lam * scale - _scaled(q, scale) * model.power, "max"), (model.lam, "max")]
 
 
-def prune(options: Sequence[PoolOption]) -> tuple[PoolOption, ...]:
+def prune(inst: Instance) -> tuple[PoolOption, ...]:
     """Drop options no throughput, power or tokens-per-watt optimum needs.
 
-    Options that break their own SLO can get no replicas. Among decode,
-    colocated and attention/FFN options on the same devices (same provisioned
-    power and inventory), only the one serving the most requests per second
-    matters; prefill options all stay, since their TTFT decides which KV
-    hand-offs meet the SLO. (The latency objective keeps everything.)
+    Options that break their own SLO can get no replicas. Options on the same
+    devices (same kind, inventory use and provisioned power) are interchangeable
+    except for their rate and, for prefill, which decode types their KV can
+    reach within the TTFT SLO: an option is dropped when another in its group
+    serves at least as many requests per second and reaches every decode type
+    it reaches. (The latency objective keeps everything.)
     """
-    best: dict[tuple, PoolOption] = {}
+    decode_types = sorted({o.kv_device for o in inst.options if o.kind in ("decode", "decode-af")})
+
+    def reach(o: PoolOption) -> frozenset:
+        if o.kind != "prefill" or inst.ttft_slo_s is None:
+            return frozenset(decode_types)
+        return frozenset(t for t in decode_types if o.ttft_s + inst.handoff(o.kv_device, t) <= inst.ttft_slo_s)
+
+    groups: dict[tuple, list[tuple[PoolOption, frozenset]]] = {}
+    for o in inst.options:
+        if o.slo_ok:
+            groups.setdefault((o.kind, o.devices, o.kv_device, o.pp, o.provisioned_w), []).append((o, reach(o)))
     kept = []
-    for o in options:
-        if not o.slo_ok:
-            continue
-        if o.kind == "prefill":
-            kept.append(o)
-            continue
-        group = (o.kind, o.devices, o.kv_device, o.pp, o.provisioned_w)
-        if group not in best or (o.rate_per_s, o.key) > (best[group].rate_per_s, best[group].key):
-            best[group] = o
-    kept += best.values()
+    for members in groups.values():
+        for o, r in members:
+            beaten = any(r2 >= r and (o2.rate_per_s, o2.key) > (o.rate_per_s, o.key) for o2, r2 in members if o2 is not o)
+            if not beaten:
+                kept.append(o)
     return tuple(sorted(kept, key=lambda o: o.key))
 
 
