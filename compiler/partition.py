@@ -300,6 +300,7 @@ def _phase_blocks(traced: TracedModel, phase: TracedPhase, kv_per_layer: dict[in
     cache_elems: dict[tuple[int, str], int] = {}
     moe_layers: set[int] = set()
     missing: dict[tuple[tuple[str, int | None], str], int] = defaultdict(int)
+    dispatches: dict[tuple[str, int | None], int] = defaultdict(int)
     for node in program.graph.nodes:
         if node.op == "placeholder":
             acct.placeholder(node)
@@ -307,6 +308,8 @@ def _phase_blocks(traced: TracedModel, phase: TracedPhase, kv_per_layer: dict[in
         if node.op != "call_function":
             continue
         key = owner[node.name]
+        if _is_dispatch(node):
+            dispatches[key] += 1
         for a in node.all_input_nodes:
             if a.name in acct.param_fqn:
                 params[key].add(a.name)
@@ -352,6 +355,7 @@ def _phase_blocks(traced: TracedModel, phase: TracedPhase, kv_per_layer: dict[in
             attention=attention, window_tokens=window,
             experts=traced.experts if role == "moe" else 0,
             experts_per_token=traced.experts_per_token if role == "moe" else 0,
+            dispatches=dispatches[key],
         ))
     for (key, name), n in sorted(missing.items(), key=lambda kv: (_order(*kv[0][0]), kv[0][1])):
         unaccounted.append(UnaccountedOp(phase.phase, names[key], name, n))
@@ -395,6 +399,17 @@ def _expand_layers(traced: TracedModel, phase: str, blocks: list[Block], edges: 
         j, role = int(u.block[1:].split(".")[0]), u.block.split(".", 1)[1]
         new_missing += [replace(u, block=f"L{i}.{role}") for i, jj in enumerate(traced.layer_map) if jj == j]
     return expanded, new_edges, new_missing
+
+
+_BOOKKEEPING = frozenset({"sym_size", "sym_numel", "sym_stride", "getitem", "_assert_scalar",
+                          "sym_constrain_range_for_size"})
+
+
+def _is_dispatch(node) -> bool:
+    """An aten call that eager execution dispatches (shape arithmetic and tuple access are not)."""
+    import torch
+
+    return isinstance(node.target, torch._ops.OpOverload) and op_name(node.target) not in _BOOKKEEPING
 
 
 def _attention_kind(traced: TracedModel, layer: int) -> tuple[str, int | None]:

@@ -12,7 +12,7 @@ Fields:
 - ``elementwise_traffic``: fraction of the unfused elementwise traffic (norms, RoPE,
   activations) a serving engine still moves after kernel fusion.
 - ``block_overhead_s``: fixed time per block per step (synchronisation, graph boundaries).
-- ``op_overhead_s``: fixed time per op the block runs (kernel launch or dispatch; near zero
+- ``op_overhead_s``: fixed time per aten call the block makes, views included (kernel launch or dispatch; near zero
   under CUDA graphs, tens of microseconds for eager PyTorch on a CPU).
 - ``step_overhead_s``: fixed time per engine step (scheduling, sampling, host work).
 - ``link_eff``: fraction of link bandwidth collectives reach.

@@ -113,5 +113,6 @@ def block_time(block: Block, point: dict[str, float], device: DeviceSpec, *, dty
         comp_total += comp
         mem_total += mem
         total += max(comp, mem)
-    overhead = derate.block_overhead_s + derate.op_overhead_s * sum(op.count for op in block.ops)
+    calls = block.dispatches or sum(op.count for op in block.ops)  # views and masks dispatch too
+    overhead = derate.block_overhead_s + derate.op_overhead_s * calls
     return BlockTime(total + overhead, comp_total, mem_total, overhead)

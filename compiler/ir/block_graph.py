@@ -131,6 +131,7 @@ class Block:
     ``attention``: ``full``, ``sliding`` or ``mla`` for attention blocks; ``window_tokens``
     bounds the resident KV of a sliding-window layer.
     ``experts`` / ``experts_per_token``: routed experts of a MoE block.
+    ``dispatches``: every aten call of the block (what per-call launch or dispatch overhead scales with).
     """
 
     name: str
@@ -145,6 +146,7 @@ class Block:
     window_tokens: int | None = None
     experts: int = 0
     experts_per_token: int = 0
+    dispatches: int = 0  # aten calls an eager run of the block makes, views and mask ops included
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -179,7 +181,7 @@ class Block:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "role": self.role, "phase": self.phase, "layer": self.layer}
         for key in ("weight_params", "expert_params", "kv_elems_per_token", "attention",
-                    "window_tokens", "experts", "experts_per_token"):
+                    "window_tokens", "experts", "experts_per_token", "dispatches"):
             value = getattr(self, key)
             if value:
                 out[key] = value
