@@ -4,7 +4,7 @@ Contract: `calibrate` measures this machine and writes
 ``calibration_path("cpu-host")``, which `backends.cpu.host_device` (peaks and
 bandwidth, sources ``measured: ...``) and `cost_models.derates.derate_for`
 (the fitted `Derate`) read from then on. It returns the report it saved;
-`print_calibration` renders it. Only the host can be measured from the host:
+`compiler.calibrate_report.print_calibration` renders it. Only the host can be measured from the host:
 any other device id is a `BadInput`.
 
 Steps (`measure`, then `fit_report`):
@@ -41,7 +41,6 @@ the derate carries over to shapes far from the tiny models (reported, not fitted
 from __future__ import annotations
 
 import datetime as dt
-import gc
 import itertools
 import json
 import logging
@@ -68,9 +67,7 @@ FITTED_EFFS = ("compute_eff", "mem_eff", "vector_eff", "elementwise_traffic")
 FITTED_FIELDS = (*FITTED_EFFS, "op_overhead_s", "block_overhead_s")
 _EFF_BOUNDS = (1e-3, 1.0)
 
-Note = Callable[[str], None]
-#: A timing segment: runs its benchmarks and returns seconds per call of each.
-Job = Callable[[], list[float]]
+from compiler.quiet_timing import Job, Note, QuietGate, _time_rounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,167 +129,6 @@ class Sample:
     @property
     def point_dict(self) -> dict[str, int]:
         return dict(self.point)
-
-
-# ---------------------------------------------------------------- timing
-
-
-@dataclass(frozen=True, slots=True)
-class HostLoad:
-    """Cumulative counters that say whether anything else ran: CPU pressure stall (Linux PSI) and ticks."""
-
-    stall_s: float | None  # time some runnable task waited for a CPU, since boot
-    busy_ticks: int  # non-idle ticks of every CPU of the host
-    own_ticks: int  # user + system ticks of this process
-
-    @staticmethod
-    def read() -> HostLoad | None:
-        try:
-            with open("/proc/stat") as f:
-                ticks = [int(v) for v in f.readline().split()[1:9]]
-            with open("/proc/self/stat") as f:
-                own = f.read().rsplit(")", 1)[1].split()
-        except (OSError, ValueError):
-            return None
-        try:
-            with open("/proc/pressure/cpu") as f:
-                stall_s: float | None = int(f.readline().rsplit("total=", 1)[1]) / 1e6
-        except (OSError, ValueError, IndexError):
-            stall_s = None
-        return HostLoad(stall_s, sum(ticks) - ticks[3] - ticks[4], int(own[11]) + int(own[12]))
-
-
-class QuietGate:
-    """Runs timing segments while the host runs at full speed; see [Note: timing under contention].
-
-    [Note: timing under contention] Other load only ever adds time, and more
-    than one would guess: with both cores running OpenMP threads, one busy
-    process turns a 0.25 ms matmul into 15 ms; and on a VM a single-threaded
-    0.2 ms block piece takes 0.4 ms for seconds at a time while something
-    outside the VM shares the core, with no counter inside the VM showing it.
-    So every timing segment (one microbenchmark, or all pieces of a model at
-    one point, at least `Settings.segment_s` long) is bracketed by two checks:
-    `HostLoad` counters (a task waited for a CPU more than `STALL_LIMIT` of
-    the segment, or other processes took more than `OTHER_LIMIT` of the
-    host's ticks) and a canary (a fixed loop of tiny aten calls) slower than
-    `SLOW_LIMIT` x the fastest canary seen. A failed segment is rerun after a
-    pause. After the first pass, segments whose canary was slow against the
-    final best (seen only later) are rerun, keeping the faster time. Once
-    `wait_budget_s` is spent, segments are kept and counted as contended and
-    the report says so. Within a segment, a median over calls rejects
-    one-off outliers and the minimum over rounds what remains.
-    """
-
-    STALL_LIMIT = 0.15
-    OTHER_LIMIT = 0.05
-    SLOW_LIMIT = 1.15
-    PAUSE_S = 0.25
-
-    def __init__(self, wait_budget_s: float, note: Note) -> None:
-        self.wait_left_s = wait_budget_s
-        self.segments = self.rejected = self.contended = self.rerun = 0
-        self.waited_s = 0.0
-        self.best_canary_s = math.inf
-        self.checked = HostLoad.read() is not None
-        self._note = note
-        self._noted = False
-
-    def run(self, jobs: Mapping[str, Job]) -> dict[str, list[float]]:
-        """Seconds per call from every job, each from a segment that ran on a quiet host if it could."""
-        results: dict[str, list[float]] = {}
-        canary: dict[str, float] = {}
-        for key, job in jobs.items():
-            results[key], canary[key] = self._segment(job)
-        for key, job in jobs.items():
-            if canary[key] > self.SLOW_LIMIT * self.best_canary_s and self.wait_left_s > 0:
-                self.rerun += 1
-                again, _ = self._segment(job)
-                results[key] = [min(a, b) for a, b in zip(results[key], again)]
-        return results
-
-    def _segment(self, job: Job) -> tuple[list[float], float]:
-        while True:
-            before, canary_before = HostLoad.read(), _canary_s()
-            start = time.perf_counter()
-            values = job()
-            wall = time.perf_counter() - start
-            after, canary_after = HostLoad.read(), _canary_s()
-            canary = max(canary_before, canary_after)
-            self.best_canary_s = min(self.best_canary_s, canary_before, canary_after)
-            self.segments += 1
-            if self._quiet(before, after, wall) and canary <= self.SLOW_LIMIT * self.best_canary_s:
-                return values, canary
-            if self.wait_left_s <= 0:
-                self.contended += 1
-                return values, canary
-            self.rejected += 1
-            if not self._noted:
-                self._note("the host is busy or slowed down: pausing timings until it is quiet")
-                self._noted = True
-            pause = min(self.PAUSE_S, self.wait_left_s)
-            time.sleep(pause)
-            self.wait_left_s -= pause + wall
-            self.waited_s += pause + wall
-
-    def _quiet(self, before: HostLoad | None, after: HostLoad | None, wall_s: float) -> bool:
-        if before is None or after is None:
-            return True
-        if before.stall_s is not None and after.stall_s is not None \
-                and after.stall_s - before.stall_s > self.STALL_LIMIT * wall_s:
-            return False
-        window_ticks = wall_s * os.sysconf("SC_CLK_TCK") * (os.cpu_count() or 1)
-        other_ticks = (after.busy_ticks - before.busy_ticks) - (after.own_ticks - before.own_ticks)
-        return other_ticks <= max(1.0, self.OTHER_LIMIT * window_ticks)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"segments": self.segments, "rejected": self.rejected, "rerun": self.rerun,
-                "contended": self.contended, "waited_s": round(self.waited_s, 2),
-                "canary_s": self.best_canary_s, "checked": self.checked}
-
-
-def _canary_s(calls: int = 50) -> float:
-    """Fastest of three loops of `calls` tiny aten adds: how fast the host runs eager torch right now."""
-    import torch
-
-    t, add = torch.ones(8), torch.ops.aten.add.Tensor
-    best = math.inf
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(calls):
-            add(t, 1.0)
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def _time_rounds(fns: Sequence[Callable[[], Any]], *, rounds: int, calls: int, min_s: float) -> list[float]:
-    """Seconds per call of each of `fns`: the fastest over rounds of the median of `calls` calls.
-
-    Rounds go over every fn in turn, so a burst of load spoils one round of
-    several fns rather than every round of one, and continue past `rounds`
-    until `min_s` has passed (at most 50 rounds), so a segment is long
-    enough for `QuietGate` to judge it.
-    """
-    for fn in fns:
-        fn()  # warm-up: allocator, oneDNN primitive caches
-    best = [math.inf] * len(fns)
-    start = time.perf_counter()
-    done = 0
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        while done < rounds or (time.perf_counter() - start < min_s and done < 50):
-            for i, fn in enumerate(fns):
-                times = []
-                for _ in range(calls):
-                    t0 = time.perf_counter()
-                    fn()
-                    times.append(time.perf_counter() - t0)
-                best[i] = min(best[i], statistics.median(times))
-            done += 1
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return best
 
 
 # ---------------------------------------------------------------- microbenchmarks
@@ -763,107 +599,3 @@ def _save(report: dict[str, Any]) -> None:
         raise BadInput(f"calibrate: cannot write {path} ({e}); set GIMLETC_CACHE_DIR to a writable folder") from None
     log.info("saved the %s calibration to %s", DEVICE_ID, path)
 
-
-# ---------------------------------------------------------------- report
-
-
-def print_calibration(report: dict[str, Any], console=None) -> None:
-    """Render a `calibrate` report: measured peaks, fitted derate, predicted vs measured block times."""
-    from rich.console import Console
-
-    console = console or Console()
-    peaks = ", ".join(f"{d} {v / 1e9:.1f} GFLOP/s" for d, v in sorted(report["peak_flops_per_s"].items()))
-    dispatch = report["microbenchmarks"]["dispatch_s"]
-    console.print(f"[bold]{report['device']}[/bold] on {report['host']}, torch {report['torch']}, "
-                  f"{report['threads']} threads, measured {report['measured_at']}")
-    console.print(f"peak {peaks}; memory {report['mem_bw_bytes_per_s'] / 1e9:.1f} GB/s; dispatch "
-                  f"{dispatch['kernel'] * 1e6:.1f} us per kernel, {dispatch['view'] * 1e6:.1f} us per view")
-    console.print(_micro_table(report))
-    console.print(_derate_table(report))
-    console.print(_error_table("block time: predicted (roofline x fitted derate) vs measured",
-                               report["stage_errors"], with_block=True))
-    console.print(_error_table("whole step (every block of a phase, in sequence)", report["step_errors"],
-                               with_block=False))
-    console.print(_transfer_table(report))
-    s, before = report["summary"], report["before"]
-    console.print(f"median |error| over {s['points']} block times: [bold]{s['median_error']:.1%}[/bold] "
-                  f"(fit points {s['median_error_fit']:.1%}, held-out points {s['median_error_held_out']:.1%}; "
-                  f"worst {s['max_error']:.0%}); whole steps {s['median_step_error']:.1%} "
-                  f"(held-out {s['median_step_error_held_out']:.1%})")
-    console.print(f"before this calibration: median |error| {before['median_error']:.0%} "
-                  f"(peaks: {before['peaks_source']}; derate: {before['derate_source']})")
-    _print_timing_notes(report, console)
-
-
-def _micro_table(report: dict[str, Any]):
-    from rich.table import Table
-
-    table = Table(title="microbenchmarks", title_justify="left")
-    for col in ("op", "dtype", "shape", "ms", "rate", "of peak"):
-        table.add_column(col, justify="left" if col in ("op", "dtype", "shape") else "right")
-    micro = report["microbenchmarks"]
-    for r in micro["linear"]:
-        table.add_row("linear", r["dtype"], r["shape"], f"{r['time_s'] * 1e3:.3f}",
-                      f"{r['flops_per_s'] / 1e9:.1f} GFLOP/s", f"{r['fraction_of_peak']:.0%}")
-    for r in micro["sdpa"]:
-        table.add_row("sdpa", "fp32", r["shape"], f"{r['time_s'] * 1e3:.3f}",
-                      f"{r['flops_per_s'] / 1e9:.1f} GFLOP/s", f"{r['fraction_of_peak']:.0%}")
-    for r in micro["memory"]:
-        table.add_row(r["op"], "fp32", f"{r['bytes'] / 2**20:.0f} MiB moved", f"{r['time_s'] * 1e3:.3f}",
-                      f"{r['bytes_per_s'] / 1e9:.1f} GB/s", "")
-    return table
-
-
-def _derate_table(report: dict[str, Any]):
-    from rich.table import Table
-
-    table = Table(title="fitted cpu derate", title_justify="left")
-    for col in ("field", "fitted", "start"):
-        table.add_column(col, justify="left" if col == "field" else "right")
-    for key, value in report["derate"].items():
-        scale, unit = (1e6, " us") if key.endswith("_s") else (1, "")
-        table.add_row(key, f"{value * scale:.4g}{unit}", f"{report['derate_start'][key] * scale:.4g}{unit}")
-    return table
-
-
-def _error_table(title: str, rows: list[dict[str, Any]], *, with_block: bool):
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    columns = ("model", "block", "phase", "point") if with_block else ("model", "phase", "point")
-    for col in (*columns, "measured ms", "predicted ms", "error", "set"):
-        table.add_column(col, justify="right" if col.endswith(("ms", "error")) else "left")
-    for r in rows:
-        point = ", ".join(f"{k}={v}" for k, v in sorted(r["point"].items()))
-        labels = (r["model"], r["block"], r["phase"], point) if with_block else (r["model"], r["phase"], point)
-        table.add_row(*labels, f"{r['measured_s'] * 1e3:.3f}", f"{r['predicted_s'] * 1e3:.3f}",
-                      f"{r['error']:+.0%}", "held out" if r["held_out"] else "fit")
-    return table
-
-
-def _transfer_table(report: dict[str, Any]):
-    from rich.table import Table
-
-    table = Table(title="the same derate on the microbenchmarks as one-op blocks (not fitted on)",
-                  title_justify="left")
-    for col in ("op", "measured ms", "predicted ms", "error"):
-        table.add_column(col, justify="left" if col == "op" else "right")
-    for r in report["microbenchmark_errors"]:
-        table.add_row(r["op"], f"{r['measured_s'] * 1e3:.3f}", f"{r['predicted_s'] * 1e3:.3f}", f"{r['error']:+.0%}")
-    return table
-
-
-def _print_timing_notes(report: dict[str, Any], console) -> None:
-    gate = report["timing_segments"]
-    if gate["rejected"] or gate["rerun"]:
-        console.print(f"[dim]{gate['rejected']} of {gate['segments']} timing segments ran on a busy or slowed host "
-                      f"and were repeated, {gate['rerun']} rerun once a faster host was seen "
-                      f"({gate['waited_s']} s waited)[/dim]")
-    if gate["contended"]:
-        console.print(f"[yellow]{gate['contended']} timing segments ran on a busy or slowed host and were kept "
-                      f"(the wait budget ran out): those times are pessimistic; rerun on an idle machine[/yellow]")
-    if not gate["checked"]:
-        console.print("[yellow]no /proc/stat here: timings were not checked for other processes[/yellow]")
-    saved = f"saved to {report['saved_to']}; " if report.get("saved_to") else "not saved; "
-    console.print(f"[dim]{saved}measuring took {report['elapsed_s']} s"
-                  f"{' (quick: fewer sizes, points and repeats)' if report['quick'] else ''}[/dim]")

@@ -208,7 +208,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from compiler.calibrate import calibrate, print_calibration
+    from compiler.calibrate import calibrate
+    from compiler.calibrate_report import print_calibration
 
     report = calibrate(args.device, progress=_progress_printer(not args.json))
     return _output(report, args.json, print_calibration)

@@ -44,7 +44,8 @@ def main() -> int:
             shutil.copytree(user_cache / "traces", Path(tmp) / "traces")
         os.environ["GIMLETC_CACHE_DIR"] = tmp  # no calibration here: "before" is the uncalibrated baseline
 
-        from compiler.calibrate import FULL, QUICK, Measurements, fit_report, measure, print_calibration
+        from compiler.calibrate import FULL, QUICK, Measurements, fit_report, measure
+        from compiler.calibrate_report import print_calibration
 
         def note(msg: str) -> None:
             print(f"… {msg}", file=sys.stderr)

@@ -88,7 +88,7 @@ def test_reported_predictions_are_what_the_cost_model_now_predicts(quick, tiny_g
 def test_print_calibration_shows_errors_and_derate(quick):
     from rich.console import Console
 
-    from compiler.calibrate import print_calibration
+    from compiler.calibrate_report import print_calibration
 
     report, _, _ = quick
     out = io.StringIO()
@@ -159,7 +159,7 @@ class _FakeHost:
     """Scripted host for `QuietGate`: jobs made by `job` charge other-process ticks; canary times are queued."""
 
     def __init__(self, monkeypatch, *, other_ticks_per_segment=(), canary_s=()):
-        import compiler.calibrate as cal
+        import compiler.quiet_timing as cal
 
         self.other = list(other_ticks_per_segment)
         self.canary = list(canary_s)
@@ -176,7 +176,7 @@ class _FakeHost:
 
 
 def test_gate_repeats_segments_that_ran_beside_other_processes(monkeypatch):
-    from compiler.calibrate import QuietGate
+    from compiler.quiet_timing import QuietGate
 
     host = _FakeHost(monkeypatch, other_ticks_per_segment=[50, 50, 0, 0])
     runs = []
@@ -188,7 +188,7 @@ def test_gate_repeats_segments_that_ran_beside_other_processes(monkeypatch):
 
 
 def test_gate_keeps_contended_segments_once_the_wait_budget_is_spent(monkeypatch):
-    from compiler.calibrate import QuietGate
+    from compiler.quiet_timing import QuietGate
 
     host = _FakeHost(monkeypatch, other_ticks_per_segment=[50] * 100)
     gate = QuietGate(wait_budget_s=0.5, note=lambda _m: None)
@@ -197,7 +197,7 @@ def test_gate_keeps_contended_segments_once_the_wait_budget_is_spent(monkeypatch
 
 
 def test_gate_reruns_segments_measured_before_the_host_was_seen_at_full_speed(monkeypatch):
-    from compiler.calibrate import QuietGate
+    from compiler.quiet_timing import QuietGate
 
     # Two canaries (before, after) per segment: "a" runs slow, "b" reveals the host's real speed.
     host = _FakeHost(monkeypatch, canary_s=[2e-4, 2e-4, 1e-4, 1e-4, 1e-4, 1e-4])
