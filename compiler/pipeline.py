@@ -1,9 +1,8 @@
 """The compile driver: named phases, their timings, and the on-disk trace cache.
 
 Every command runs the same ordered steps and stops where it needs to:
-``resolve -> trace -> partition`` (``gimletc inspect``), then ``cost``, ``place``
-and ``emit`` as those passes land. Each step is timed; ``dump_dir`` writes each
-intermediate value as JSON for debugging.
+``resolve -> trace -> partition`` (``gimletc inspect``); ``compiler.compile``
+continues with ``cost``, ``place`` and ``emit``. Each step is timed.
 
 [Note: trace cache] Tracing a full-size model takes seconds; its result, the
 BlockGraph, is a pure function of the model config, the traced phases, the
@@ -16,7 +15,6 @@ entry is ignored and replaced.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import time
@@ -129,10 +127,3 @@ def block_graph(model: str | ModelSpec, *, phases: tuple[str, ...] = ("prefill",
         _store(path, graph)
     return graph
 
-
-def dump(dump_dir: str | Path, name: str, value: dict) -> Path:
-    """Write one intermediate value as pretty JSON (for ``--dump``)."""
-    out = Path(dump_dir) / f"{name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(value, indent=1, sort_keys=True))
-    return out

@@ -9,13 +9,6 @@ Memory tiers: weights are read from the tier they were placed in. A
 `TierSplit` says what fraction of a block's weight bytes sits in each tier
 (SRAM first, then DRAM/external); KV and activations use the fastest tier
 with room, which the serving model decides.
-
->>> from compiler.ir.device_spec import DeviceSpec, MemoryTier
->>> d = DeviceSpec("x", "v", "p", "f", "chip", (("bf16", 1e15),), (MemoryTier("hbm", 80e9, 1e12),), 700, 70, 8,
-...                None, None, None)
->>> round(op_time_s(flops=1e12, weight_bytes=0, other_bytes=1e9, device=d, dtype="bf16",
-...                 derate=Derate.ideal()) * 1e3, 3)   # 1 ms compute vs 1 ms memory
-1.0
 """
 
 from __future__ import annotations
@@ -56,17 +49,6 @@ class TierSplit:
 
 def fastest_tier(device: DeviceSpec) -> TierSplit:
     return TierSplit(((device.memory[0].name, 1.0),))
-
-
-def op_time_s(*, flops: float, weight_bytes: float, other_bytes: float, device: DeviceSpec, dtype: str,
-              derate: Derate, tiers: TierSplit | None = None) -> float:
-    """Roofline time of one op (or a sum of like ops)."""
-    peak, _ = compute_peak(device, dtype)
-    tiers = tiers or fastest_tier(device)
-    compute = flops / (peak * derate.compute_eff) if flops else 0.0
-    memory = tiers.read_s(weight_bytes, device, derate) + other_bytes / (
-        device.memory[0].bw_bytes_per_s * derate.mem_eff)
-    return max(compute, memory)
 
 
 @dataclass(frozen=True, slots=True)
