@@ -8,6 +8,7 @@ Named, timed steps (`compiler.pipeline.Timings`): ``trace`` and ``partition``
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,8 @@ from compiler.pipeline import Timings, block_graph
 from compiler.place import Instance, Solution, greedy, greedy_rate, solve
 from compiler.plan import Baseline, Plan, Pool, Predicted, SolverReport, Stage, Transfer
 from compiler.pool_options import PoolOption, enumerate_options
+
+log = logging.getLogger(__name__)
 
 
 def parse_power(text: str) -> float:
@@ -77,6 +80,7 @@ def compile_plan(model: str, cluster_path: str, workload_path: str, *, power_bud
                                                   if v is not None})
             workload = workload.model_copy(update={"slo": slo})
     graph = block_graph(model, timings=timings, progress=progress)
+    _warn_context(model, workload)
     budget = power_budget_w if power_budget_w is not None else cluster.power_budget_w
     note(f"costing pools for {graph.model} on {cluster.name}")
     with timings.step("cost"):
@@ -96,6 +100,17 @@ def compile_plan(model: str, cluster_path: str, workload_path: str, *, power_bud
     with timings.step("emit"):
         plan = _plan(graph, cluster, workload, inst, sol, options, base, dtype, objective)
     return CompileResult(plan, sol, options, inst, graph, timings)
+
+
+def _warn_context(model: str, workload) -> None:
+    """Costs extrapolate past a model's trained context; say so rather than refuse (long-context variants exist)."""
+    from compiler.model_spec import resolve_model
+
+    limit = resolve_model(model).config.get("max_position_embeddings") if ":" not in model else None
+    if limit and workload.kv_tokens_per_request_max > limit:
+        log.warning("workload %s reaches %d tokens per request, beyond %s's max_position_embeddings (%d); "
+                    "costs are extrapolated for a long-context variant", workload.name,
+                    workload.kv_tokens_per_request_max, model, limit)
 
 
 def _baselines(inst: Instance, sol: Solution, hint: dict[str, int], mean_out: float,

@@ -28,7 +28,8 @@ def compiled(tmp_path_factory):
             proc = run_cli("compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload(name), "--out",
                            str(out), *extra)
             assert proc.returncode == 0, proc.stderr
-            memo[key] = (json.loads((out / "plan.json").read_text()), (out / "plan.json").read_bytes(), proc.stdout)
+            memo[key] = (json.loads((out / "plan.json").read_text()), (out / "plan.json").read_bytes(),
+                         proc.stdout + proc.stderr)
         return memo[key]
 
     return get
@@ -74,7 +75,8 @@ def test_prefill_heavy_and_decode_heavy_workloads_get_different_pools(compiled):
 
 
 def test_coding_agent_kv_binds_capacity(compiled):
-    plan, _, _ = compiled("coding_agent")
+    plan, _, output = compiled("coding_agent")
+    assert "beyond llama-3.1-70b's max_position_embeddings (131072)" in output  # said, not silently extrapolated
     chat, _, _ = compiled("chat")
     # 70B keeps 80 layers x 8 KV heads x 128 x 2 x 2 bytes per token: a 200K+1K request holds ~66 GB of KV.
     per_request = 80 * 8 * 128 * 2 * 2 * (plan["mean_input_len"] + plan["mean_output_len"])
