@@ -235,17 +235,10 @@ def block_jobs(model_name: str, settings: Settings, note: Note) -> list[PointJob
     from torch.utils._pytree import tree_flatten
     from transformers import DynamicCache
 
-    from compiler.model_spec import resolve_model
-    from compiler.stage_split import split_stages
-    from compiler.trace import build_model, quiet_export_logs, trace
+    from compiler.stage_split import split_model
 
     note(f"building {model_name} with fp32 weights and splitting it into blocks")
-    spec = resolve_model(model_name)
-    model, _ = build_model(spec, device="cpu", dtype="fp32", seed=0)
-    with quiet_export_logs():
-        traced = trace(spec, model=model, fold=False, sliding_kv="full")
-    prefill = split_stages(traced.phases["prefill"].program)
-    decode = split_stages(traced.phases["decode"].program)
+    model, prefill, decode = split_model(model_name)
     vocab = model.config.vocab_size
     generator = torch.Generator().manual_seed(0)
     jobs = []

@@ -22,7 +22,7 @@ from compiler.ir.errors import BadInput
 from cost_models.derates import derate_for
 from cost_models.power import device_power_w, energy_per_token_j
 from cost_models.serving import (
-    RUNTIME_RESERVE_FRACTION, Deployment, StepTime, continuous_batching, decode_step, kv_bytes_per_sequence, max_batch, memory_plan,
+    Deployment, StepTime, continuous_batching, devices_to_hold, decode_step, kv_bytes_per_sequence, max_batch, memory_plan,
     prefill_time,
 )
 
@@ -50,8 +50,7 @@ def deployment(device_id: str, count: int, tp: int, pp: int, dtype: str, kv_dtyp
 
 def devices_needed(graph: BlockGraph, dep: Deployment) -> int:
     """Smallest tp*pp group whose memory holds the weights with room for one sequence of KV."""
-    per_device = dep.device.capacity_bytes * (1 - RUNTIME_RESERVE_FRACTION)
-    return max(1, math.ceil(graph.weight_bytes(dep.dtype) * 1.02 / per_device))
+    return devices_to_hold(graph.weight_bytes(dep.dtype) * 1.02, dep.device)
 
 
 def estimate(graph: BlockGraph, dep: Deployment, *, input_len: int, output_len: int, batch: int | str | None = None,

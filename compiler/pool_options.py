@@ -30,8 +30,8 @@ from compiler.ir.block_graph import BlockGraph
 from compiler.ir.errors import BadInput
 from cost_models.power import device_power_w
 from cost_models.serving import (
-    Deployment, StepTime, af_decode_step, continuous_batching, decode_step, kv_bytes_per_sequence, max_batch,
-    memory_plan, prefill_time,
+    Deployment, StepTime, af_decode_step, continuous_batching, decode_step, devices_to_hold, kv_bytes_per_sequence,
+    max_batch, memory_plan, prefill_time,
 )
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,7 @@ def _groups(graph: BlockGraph, device_id: str, count: int, dtype: str, weight_fr
     from backends.registry import device
 
     spec = device(device_id)
-    per_device = spec.capacity_bytes * 0.98 * 0.9
-    need = max(1, math.ceil(graph.weight_bytes(dtype) * weight_fraction / per_device))
+    need = devices_to_hold(graph.weight_bytes(dtype) * weight_fraction, spec)
     domain = spec.scale_up.domain_devices if spec.scale_up is not None else 1
     shapes = []
     for target in (need, 2 * need, 4 * need):

@@ -19,9 +19,25 @@ from typing import Any
 from compiler.partition import _block_name, _order, assign_blocks
 
 
+def split_model(model_name: str, *, seed: int = 0) -> tuple[Any, Any, Any]:
+    """Build `model_name` with seeded fp32 weights on the CPU and split both phases.
+
+    Returns ``(model, prefill, decode)``: the Hugging Face model and the split
+    GraphModules. Decode keeps every token of sliding-window layers (the mask
+    applies the window), so one graph serves every context length.
+    """
+    from compiler.model_spec import resolve_model
+    from compiler.trace import build_model, quiet_export_logs, trace
+
+    spec = resolve_model(model_name)
+    model, _ = build_model(spec, device="cpu", dtype="fp32", seed=seed)
+    with quiet_export_logs():
+        traced = trace(spec, model=model, fold=False, sliding_kv="full")
+    return model, split_stages(traced.phases["prefill"].program), split_stages(traced.phases["decode"].program)
+
+
 def split_stages(program) -> Any:
     """Return the split GraphModule; its call signature is the flattened user inputs."""
-    import torch
     from torch.fx.passes.split_module import split_module
 
     gm = program.module()

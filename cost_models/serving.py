@@ -108,6 +108,11 @@ def memory_plan(graph: BlockGraph, dep: Deployment, kv_bytes_hint: float = 0.0,
     return MemoryPlan(weights, usable, kv_capacity, TierSplit(tuple(w_frac)), kv_tiers)
 
 
+def devices_to_hold(weight_bytes: float, device: DeviceSpec) -> int:
+    """Fewest devices whose memory, less the runtime reserve, holds `weight_bytes` (at least 1)."""
+    return max(1, math.ceil(weight_bytes / (device.capacity_bytes * (1 - RUNTIME_RESERVE_FRACTION))))
+
+
 def kv_bytes_per_sequence(graph: BlockGraph, tokens: float, kv_dtype: str) -> float:
     """KV bytes one sequence of `tokens` tokens holds (sliding layers keep at most their window)."""
     per = 0.0

@@ -23,16 +23,9 @@ def test_split_blocks_reproduce_the_model(name):
     from torch.utils._pytree import tree_flatten
     from transformers import DynamicCache
 
-    from compiler.model_spec import resolve_model
-    from compiler.stage_split import split_stages
-    from compiler.trace import build_model, quiet_export_logs, trace
+    from compiler.stage_split import split_model
 
-    spec = resolve_model(name)
-    model, _ = build_model(spec, device="cpu", dtype="fp32", seed=0)
-    with quiet_export_logs():
-        traced = trace(spec, model=model, fold=False, sliding_kv="full")
-    prefill = split_stages(traced.phases["prefill"].program)
-    decode = split_stages(traced.phases["decode"].program)
+    model, prefill, decode = split_model(name)
     blocks = [n.meta["block"] for n in prefill.graph.nodes if n.op == "call_module"]
     assert blocks[0] == "embed" and blocks[-1] == "head" and len(blocks) == 2 + 2 * model.config.num_hidden_layers
 
