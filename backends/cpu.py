@@ -2,27 +2,18 @@
 
 Its numbers describe this machine. Before ``gimletc calibrate --device cpu-host``
 they are labelled assumptions; after it, the measured peaks and bandwidth
-saved by `compiler.ir.paths.calibration_path` replace them (sources say
+(`compiler.ir.calibration.load_calibration`) replace them (sources say
 ``measured: ...``), and the fitted efficiencies are read by the cost model.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 
 from backends.base import Backend
+from compiler.ir.calibration import load_calibration
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
-from compiler.ir.paths import calibration_path
-
-
-def load_calibration() -> dict | None:
-    path = calibration_path("cpu-host")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _ram_bytes() -> float:
@@ -34,12 +25,11 @@ def _ram_bytes() -> float:
 
 def host_device() -> DeviceSpec:
     cores = os.cpu_count() or 1
-    cal = load_calibration()
-    if cal:
-        flops = {k: float(v) for k, v in cal["peak_flops_per_s"].items()}
-        bw = float(cal["mem_bw_bytes_per_s"])
-        measured = f"measured: gimletc calibrate on {cal.get('host', 'this host')} at {cal.get('measured_at', '?')}"
-        flops_src = bw_src = measured
+    cal = load_calibration("cpu-host")
+    if cal is not None:
+        flops = dict(cal.peak_flops_per_s)
+        bw = cal.mem_bw_bytes_per_s
+        flops_src = bw_src = cal.provenance
     else:
         # ~16 fp32 FLOP/cycle/core (one AVX2 FMA pipe) at ~2.5 GHz; bf16 runs through the same units.
         flops = {"fp32": cores * 40e9, "bf16": cores * 40e9}

@@ -1,25 +1,51 @@
 """gimletc: a heterogeneous multi-silicon placement compiler for LLM inference.
 
-The public Python API. Importing this package is cheap: torch and transformers
-load only when a function that traces a model runs.
+The public Python API. Importing this package is cheap: every name below
+loads its module on first use, so ``import compiler`` pulls in none of torch,
+ortools, pydantic or rich (a test checks this).
 
 >>> import compiler
 >>> "llama-3.1-70b" in compiler.preset_names()
 True
 """
 
-from compiler.ir import BadInput, Block, BlockGraph, Edge, GimletError, Infeasible, OpCost, Poly, Work
-from compiler.model_spec import ModelSpec, preset_names, resolve_model
-from compiler.pipeline import Timings, block_graph
+from __future__ import annotations
 
-__all__ = [
-    "BadInput", "Block", "BlockGraph", "Edge", "GimletError", "Infeasible", "ModelSpec", "OpCost", "Poly",
-    "Timings", "Work", "block_graph", "preset_names", "resolve_model", "summarize",
-]
+import importlib
+from typing import Any
+
+#: Public name -> module that defines it.
+_EXPORTS: dict[str, str] = {
+    # values (compiler.ir)
+    "BadInput": "compiler.ir.errors", "GimletError": "compiler.ir.errors", "Infeasible": "compiler.ir.errors",
+    "RuntimeFailure": "compiler.ir.errors", "UnsupportedModel": "compiler.ir.errors",
+    "Block": "compiler.ir.block_graph", "BlockGraph": "compiler.ir.block_graph", "Edge": "compiler.ir.block_graph",
+    "OpCost": "compiler.ir.block_graph", "Work": "compiler.ir.block_graph", "Poly": "compiler.ir.poly",
+    "Precision": "compiler.ir.precision", "PoolOption": "compiler.ir.pool_option",
+    "Estimate": "compiler.ir.estimate",
+    # inputs
+    "ModelSpec": "compiler.inputs.model_spec", "preset_names": "compiler.inputs.model_spec",
+    "resolve_model": "compiler.inputs.model_spec", "load_cluster": "compiler.inputs",
+    "load_workload": "compiler.inputs",
+    # the driver's passes
+    "Timings": "compiler.driver", "block_graph": "compiler.driver", "compile": "compiler.driver",
+    "estimate": "compiler.driver", "pareto": "compiler.driver",
+    "summarize": "compiler.trace.summarize",
+    # the plan
+    "Plan": "compiler.emit.plan", "load_plan": "compiler.emit.plan",
+}
+
+__all__ = sorted(_EXPORTS)
 
 
-def summarize(*args, **kwargs):
-    """See `compiler.inspect_report.summarize`."""
-    from compiler.inspect_report import summarize as _summarize
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'compiler' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-    return _summarize(*args, **kwargs)
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

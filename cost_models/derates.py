@@ -4,6 +4,7 @@ Kept apart from `DeviceSpec` peaks on purpose. Each family's `Derate` is
 fitted on ../shared/reference/measurements.csv only (``tools/fidelity.py``
 prints the fit's errors) or, for the host CPU, measured by
 ``gimletc calibrate``; every factor says where it came from in `provenance`.
+This module reads no files: a measured `Calibration` is handed to `derate_for`.
 
 Fields:
 - ``compute_eff``: fraction of dense peak FLOP/s reached by large matmuls and attention.
@@ -20,10 +21,9 @@ Fields:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 
-from compiler.ir.paths import calibration_path
+from compiler.ir.calibration import Calibration
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,20 +72,9 @@ GENERIC = Derate(compute_eff=0.5, mem_eff=0.7, block_overhead_s=20e-6, step_over
                  provenance="assumption: generic derate for a family without measurements")
 
 
-def derate_for(family: str, device_id: str | None = None) -> Derate:
-    """The family's derate; a device with a calibration file (``gimletc calibrate``) uses its measured one."""
-    if device_id is not None:
-        measured = _calibrated(device_id)
-        if measured is not None:
-            return measured
-    return DERATES.get(family, GENERIC)
-
-
-def _calibrated(device_id: str) -> Derate | None:
-    try:
-        data = json.loads(calibration_path(device_id).read_text())
-        fitted = data["derate"]
-        return replace(DERATES.get(data.get("family", ""), GENERIC), **fitted,
-                       provenance=f"measured: gimletc calibrate at {data.get('measured_at', '?')}")
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def derate_for(family: str, calibration: Calibration | None = None) -> Derate:
+    """The family's derate; with a device's `Calibration` (``gimletc calibrate``), its measured fields replace it."""
+    base = DERATES.get(family, GENERIC)
+    if calibration is None:
+        return base
+    return replace(DERATES.get(calibration.family, base), **dict(calibration.derate), provenance=calibration.provenance)

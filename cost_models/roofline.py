@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.ir.block_graph import Block, dtype_bytes, expert_touch_fraction
+from compiler.ir.block_graph import Block
 from compiler.ir.device_spec import DeviceSpec
+from compiler.ir.precision import Precision
 from cost_models.derates import Derate
 
 #: Matmul dtype actually used when the weight dtype has no native throughput (e.g. fp4 on H100 upcasts to fp8).
@@ -65,7 +66,7 @@ class BlockTime:
         return "compute" if self.compute_s >= self.memory_s else "memory"
 
 
-def block_time(block: Block, point: dict[str, float], device: DeviceSpec, *, dtype: str, kv_dtype: str,
+def block_time(block: Block, point: dict[str, float], device: DeviceSpec, *, precision: Precision,
                derate: Derate, shards: int = 1, tiers: TierSplit | None = None,
                kv_tiers: TierSplit | None = None) -> BlockTime:
     """Time of one step of `block` at `point` split evenly over `shards` devices (tensor parallel).
@@ -74,18 +75,18 @@ def block_time(block: Block, point: dict[str, float], device: DeviceSpec, *, dty
     memory totals are reported to say which resource dominates. `tiers` and
     `kv_tiers` say where weights and KV live (default: the fastest tier).
     """
-    peak, _ = compute_peak(device, dtype)
+    peak, _ = compute_peak(device, precision.weights)
     tiers = tiers or fastest_tier(device)
     kv_tiers = kv_tiers or fastest_tier(device)
-    wb, kvb = dtype_bytes(dtype), dtype_bytes(kv_dtype)
-    touched = expert_touch_fraction(block.tokens(**point), block.experts, block.experts_per_token)
+    touched = block.touched_experts(**point)
     fast_bw = device.memory[0].bw_bytes_per_s * derate.mem_eff
     total = comp_total = mem_total = 0.0
     for op in block.ops:
-        flops = op.flops(**point) / shards
-        weights = op.weight_elems(**point) * wb * (touched if op.expert_weights else 1.0) / shards
-        kv = op.kv_elems(**point) * kvb / shards
-        act = op.act_bytes(**point) / shards
+        work = op.work(precision, touched, **point)
+        flops = work.flops / shards
+        weights = work.weight_bytes / shards
+        kv = work.kv_bytes / shards
+        act = work.act_bytes / shards
         heavy = op.kind in ("matmul", "attention")
         if not heavy:  # serving engines fuse norms, RoPE and activations into neighbouring kernels
             act *= derate.elementwise_traffic

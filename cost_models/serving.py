@@ -22,8 +22,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from compiler.ir.block_graph import Block, BlockGraph, dtype_bytes
+from compiler.ir.block_graph import Block, BlockGraph
 from compiler.ir.device_spec import DeviceSpec
+from compiler.ir.precision import Precision
 from cost_models.comm import all_to_all_s, allreduce_s, p2p_s
 from cost_models.derates import Derate
 from cost_models.roofline import BlockTime, TierSplit, block_time
@@ -44,8 +45,7 @@ class Deployment:
     derate: Derate
     tp: int = 1
     pp: int = 1
-    dtype: str = "bf16"
-    kv_dtype: str = "bf16"
+    precision: Precision = Precision.of("bf16")
 
     @property
     def replicas(self) -> int:
@@ -80,10 +80,10 @@ def memory_plan(graph: BlockGraph, dep: Deployment, kv_bytes_hint: float = 0.0,
     then slower tiers; `kv_bytes_hint` (per device) decides the KV tier split.
     """
     if roles is None:
-        weights = graph.weight_bytes(dep.dtype) / dep.group
+        weights = graph.weight_bytes(dep.precision) / dep.group
     else:
         params = sum(b.weight_params * n for b, n in block_groups(graph, "decode", roles))
-        weights = params * dtype_bytes(dep.dtype) / dep.group
+        weights = params * dep.precision.weight_bytes / dep.group
     usable = dep.device.capacity_bytes * (1 - RUNTIME_RESERVE_FRACTION)
     left = weights
     w_frac, room = [], []
@@ -111,15 +111,6 @@ def memory_plan(graph: BlockGraph, dep: Deployment, kv_bytes_hint: float = 0.0,
 def devices_to_hold(weight_bytes: float, device: DeviceSpec) -> int:
     """Fewest devices whose memory, less the runtime reserve, holds `weight_bytes` (at least 1)."""
     return max(1, math.ceil(weight_bytes / (device.capacity_bytes * (1 - RUNTIME_RESERVE_FRACTION))))
-
-
-def kv_bytes_per_sequence(graph: BlockGraph, tokens: float, kv_dtype: str) -> float:
-    """KV bytes one sequence of `tokens` tokens holds (sliding layers keep at most their window)."""
-    per = 0.0
-    for b in graph.phase_blocks("decode"):
-        if b.kv_elems_per_token:
-            per += b.kv_elems_per_token * (min(tokens, b.window_tokens) if b.window_tokens else tokens)
-    return per * dtype_bytes(kv_dtype)
 
 
 def max_batch(capacity_bytes: float, kv_bytes_per_token: float, lengths: Sequence[int], *, max_len: int | None = None,
@@ -191,7 +182,7 @@ def blocks_time(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str,
     """Sum of block times of a phase (optionally only some roles) on one tp-sharded replica."""
     total = comp = mem = over = 0.0
     for b, n in block_groups(graph, phase, roles):
-        t: BlockTime = block_time(b, point, dep.device, dtype=dep.dtype, kv_dtype=dep.kv_dtype, derate=dep.derate,
+        t: BlockTime = block_time(b, point, dep.device, precision=dep.precision, derate=dep.derate,
                                   shards=dep.tp, tiers=plan.weight_tiers, kv_tiers=plan.kv_tiers)
         total += n * t.time_s
         comp += n * t.compute_s
@@ -215,7 +206,8 @@ def _phase_step(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str,
     if dep.pp > 1:
         up = dep.device.scale_up
         hop = up if up is not None and dep.group <= up.domain_devices else dep.device.scale_out
-        seam = next((e.act_bytes(**point) for e in graph.edges if e.phase == phase and e.kind == "activation"), 0.0)
+        residual = graph.residual_edge(phase)
+        seam = residual.act_bytes(**point) if residual is not None else 0.0
         comm += (dep.pp - 1) * p2p_s(seam, bw_bytes_per_s=hop.bw_bytes_per_s * dep.derate.link_eff,
                                      latency_s=hop.latency_s)
     over += dep.derate.step_overhead_s
@@ -225,7 +217,7 @@ def _phase_step(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str,
 def decode_step(graph: BlockGraph, dep: Deployment, batch: float, context: float,
                 plan: MemoryPlan | None = None) -> StepTime:
     """One decode step: `batch` sequences, each with `context` cached tokens, one new token each."""
-    plan = plan or memory_plan(graph, dep, kv_bytes_per_sequence(graph, context, dep.kv_dtype) * batch / dep.group)
+    plan = plan or memory_plan(graph, dep, graph.kv_bytes_per_sequence(context, dep.precision) * batch / dep.group)
     return _phase_step(graph, dep, "decode", {"B": batch, "L": context}, plan)
 
 
@@ -239,7 +231,7 @@ def af_decode_step(graph: BlockGraph, attn: Deployment, ffn: Deployment, batch: 
     """
     point = {"B": batch, "L": context}
     attn_roles, ffn_roles = ("attn",), ("embed", "ffn", "moe", "head")
-    kv = kv_bytes_per_sequence(graph, context, attn.kv_dtype) * batch / attn.group
+    kv = graph.kv_bytes_per_sequence(context, attn.precision) * batch / attn.group
     plan_a = memory_plan(graph, attn, kv, roles=attn_roles)
     plan_f = memory_plan(graph, ffn, 0.0, roles=ffn_roles)
     ta = blocks_time(graph, attn, "decode", point, plan_a, attn_roles)
@@ -252,8 +244,7 @@ def af_decode_step(graph: BlockGraph, attn: Deployment, ffn: Deployment, batch: 
                 if e.phase == "decode" and e.kind == "activation" and graph.block(e.src, "decode").role in roles:
                     comm += allreduce_s(e.act_bytes(**point), dep.tp, bw_bytes_per_s=link.bw_bytes_per_s *
                                         dep.derate.link_eff, latency_s=link.latency_s)
-    seam = next(e.act_bytes(**point) for e in graph.edges
-                if e.phase == "decode" and e.kind == "activation" and e.src.endswith(".attn"))
+    seam = graph.residual_edge("decode").act_bytes(**point)
     comm += 2 * graph.num_layers * p2p_s(seam, bw_bytes_per_s=link_bw_bytes_per_s, latency_s=link_latency_s)
     overhead = max(attn.derate.step_overhead_s, ffn.derate.step_overhead_s)
     step = StepTime(ta.time_s + tf.time_s + comm + overhead, ta.compute_s + tf.compute_s, ta.memory_s + tf.memory_s,
@@ -268,7 +259,7 @@ def prefill_time(graph: BlockGraph, dep: Deployment, batch: float, prompt: float
     A chunked prefill does the same work plus one step overhead per extra chunk
     (attention over earlier chunks is already in the S x S term).
     """
-    plan = plan or memory_plan(graph, dep, kv_bytes_per_sequence(graph, prompt, dep.kv_dtype) * batch / dep.group)
+    plan = plan or memory_plan(graph, dep, graph.kv_bytes_per_sequence(prompt, dep.precision) * batch / dep.group)
     whole = _phase_step(graph, dep, "prefill", {"B": batch, "S": prompt}, plan)
     if not chunk_tokens or chunk_tokens >= prompt * batch:
         return whole
@@ -339,7 +330,7 @@ def moe_expert_parallel_step(graph: BlockGraph, block: Block, dep: Deployment, p
     of the work under uniform routing); tokens are dispatched to their experts
     and combined back with two all-to-alls of ``tokens x k x hidden`` activations.
     """
-    work = block_time(block, point, dep.device, dtype=dep.dtype, kv_dtype=dep.kv_dtype, derate=dep.derate, shards=ep)
+    work = block_time(block, point, dep.device, precision=dep.precision, derate=dep.derate, shards=ep)
     link = dep.device.scale_up or dep.device.scale_out
     inbound = next(e for e in graph.edges if e.dst == block.name and e.phase == block.phase and e.kind == "activation")
     routed = inbound.act_bytes(**point) * block.experts_per_token  # each token's hidden state goes to k experts

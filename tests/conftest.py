@@ -30,7 +30,7 @@ def _isolated_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_graph():
     """`tiny_graph(name)`: the BlockGraph of a tiny preset, traced once per session."""
-    from compiler.pipeline import block_graph
+    from compiler.driver import block_graph
 
     memo = {}
 
@@ -43,7 +43,7 @@ def tiny_graph():
 
 
 def preset_config(name: str) -> dict:
-    return json.loads((REPO / "compiler" / "presets" / f"{name}.json").read_text())
+    return json.loads((REPO / "compiler" / "inputs" / "presets" / f"{name}.json").read_text())
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -36,7 +36,7 @@ def main() -> int:
     parser.add_argument("--out", metavar="REPORT.json", help="write the new report here")
     args = parser.parse_args()
 
-    from compiler.ir.paths import cache_dir
+    from compiler.ir.files import cache_dir
 
     user_cache = cache_dir()
     with tempfile.TemporaryDirectory(prefix="gimletc-bench-calibrate-") as tmp:
@@ -44,8 +44,9 @@ def main() -> int:
             shutil.copytree(user_cache / "traces", Path(tmp) / "traces")
         os.environ["GIMLETC_CACHE_DIR"] = tmp  # no calibration here: "before" is the uncalibrated baseline
 
-        from compiler.calibrate import FULL, QUICK, Measurements, fit_report, measure
-        from compiler.calibrate_report import print_calibration
+        from compiler.calibrate.host import fit_report
+        from compiler.calibrate.measure import FULL, QUICK, Measurements, measure
+        from compiler.cli.calibrate import print_calibration
 
         def note(msg: str) -> None:
             print(f"… {msg}", file=sys.stderr)

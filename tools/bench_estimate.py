@@ -30,16 +30,19 @@ def main() -> None:
     _proc(cmd)  # warm the trace cache
     base = statistics.median(_proc(["-c", "import compiler"]) for _ in range(3))
     cli = statistics.median(_proc(cmd) for _ in range(5))
-    from compiler.estimate_cli import estimate_one
+    from compiler.driver import estimate
+    from compiler.ir.precision import Precision
+
+    bf16 = Precision.of("bf16")
 
     graphs: dict = {}
-    estimate_one(model="llama-3.1-70b", device="nvidia-h100-sxm", count=4, tp=None, pp=1, dtype="bf16", kv_dtype=None,
-                 input_len=1024, output_len=256, batch="max", concurrency=None, graphs=graphs)
+    estimate("llama-3.1-70b", device="nvidia-h100-sxm", count=4, tp=None, pp=1, precision=bf16, input_len=1024,
+             output_len=256, batch="max", concurrency=None, graphs=graphs)
     start = time.perf_counter()
     n = 200
     for i in range(n):
-        estimate_one(model="llama-3.1-70b", device="nvidia-h100-sxm", count=4, tp=None, pp=1, dtype="bf16",
-                     kv_dtype=None, input_len=512 + i, output_len=256, batch=1 + i % 64, concurrency=None, graphs=graphs)
+        estimate("llama-3.1-70b", device="nvidia-h100-sxm", count=4, tp=None, pp=1, precision=bf16, input_len=512 + i,
+                 output_len=256, batch=1 + i % 64, concurrency=None, graphs=graphs)
     per_call = (time.perf_counter() - start) / n
     print(f"baseline (python -c 'import compiler'): {base:.3f} s")
     print(f"gimletc estimate, warm, one process per call: {cli:.3f} s ({cli / base:.1f}x baseline)")

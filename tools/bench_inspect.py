@@ -34,8 +34,8 @@ def _run(args: list[str], cache: str) -> float:
 
 
 def _full_depth_trace(model: str) -> float:
-    code = ("import time,sys; from compiler.model_spec import resolve_model; from compiler.trace import trace, "
-            "quiet_export_logs; from compiler.partition import partition; t=time.perf_counter();\n"
+    code = ("import time,sys; from compiler.inputs.model_spec import resolve_model; from compiler.trace.export import trace, "
+            "quiet_export_logs; from compiler.trace.partition import partition; t=time.perf_counter();\n"
             f"with quiet_export_logs(): partition(trace(resolve_model({model!r}), fold=False))\n"
             "print(time.perf_counter()-t)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Check every Hugging Face-format preset in compiler/presets/.
+"""Check every Hugging Face-format preset in compiler/inputs/presets/.
 
 For each ``<preset>.json`` the config is loaded exactly the way gimletc loads it
 (``_gimletc`` popped, ``CONFIG_MAPPING[model_type].from_dict``, model built on the
@@ -37,7 +37,7 @@ from transformers import AutoModelForCausalLM
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 REPO = Path(__file__).resolve().parent.parent
-PRESET_DIR = REPO / "compiler" / "presets"
+PRESET_DIR = REPO / "compiler" / "inputs" / "presets"
 TINY_PREFIX = "tiny test variant"
 TOL_DEFAULT = 0.01
 TOL_BY_MODEL_TYPE = {"gpt_oss": 0.02}
@@ -166,7 +166,7 @@ def fmt_b(n) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("presets", nargs="*", help="preset names (default: all in compiler/presets)")
+    ap.add_argument("presets", nargs="*", help="preset names (default: all in compiler/inputs/presets)")
     ap.add_argument("--no-forward", action="store_true", help="skip the CPU forward of tiny variants")
     ap.add_argument("--verbose", "-v", action="store_true", help="print rope_parameters for every preset")
     args = ap.parse_args(argv)

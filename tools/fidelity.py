@@ -7,9 +7,11 @@ absolute percentage error, and the median APE overall and per vendor family.
     .venv/bin/python tools/fidelity.py [--csv PATH] [--fit] [--json]
 
 ``--fit`` searches each family's derate (compute_eff, mem_eff,
-block_overhead_s, step_overhead_s) within physically plausible bounds to
-minimise that family's median APE on this file, and prints the fitted values
-to paste into cost_models/derates.py. Derates are fitted on this file only.
+block_overhead_s, step_overhead_s) within physically plausible bounds
+(`PARAMS`) with the shared derate fitter (`compiler.calibrate.fit`, see
+[Note: derate fit]) to minimise that family's median APE plus 5% of its worst
+row, and prints the fitted values to paste into cost_models/derates.py.
+Derates are fitted on this file only.
 Rows with ``batch=max`` use the static-batch mode at the largest batch that
 fits memory (`--batch max`).
 """
@@ -28,13 +30,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 DEFAULT_CSV = REPO.parent / "shared" / "reference" / "measurements.csv"
-BOUNDS = {  # the search grid of --fit: plausible values only
-    "compute_eff": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
-    "mem_eff": (0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-    "block_overhead_s": (0.0, 5e-6, 10e-6, 20e-6, 40e-6, 80e-6),
-    "step_overhead_s": (0.0, 0.5e-3, 1e-3, 2e-3, 4e-3),
-}
-#: What the loss weighs: the family's median APE plus 5% of its worst row.
+
+def _params():
+    """What --fit searches: plausible values only (an overhead's lower bound stands for "none")."""
+    from compiler.calibrate.fit import Param
+
+    return (Param("compute_eff", 0.3, 0.8), Param("mem_eff", 0.4, 0.9), Param("block_overhead_s", 1e-7, 80e-6),
+            Param("step_overhead_s", 1e-6, 4e-3))
 
 
 def load_rows(path: Path) -> list[dict]:
@@ -43,22 +45,24 @@ def load_rows(path: Path) -> list[dict]:
 
 
 def predict(row: dict, graphs: dict, derates: dict | None = None) -> float:
-    from compiler.estimate import deployment, estimate
-    from compiler.estimate_cli import _batch
-    from compiler.pipeline import block_graph
+    from compiler.cost.deployment import deployment
+    from compiler.cost.estimate import estimate
+    from compiler.driver import block_graph
+    from compiler.inputs.scenarios import batch
+    from compiler.ir.precision import Precision
 
     model = row["model"]
     if model not in graphs:
         graphs[model] = block_graph(model)
-    dep = deployment(row["device"], int(row["count"]), int(row["tp"]), int(row["pp"]), row["dtype"])
+    dep = deployment(row["device"], int(row["count"]), int(row["tp"]), int(row["pp"]), Precision.of(row["dtype"]))
     if derates and dep.device.family in derates:
         dep = replace(dep, derate=derates[dep.device.family])
     r = estimate(graphs[model], dep, input_len=int(row["input_len"]), output_len=int(row["output_len"]),
-                 batch=_batch(row["batch"]))
-    return float(r[row["metric"]])
+                 batch=batch(row["batch"]))
+    return float(getattr(r, row["metric"]))
 
 
-def evaluate(rows: list[dict], graphs: dict, derates: dict | None = None) -> list[dict]:
+def evaluate_rows(rows: list[dict], graphs: dict, derates: dict | None = None) -> list[dict]:
     from backends.registry import device
 
     out = []
@@ -86,26 +90,19 @@ def medians(results: list[dict]) -> dict[str, float]:
 
 
 def fit(rows: list[dict], graphs: dict) -> dict:
-    from cost_models.derates import DERATES
-
-    def loss(fam: str, fam_rows: list[dict], cand) -> float:
-        res = evaluate(fam_rows, graphs, {fam: cand})
-        errs = [r["ape_pct"] for r in res if r["ape_pct"] == r["ape_pct"]]
-        return statistics.median(errs) + 0.05 * max(errs) if errs else float("inf")  # median, then worst row
+    from compiler.calibrate.fit import fit_derate
+    from cost_models.derates import DERATES, GENERIC
 
     fitted = {}
     for fam in sorted({_family(r["device"]) for r in rows}):
         fam_rows = [r for r in rows if _family(r["device"]) == fam]
-        best = DERATES[fam]
-        best_err = loss(fam, fam_rows, best)
-        for _ in range(3):  # coordinate descent over the grid, three sweeps
-            for name, grid in BOUNDS.items():
-                for value in grid:
-                    cand = replace(best, **{name: value})
-                    err = loss(fam, fam_rows, cand)
-                    if err < best_err - 1e-9:
-                        best, best_err = cand, err
-        fitted[fam] = best
+
+        def evaluate(candidate, fam=fam, fam_rows=fam_rows):
+            res = evaluate_rows(fam_rows, graphs, {fam: candidate})
+            errs = [r["ape_pct"] for r in res if r["ape_pct"] == r["ape_pct"]]
+            return (statistics.median(errs) + 0.05 * max(errs) if errs else float("inf")), candidate
+
+        fitted[fam] = fit_derate(evaluate, DERATES.get(fam, GENERIC), _params(), grid_points=3, restarts=2)
     return fitted
 
 
@@ -131,7 +128,7 @@ def main() -> None:
         for fam, d in derates.items():
             print(f"{fam}: compute_eff={d.compute_eff} mem_eff={d.mem_eff} block_overhead_s={d.block_overhead_s} "
                   f"step_overhead_s={d.step_overhead_s}")
-    results = evaluate(rows, graphs, derates)
+    results = evaluate_rows(rows, graphs, derates)
     if args.loo:
         from cost_models.derates import GENERIC
 
@@ -139,7 +136,7 @@ def main() -> None:
             fam = _family(row["device"])
             others = [r for j, r in enumerate(rows) if j != i and _family(r["device"]) == fam]
             # A family with no other row has nothing to fit on: it falls back to the generic prior.
-            held = evaluate([row], graphs, fit(others, graphs) if others else {fam: GENERIC})[0]
+            held = evaluate_rows([row], graphs, fit(others, graphs) if others else {fam: GENERIC})[0]
             results[i]["loo_ape_pct"] = held["ape_pct"]
     summary = medians(results)
     if args.json:

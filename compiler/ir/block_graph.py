@@ -17,8 +17,9 @@ Bytes are kept by kind so that one trace serves every dtype:
 >>> b = Block(name="L0.ffn", role="ffn", phase="decode", layer=0,
 ...           ops=(OpCost("linear", "matmul", 3, flops=Poly.var("B") * 6, weight_elems=Poly.const(3)),),
 ...           weight_params=3)
->>> b.work(dtype="bf16", B=4).flops
-24
+>>> w = b.work(Precision.of("bf16"), B=4)
+>>> w.flops, w.weight_bytes
+(24, 6)
 >>> Block.from_json(b.to_json()) == b
 True
 """
@@ -30,22 +31,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from compiler.ir.poly import ZERO, Poly
+from compiler.ir.precision import Precision
 
 PHASES: tuple[str, ...] = ("prefill", "decode")
 ROLES: tuple[str, ...] = ("embed", "attn", "ffn", "moe", "head")
 
-#: Bytes per element of each storage dtype the tool reasons about.
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
-
 #: Kinds of op, as op accounting classifies them.
 OP_KINDS: tuple[str, ...] = ("matmul", "attention", "elementwise", "reduction", "data", "layout")
-
-
-def dtype_bytes(dtype: str) -> float:
-    try:
-        return DTYPE_BYTES[dtype]
-    except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +65,16 @@ class OpCost:
             self.flops + other.flops, self.weight_elems + other.weight_elems,
             self.kv_elems + other.kv_elems, self.act_bytes + other.act_bytes, self.expert_weights,
         )
+
+    def work(self, precision: Precision, touched: float = 1.0, **point: float) -> Work:
+        """What one step of these nodes costs at `point`.
+
+        `touched` is the fraction of routed experts the step's tokens reach
+        (`expert_touch_fraction`); it scales weight reads of ``expert_weights`` ops only.
+        This is the one rule for an op's bytes: `Block.work` and the roofline both use it.
+        """
+        weight = self.weight_elems(**point) * precision.weight_bytes * (touched if self.expert_weights else 1.0)
+        return Work(self.flops(**point), weight, self.kv_elems(**point) * precision.kv_bytes, self.act_bytes(**point))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"op": self.op, "kind": self.kind, "count": self.count}
@@ -162,21 +164,18 @@ class Block:
         """Tokens processed by one step: B*S in prefill, B in decode."""
         return point["B"] * point["S"] if self.phase == "prefill" else point["B"]
 
-    def work(self, dtype: str = "bf16", kv_dtype: str | None = None, **point: float) -> Work:
-        """Evaluate the block's cost at `point` (B and S, or B and L)."""
-        wb, kvb = dtype_bytes(dtype), dtype_bytes(kv_dtype or dtype)
-        touched = expert_touch_fraction(self.tokens(**point), self.experts, self.experts_per_token)
-        flops = weight = kv = act = 0.0
-        for op in self.ops:
-            flops += op.flops(**point)
-            w = op.weight_elems(**point)
-            weight += w * (touched if op.expert_weights else 1.0) * wb
-            kv += op.kv_elems(**point) * kvb
-            act += op.act_bytes(**point)
-        return Work(flops, weight, kv, act)
+    def touched_experts(self, **point: float) -> float:
+        """Fraction of this block's routed experts one step at `point` reads (1.0 for a dense block)."""
+        return expert_touch_fraction(self.tokens(**point), self.experts, self.experts_per_token) \
+            if self.experts else 1.0
 
-    def weight_bytes(self, dtype: str = "bf16") -> float:
-        return self.weight_params * dtype_bytes(dtype)
+    def work(self, precision: Precision, **point: float) -> Work:
+        """Evaluate the block's cost at `point` (B and S, or B and L)."""
+        touched = self.touched_experts(**point)
+        return sum((op.work(precision, touched, **point) for op in self.ops), ZERO_WORK)
+
+    def weight_bytes(self, precision: Precision) -> float:
+        return self.weight_params * precision.weight_bytes
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "role": self.role, "phase": self.phase, "layer": self.layer}
@@ -271,11 +270,29 @@ class BlockGraph:
         """KV elements per token of context, all layers (decode twins carry the same value)."""
         return sum(b.kv_elems_per_token for b in self.phase_blocks("decode"))
 
-    def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> float:
-        return self.kv_elems_per_token() * dtype_bytes(kv_dtype)
+    def kv_bytes_per_token(self, precision: Precision) -> float:
+        return self.kv_elems_per_token() * precision.kv_bytes
 
-    def weight_bytes(self, dtype: str = "bf16") -> float:
-        return self.params_total * dtype_bytes(dtype)
+    def kv_bytes_per_sequence(self, tokens: float, precision: Precision) -> float:
+        """KV bytes one sequence of `tokens` tokens keeps resident (sliding layers keep at most their window).
+
+        The one rule for a sequence's KV footprint: memory plans, pool options,
+        the KV hand-off and ``inspect`` all use it.
+        """
+        per = 0.0
+        for b in self.phase_blocks("decode"):
+            if b.kv_elems_per_token:
+                per += b.kv_elems_per_token * (min(tokens, b.window_tokens) if b.window_tokens else tokens)
+        return per * precision.kv_bytes
+
+    def weight_bytes(self, precision: Precision) -> float:
+        return self.params_total * precision.weight_bytes
+
+    def residual_edge(self, phase: str) -> Edge | None:
+        """The residual stream one layer's attention hands its FFN: what crosses the attention/FFN seam,
+        a pipeline stage boundary, or a tensor-parallel all-reduce. None if the phase has no attention block."""
+        return next((e for e in self.edges if e.phase == phase and e.kind == "activation"
+                     and self.block(e.src, phase).role == "attn"), None)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -8,7 +8,8 @@ import json
 from rich.console import Console
 
 from backends import registry
-from compiler.catalog_report import catalog_rows, print_catalog
+from backends.catalog import catalog_rows
+from compiler.cli.backends import render as print_catalog
 
 
 def rows_by_id() -> dict[str, dict]:

@@ -37,7 +37,8 @@ def quick(tmp_path_factory, tiny_graph):
 
 def test_quick_calibration_is_saved_and_read_back(quick):
     from backends.cpu import host_device
-    from compiler.ir.paths import calibration_path
+    from compiler.ir.calibration import load_calibration
+    from compiler.ir.files import calibration_path
     from cost_models.derates import derate_for
 
     report, cache, notes = quick
@@ -54,7 +55,7 @@ def test_quick_calibration_is_saved_and_read_back(quick):
     for key in ("peak_flops_per_s.fp32", "memory.dram.bw_bytes_per_s"):
         assert device.source(key).startswith("measured:"), key
 
-    derate = derate_for("cpu", "cpu-host")
+    derate = derate_for("cpu", load_calibration("cpu-host"))
     assert derate.provenance.startswith("measured:")
     for key, value in report["derate"].items():
         assert getattr(derate, key) == value
@@ -66,18 +67,20 @@ def test_quick_calibration_is_saved_and_read_back(quick):
 def test_reported_predictions_are_what_the_cost_model_now_predicts(quick, tiny_graph):
     """The table's predicted column is `block_time` on the saved device and derate, nothing private."""
     from backends.cpu import host_device
+    from compiler.ir.calibration import load_calibration
+    from compiler.ir.precision import Precision
     from cost_models.derates import derate_for
     from cost_models.roofline import block_time
 
     report, _, _ = quick
-    graph, device, derate = tiny_graph("llama-tiny"), host_device(), derate_for("cpu", "cpu-host")
+    graph, device, derate = tiny_graph("llama-tiny"), host_device(), derate_for("cpu", load_calibration("cpu-host"))
     rows = report["stage_errors"]
     assert {r["phase"] for r in rows} == {"prefill", "decode"}
     assert {r["held_out"] for r in rows} == {True, False}
     assert {r["block"] for r in rows} == {b.name for b in graph.blocks}
     for r in rows:
         assert r["measured_s"] > 0 and math.isfinite(r["measured_s"])
-        want = block_time(graph.block(r["block"], r["phase"]), r["point"], device, dtype="fp32", kv_dtype="fp32",
+        want = block_time(graph.block(r["block"], r["phase"]), r["point"], device, precision=Precision.of("fp32"),
                           derate=derate).time_s
         assert r["predicted_s"] == pytest.approx(want, rel=1e-12)
         assert r["error"] == pytest.approx((r["predicted_s"] - r["measured_s"]) / r["measured_s"])
@@ -88,7 +91,7 @@ def test_reported_predictions_are_what_the_cost_model_now_predicts(quick, tiny_g
 def test_print_calibration_shows_errors_and_derate(quick):
     from rich.console import Console
 
-    from compiler.calibrate_report import print_calibration
+    from compiler.cli.calibrate import print_calibration
 
     report, _, _ = quick
     out = io.StringIO()
@@ -119,24 +122,24 @@ def _synthetic_device():
 def test_overheads_are_recovered_exactly_from_linear_data():
     import numpy as np
 
-    from compiler.calibrate import _robust_overheads
+    from compiler.calibrate.fit import robust_overheads
 
     roof = np.array([1e-4, 3e-4, 2e-3, 5e-5, 7e-4])
     ops = np.array([10.0, 25.0, 14.0, 9.0, 30.0])
     measured = roof + 40e-6 + 6e-6 * ops
-    block_s, op_s = _robust_overheads(roof, ops, measured)
+    block_s, op_s = robust_overheads(roof, ops, measured)
     assert block_s == pytest.approx(40e-6, rel=1e-3) and op_s == pytest.approx(6e-6, rel=1e-3)
     # One wild point does not move a robust fit much.
     measured[2] *= 3
-    block_s, op_s = _robust_overheads(roof, ops, measured)
+    block_s, op_s = robust_overheads(roof, ops, measured)
     assert block_s == pytest.approx(40e-6, rel=0.1) and op_s == pytest.approx(6e-6, rel=0.1)
     # A negative best intercept is pinned at zero, not returned.
-    block_s, op_s = _robust_overheads(roof, ops, roof + 6e-6 * ops - 1e-6)
+    block_s, op_s = robust_overheads(roof, ops, roof + 6e-6 * ops - 1e-6)
     assert block_s == 0.0 and op_s > 0
 
 
 def test_fit_reproduces_block_times_made_with_a_known_derate(tiny_graph):
-    from compiler.calibrate import Case, fit_derate, predict_s
+    from compiler.calibrate.host import Case, fit_host_derate, predict_s
     from cost_models.derates import DERATES, Derate
 
     graph, device = tiny_graph("llama-tiny"), _synthetic_device()
@@ -147,7 +150,7 @@ def test_fit_reproduces_block_times_made_with_a_known_derate(tiny_graph):
     cases = [Case(block, point, 0.0) for block in graph.blocks for point in points[block.phase]]
     cases = [replace(c, measured_s=predict_s(c, device, truth)) for c in cases]
     start = replace(DERATES["cpu"], op_overhead_s=1e-6)
-    fitted = fit_derate(cases, device, start)
+    fitted = fit_host_derate(cases, device, start)
     for c in cases:
         assert predict_s(c, device, fitted) == pytest.approx(c.measured_s, rel=1e-3)
     # vector_eff is not identifiable here: elementwise ops are memory-bound at any plausible value.
@@ -159,7 +162,7 @@ class _FakeHost:
     """Scripted host for `QuietGate`: jobs made by `job` charge other-process ticks; canary times are queued."""
 
     def __init__(self, monkeypatch, *, other_ticks_per_segment=(), canary_s=()):
-        import compiler.quiet_timing as cal
+        import compiler.calibrate.quiet_timing as cal
 
         self.other = list(other_ticks_per_segment)
         self.canary = list(canary_s)
@@ -176,7 +179,7 @@ class _FakeHost:
 
 
 def test_gate_repeats_segments_that_ran_beside_other_processes(monkeypatch):
-    from compiler.quiet_timing import QuietGate
+    from compiler.calibrate.quiet_timing import QuietGate
 
     host = _FakeHost(monkeypatch, other_ticks_per_segment=[50, 50, 0, 0])
     runs = []
@@ -188,7 +191,7 @@ def test_gate_repeats_segments_that_ran_beside_other_processes(monkeypatch):
 
 
 def test_gate_keeps_contended_segments_once_the_wait_budget_is_spent(monkeypatch):
-    from compiler.quiet_timing import QuietGate
+    from compiler.calibrate.quiet_timing import QuietGate
 
     host = _FakeHost(monkeypatch, other_ticks_per_segment=[50] * 100)
     gate = QuietGate(wait_budget_s=0.5, note=lambda _m: None)
@@ -197,7 +200,7 @@ def test_gate_keeps_contended_segments_once_the_wait_budget_is_spent(monkeypatch
 
 
 def test_gate_reruns_segments_measured_before_the_host_was_seen_at_full_speed(monkeypatch):
-    from compiler.quiet_timing import QuietGate
+    from compiler.calibrate.quiet_timing import QuietGate
 
     # Two canaries (before, after) per segment: "a" runs slow, "b" reveals the host's real speed.
     host = _FakeHost(monkeypatch, canary_s=[2e-4, 2e-4, 1e-4, 1e-4, 1e-4, 1e-4])
@@ -209,7 +212,8 @@ def test_gate_reruns_segments_measured_before_the_host_was_seen_at_full_speed(mo
 
 def test_saved_measurements_fit_again_to_the_same_derate(quick):
     """A report holds its measurements: fitting them again (tools/bench_calibrate.py --from) changes nothing."""
-    from compiler.calibrate import Measurements, fit_report
+    from compiler.calibrate.host import fit_report
+    from compiler.calibrate.measure import Measurements
 
     report, _, _ = quick
     again = fit_report(Measurements.from_report(json.loads(json.dumps(report))), lambda _m: None, quick=True)

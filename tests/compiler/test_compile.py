@@ -119,7 +119,7 @@ def test_schema_command_prints_all_three_schemas():
 
 
 def test_plan_loads_back_and_validates(compiled, tmp_path):
-    from compiler.plan import load_plan
+    from compiler.emit.plan import load_plan
 
     _, raw, _ = compiled("chat")
     (tmp_path / "plan.json").write_bytes(raw)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
-from compiler.estimate import KEYS
+from compiler.ir.estimate import KEYS
 from tests.compiler.test_cli import _assert_one_line_error
 from tests.conftest import run_cli
 

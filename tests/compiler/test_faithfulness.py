@@ -23,7 +23,7 @@ def test_split_blocks_reproduce_the_model(name):
     from torch.utils._pytree import tree_flatten
     from transformers import DynamicCache
 
-    from compiler.stage_split import split_model
+    from compiler.trace.stage_split import split_model
 
     model, prefill, decode = split_model(name)
     blocks = [n.meta["block"] for n in prefill.graph.nodes if n.op == "call_module"]

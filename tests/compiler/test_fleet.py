@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from backends.registry import device
-from compiler.fleet import Cluster, Workload, load_cluster, load_workload, schemas
+from compiler.inputs import Cluster, Workload, load_cluster, load_workload, schemas
 from compiler.ir.errors import BadInput
 
 REPO = Path(__file__).resolve().parents[2]
@@ -253,6 +253,6 @@ def test_schemas_cover_both_files():
 
 
 def test_import_does_not_load_torch():
-    code = "import sys, compiler.fleet; compiler.fleet.schemas(); print('torch' in sys.modules)"
+    code = "import sys, compiler.inputs; compiler.inputs.schemas(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "False"

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from compiler.ir.errors import BadInput, UnsupportedModel
-from compiler.model_spec import load_hf_config, preset_names, resolve_model
+from compiler.inputs.model_spec import load_hf_config, preset_names, resolve_model
 
 REQUIRED = {"llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3.1-8b", "llama-3.1-70b",
             "llama-3.3-70b", "llama-3.1-405b", "mixtral-8x7b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b",

@@ -5,6 +5,9 @@ from dataclasses import replace
 import pytest
 
 from compiler.ir.block_graph import BlockGraph
+from compiler.ir.precision import Precision
+
+BF16 = Precision.of("bf16")
 from tests.conftest import TINY_MODELS, preset_config
 
 
@@ -61,8 +64,8 @@ def test_attention_variants_are_kept(tiny_graph):
     assert sliding.window_tokens == cfg["sliding_window"]
     # A sliding layer's decode work does not grow with the context; a full layer's does.
     full = next(b for b in g.phase_blocks("decode") if b.attention == "full")
-    assert sliding.work(B=1, L=100).kv_bytes == sliding.work(B=1, L=1000).kv_bytes
-    assert full.work(B=1, L=1000).kv_bytes > full.work(B=1, L=100).kv_bytes
+    assert sliding.work(BF16, B=1, L=100).kv_bytes == sliding.work(BF16, B=1, L=1000).kv_bytes
+    assert full.work(BF16, B=1, L=1000).kv_bytes > full.work(BF16, B=1, L=100).kv_bytes
 
     ds_cfg = preset_config("deepseek-v3-tiny")
     ds = tiny_graph("deepseek-v3-tiny")
@@ -77,9 +80,9 @@ def test_attention_variants_are_kept(tiny_graph):
 
 @pytest.mark.parametrize("name", ["gpt-oss-tiny", "deepseek-v3-tiny"])
 def test_depth_folding_gives_the_same_graph_as_a_full_trace(tiny_graph, name):
-    from compiler.model_spec import resolve_model
-    from compiler.partition import partition
-    from compiler.trace import trace
+    from compiler.inputs.model_spec import resolve_model
+    from compiler.trace.partition import partition
+    from compiler.trace.export import trace
 
     full = partition(trace(resolve_model(name), fold=False))
     folded = tiny_graph(name)
@@ -99,5 +102,5 @@ def test_moe_charges_only_touched_experts(tiny_graph):
     assert (moe.experts, moe.experts_per_token) == (experts, k)
     dense_bytes, expert_bytes = (moe.weight_params - moe.expert_params) * 2, moe.expert_params * 2
     # One token reads k of E experts' weights; thousands of tokens read all of them.
-    assert moe.work(B=1, L=8).weight_bytes == pytest.approx(dense_bytes + expert_bytes * k / experts)
-    assert moe.work(B=4096, L=8).weight_bytes == pytest.approx(dense_bytes + expert_bytes)
+    assert moe.work(BF16, B=1, L=8).weight_bytes == pytest.approx(dense_bytes + expert_bytes * k / experts)
+    assert moe.work(BF16, B=4096, L=8).weight_bytes == pytest.approx(dense_bytes + expert_bytes)

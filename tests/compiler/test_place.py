@@ -9,8 +9,10 @@ import random
 import networkx as nx
 import pytest
 
-from compiler.place import RATE_SCALE, Instance, _scaled, greedy, greedy_rate, solve
-from compiler.pool_options import PoolOption
+from compiler.ir.placement import Instance
+from compiler.ir.pool_option import PoolOption
+from compiler.place.greedy import greedy, greedy_rate
+from compiler.place.ilp import RATE_SCALE, scaled, solve
 
 TYPES = ("a", "b")
 
@@ -46,27 +48,27 @@ def brute_force(inst: Instance) -> int:
         if any(sum(c * o.uses(t) for c, o in zip(n, inst.options)) > inv[t] for t in inv):
             continue
         if inst.power_budget_w is not None and sum(
-                c * _scaled(o.provisioned_w, 1) for c, o in zip(n, inst.options)) > _scaled(inst.power_budget_w, 1):
+                c * scaled(o.provisioned_w, 1) for c, o in zip(n, inst.options)) > scaled(inst.power_budget_w, 1):
             continue
         if any(c and not o.slo_ok for c, o in zip(n, inst.options)):
             continue
-        served = sum(c * _scaled(o.rate_per_s) for c, o in zip(n, inst.options) if o.kind == "colocated")
+        served = sum(c * scaled(o.rate_per_s) for c, o in zip(n, inst.options) if o.kind == "colocated")
         g = nx.DiGraph()
         for c, o in zip(n, inst.options):
             if o.kind == "prefill" and c:
-                g.add_edge("src", o.key, capacity=c * _scaled(o.rate_per_s))
+                g.add_edge("src", o.key, capacity=c * scaled(o.rate_per_s))
                 for t in TYPES:
                     if inst.ttft_slo_s is not None and o.ttft_s + inst.handoff(o.kv_device, t) > inst.ttft_slo_s:
                         continue
                     if o.kv_device != t:
-                        cap = _scaled(inst.link_bw(o.kv_device, t) / inst.kv_bytes_per_request)
+                        cap = scaled(inst.link_bw(o.kv_device, t) / inst.kv_bytes_per_request)
                         g.add_edge(o.key, ("link", o.kv_device, t))
                         g.add_edge(("link", o.kv_device, t), ("dec", t), capacity=cap)
                     else:
                         g.add_edge(o.key, ("dec", t))
             if o.kind == "decode" and c:
                 prev = g.edges[("dec", o.kv_device), "sink"]["capacity"] if g.has_edge(("dec", o.kv_device), "sink") else 0
-                g.add_edge(("dec", o.kv_device), "sink", capacity=prev + c * _scaled(o.rate_per_s))
+                g.add_edge(("dec", o.kv_device), "sink", capacity=prev + c * scaled(o.rate_per_s))
         flow = nx.maximum_flow_value(g, "src", "sink") if g.has_node("src") and g.has_node("sink") else 0
         best = max(best, served + flow)
     return best

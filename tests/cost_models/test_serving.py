@@ -6,20 +6,23 @@ import pytest
 
 from cost_models.comm import all_to_all_s, allreduce_s, kv_handoff_s, p2p_s
 from cost_models.power import device_power_w, energy_per_token_j
+from compiler.ir.precision import Precision
 from cost_models.serving import max_batch, prefix_cached_tokens, speculative_tpot
+
+BF16 = Precision.of("bf16")
 
 
 @pytest.fixture(scope="module")
 def graphs():
-    from compiler.pipeline import block_graph
+    from compiler.driver import block_graph
 
     return {m: block_graph(m) for m in ("llama-3.1-8b", "llama-3.1-70b")}
 
 
 def _dep(device_id, count, tp, dtype="bf16", pp=1):
-    from compiler.estimate import deployment
+    from compiler.cost.deployment import deployment
 
-    return deployment(device_id, count, tp, pp, dtype)
+    return deployment(device_id, count, tp, pp, Precision.of(dtype))
 
 
 def test_claim_a_decode_is_memory_bound_and_long_prefill_compute_bound(graphs):
@@ -39,7 +42,7 @@ def test_claim_a_decode_is_memory_bound_and_long_prefill_compute_bound(graphs):
         step = prefill_time(g, dep, 1, s)
         assert step.compute_s > step.memory_s, s
     # The traced graph agrees with the hand arithmetic on the intensity itself.
-    work = [b.work(B=1, L=1024) for b in g.phase_blocks("decode")]
+    work = [b.work(BF16, B=1, L=1024) for b in g.phase_blocks("decode")]
     assert sum(w.flops for w in work) / sum(w.bytes for w in work) < 2 < ridge
 
 
@@ -54,17 +57,17 @@ def test_claim_b_four_times_the_silicon_buys_about_twice_the_speed(graphs):
 
 def test_claim_c_paged_kv_triples_capacity_when_mean_is_a_third_of_max(graphs):
     g = graphs["llama-3.1-70b"]
-    per_token = g.kv_bytes_per_token("bf16")
+    per_token = g.kv_bytes_per_token(BF16)
     max_len = 6144
     lengths = [max_len // 3] * 100  # mean sequence a third of the maximum
-    capacity = 8 * 80e9 * 0.9 - g.weight_bytes("bf16")
+    capacity = 8 * 80e9 * 0.9 - g.weight_bytes(BF16)
     paged = max_batch(capacity, per_token, lengths, max_len=max_len, paged=True)
     contiguous = max_batch(capacity, per_token, lengths, max_len=max_len, paged=False)
     assert paged / contiguous == pytest.approx(3.0, rel=0.05)
 
 
 def test_claim_d_wafer_scale_wins_per_user_gpus_win_per_watt(graphs):
-    from compiler.estimate import estimate
+    from compiler.cost.estimate import estimate
 
     g = graphs["llama-3.1-70b"]
     # Four CS-3 systems hold 70B in on-wafer SRAM, one pipeline stage of layers each (no NVLink-like fabric for TP).
@@ -72,13 +75,13 @@ def test_claim_d_wafer_scale_wins_per_user_gpus_win_per_watt(graphs):
     h100_b1 = estimate(g, _dep("nvidia-h100-sxm", 8, 8), input_len=1024, output_len=256, batch=1)
     h100_big = estimate(g, _dep("nvidia-h100-sxm", 8, 8), input_len=1024, output_len=256, batch=256)
     cs3_big = estimate(g, _dep("cerebras-cs3", 4, 1, pp=4), input_len=1024, output_len=256, batch="max")
-    assert cs3["tokens_per_s_per_user"] > 5 * h100_b1["tokens_per_s_per_user"]
-    per_watt = lambda r: r["output_tokens_per_s"] / r["power_w"]  # noqa: E731
+    assert cs3.tokens_per_s_per_user > 5 * h100_b1.tokens_per_s_per_user
+    per_watt = lambda r: r.output_tokens_per_s / r.power_w  # noqa: E731
     assert per_watt(h100_big) > per_watt(cs3_big)
 
 
 def test_memory_plan_and_not_fitting(graphs):
-    from compiler.estimate import estimate
+    from compiler.cost.estimate import estimate
     from compiler.ir.errors import BadInput
 
     g = graphs["llama-3.1-70b"]
@@ -123,7 +126,7 @@ def test_prefix_cache_and_speculative_decoding():
 
 
 def test_moe_expert_parallelism_splits_expert_work():
-    from compiler.pipeline import block_graph
+    from compiler.driver import block_graph
     from cost_models.serving import moe_expert_parallel_step
 
     g = block_graph("mixtral-8x7b")

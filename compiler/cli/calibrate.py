@@ -1,0 +1,129 @@
+"""``gimletc calibrate``: measure this host, fit its efficiencies, and render the report (plain JSON underneath)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from compiler.cli import options
+from compiler.cli.console import output, progress_printer
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="measure this host and fit its cost-model efficiencies",
+                       description="Measure real matmuls, attention and memory copies with torch on this machine, fit "
+                                   "the device's efficiencies, save them (used by every later estimate), and report "
+                                   "predicted vs measured stage times of a tiny model. Only cpu-host can be measured "
+                                   "here.")
+    p.add_argument("--device", default="cpu-host", help="device to calibrate (default cpu-host)")
+    options.add_json(p, "the calibration report")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from compiler.calibrate import calibrate
+
+    report = calibrate(args.device, progress=progress_printer(not args.json))
+    return output(report, args.json, print_calibration)
+
+
+def print_calibration(report: dict[str, Any], console=None) -> None:
+    """Render a `calibrate` report: measured peaks, fitted derate, predicted vs measured block times."""
+    from rich.console import Console
+
+    console = console or Console()
+    peaks = ", ".join(f"{d} {v / 1e9:.1f} GFLOP/s" for d, v in sorted(report["peak_flops_per_s"].items()))
+    dispatch = report["microbenchmarks"]["dispatch_s"]
+    console.print(f"[bold]{report['device']}[/bold] on {report['host']}, torch {report['torch']}, "
+                  f"{report['threads']} threads, measured {report['measured_at']}")
+    console.print(f"peak {peaks}; memory {report['mem_bw_bytes_per_s'] / 1e9:.1f} GB/s; dispatch "
+                  f"{dispatch['kernel'] * 1e6:.1f} us per kernel, {dispatch['view'] * 1e6:.1f} us per view")
+    console.print(_micro_table(report))
+    console.print(_derate_table(report))
+    console.print(_error_table("block time: predicted (roofline x fitted derate) vs measured",
+                               report["stage_errors"], with_block=True))
+    console.print(_error_table("whole step (every block of a phase, in sequence)", report["step_errors"],
+                               with_block=False))
+    console.print(_transfer_table(report))
+    s, before = report["summary"], report["before"]
+    console.print(f"median |error| over {s['points']} block times: [bold]{s['median_error']:.1%}[/bold] "
+                  f"(fit points {s['median_error_fit']:.1%}, held-out points {s['median_error_held_out']:.1%}; "
+                  f"worst {s['max_error']:.0%}); whole steps {s['median_step_error']:.1%} "
+                  f"(held-out {s['median_step_error_held_out']:.1%})")
+    console.print(f"before this calibration: median |error| {before['median_error']:.0%} "
+                  f"(peaks: {before['peaks_source']}; derate: {before['derate_source']})")
+    _print_timing_notes(report, console)
+
+
+def _micro_table(report: dict[str, Any]):
+    from rich.table import Table
+
+    table = Table(title="microbenchmarks", title_justify="left")
+    for col in ("op", "dtype", "shape", "ms", "rate", "of peak"):
+        table.add_column(col, justify="left" if col in ("op", "dtype", "shape") else "right")
+    micro = report["microbenchmarks"]
+    for r in micro["linear"]:
+        table.add_row("linear", r["dtype"], r["shape"], f"{r['time_s'] * 1e3:.3f}",
+                      f"{r['flops_per_s'] / 1e9:.1f} GFLOP/s", f"{r['fraction_of_peak']:.0%}")
+    for r in micro["sdpa"]:
+        table.add_row("sdpa", "fp32", r["shape"], f"{r['time_s'] * 1e3:.3f}",
+                      f"{r['flops_per_s'] / 1e9:.1f} GFLOP/s", f"{r['fraction_of_peak']:.0%}")
+    for r in micro["memory"]:
+        table.add_row(r["op"], "fp32", f"{r['bytes'] / 2**20:.0f} MiB moved", f"{r['time_s'] * 1e3:.3f}",
+                      f"{r['bytes_per_s'] / 1e9:.1f} GB/s", "")
+    return table
+
+
+def _derate_table(report: dict[str, Any]):
+    from rich.table import Table
+
+    table = Table(title="fitted cpu derate", title_justify="left")
+    for col in ("field", "fitted", "start"):
+        table.add_column(col, justify="left" if col == "field" else "right")
+    for key, value in report["derate"].items():
+        scale, unit = (1e6, " us") if key.endswith("_s") else (1, "")
+        table.add_row(key, f"{value * scale:.4g}{unit}", f"{report['derate_start'][key] * scale:.4g}{unit}")
+    return table
+
+
+def _error_table(title: str, rows: list[dict[str, Any]], *, with_block: bool):
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    columns = ("model", "block", "phase", "point") if with_block else ("model", "phase", "point")
+    for col in (*columns, "measured ms", "predicted ms", "error", "set"):
+        table.add_column(col, justify="right" if col.endswith(("ms", "error")) else "left")
+    for r in rows:
+        point = ", ".join(f"{k}={v}" for k, v in sorted(r["point"].items()))
+        labels = (r["model"], r["block"], r["phase"], point) if with_block else (r["model"], r["phase"], point)
+        table.add_row(*labels, f"{r['measured_s'] * 1e3:.3f}", f"{r['predicted_s'] * 1e3:.3f}",
+                      f"{r['error']:+.0%}", "held out" if r["held_out"] else "fit")
+    return table
+
+
+def _transfer_table(report: dict[str, Any]):
+    from rich.table import Table
+
+    table = Table(title="the same derate on the microbenchmarks as one-op blocks (not fitted on)",
+                  title_justify="left")
+    for col in ("op", "measured ms", "predicted ms", "error"):
+        table.add_column(col, justify="left" if col == "op" else "right")
+    for r in report["microbenchmark_errors"]:
+        table.add_row(r["op"], f"{r['measured_s'] * 1e3:.3f}", f"{r['predicted_s'] * 1e3:.3f}", f"{r['error']:+.0%}")
+    return table
+
+
+def _print_timing_notes(report: dict[str, Any], console) -> None:
+    gate = report["timing_segments"]
+    if gate["rejected"] or gate["rerun"]:
+        console.print(f"[dim]{gate['rejected']} of {gate['segments']} timing segments ran on a busy or slowed host "
+                      f"and were repeated, {gate['rerun']} rerun once a faster host was seen "
+                      f"({gate['waited_s']} s waited)[/dim]")
+    if gate["contended"]:
+        console.print(f"[yellow]{gate['contended']} timing segments ran on a busy or slowed host and were kept "
+                      f"(the wait budget ran out): those times are pessimistic; rerun on an idle machine[/yellow]")
+    if not gate["checked"]:
+        console.print("[yellow]no /proc/stat here: timings were not checked for other processes[/yellow]")
+    saved = f"saved to {report['saved_to']}; " if report.get("saved_to") else "not saved; "
+    console.print(f"[dim]{saved}measuring took {report['elapsed_s']} s"
+                  f"{' (quick: fewer sizes, points and repeats)' if report['quick'] else ''}[/dim]")

@@ -1,0 +1,119 @@
+"""``gimletc estimate``: one deployment from flags, or many from a scenarios CSV (`compiler.inputs.scenarios`).
+
+Each scenario row gives one output row with the input columns, the prediction
+keys (`compiler.ir.estimate.KEYS`) and an ``error`` column: a bad row reports
+its error and the others go on. BlockGraphs are traced once per model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from typing import Any
+
+from compiler.cli import options
+from compiler.cli.console import output
+from compiler.ir.errors import BadInput, GimletError
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "estimate", help="predict TTFT, TPOT, throughput, memory and power of one deployment",
+        description="Predict serving metrics of MODEL on COUNT devices of one type (tensor parallel TP, pipeline PP). "
+                    "All numbers are predictions of the cost model (datasheet peaks x fitted derates), not "
+                    "measurements. With --scenarios, evaluate every row of a CSV in one process.")
+    options.add_model(p, optional=True)
+    p.add_argument("--device", help="device id (see `gimletc backends`)")
+    p.add_argument("--count", type=options.positive_int, default=1, help="devices in the deployment (default 1)")
+    p.add_argument("--tp", type=options.positive_int, default=None, help="tensor-parallel degree (default: --count / --pp)")
+    p.add_argument("--pp", type=options.positive_int, default=1, help="pipeline stages (default 1)")
+    options.add_precision(p)
+    p.add_argument("--input-len", type=options.positive_int, default=1024, metavar="S", help="prompt tokens (default 1024)")
+    p.add_argument("--output-len", type=options.positive_int, default=256, metavar="O", help="output tokens (default 256)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--batch", metavar="B|max", help="static batch of B requests, or max: the largest that fits")
+    mode.add_argument("--concurrency", type=options.positive_int, metavar="C",
+                      help="continuous batching, C requests in flight")
+    p.add_argument("--scenarios", metavar="FILE.csv", help="evaluate every row of a CSV (columns named like the flags)")
+    p.add_argument("--out", metavar="FILE.csv", help="with --scenarios: write predictions here (default: stdout)")
+    options.add_json(p, "the prediction")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from compiler.driver import estimate
+    from compiler.inputs.scenarios import batch
+
+    if args.scenarios:
+        return _scenarios(args.scenarios, args.out)
+    if not args.model or not args.device:
+        raise BadInput("estimate: give MODEL and --device ID (or --scenarios FILE.csv); `gimletc backends` lists devices")
+    if args.batch is None and args.concurrency is None:
+        raise BadInput("estimate: give --batch B, --batch max or --concurrency C")
+    result = estimate(args.model, device=args.device, count=args.count, tp=args.tp, pp=args.pp,
+                      precision=options.precision_of(args), input_len=args.input_len, output_len=args.output_len,
+                      batch=batch(args.batch), concurrency=args.concurrency)
+    return output(result.to_json(), args.json, render)
+
+
+def _scenarios(path: str, out_path: str | None) -> int:
+    from compiler.driver import estimate
+    from compiler.inputs.scenarios import INPUT_COLUMNS, read_rows, scenario
+    from compiler.ir.estimate import KEYS
+
+    rows = read_rows(path)
+    graphs: dict = {}
+    results = []
+    for line, row in enumerate(rows, start=2):
+        out = {k: row.get(k, "") for k in INPUT_COLUMNS if k in row}
+        try:
+            r = estimate(**scenario(row), graphs=graphs).to_json()
+            out.update({k: (json.dumps(r[k], sort_keys=True) if isinstance(r[k], dict) else r[k]) for k in KEYS})
+            out["error"] = ""
+        except GimletError as e:
+            out.update({k: "" for k in KEYS})
+            out["error"] = f"line {line}: {e}"
+        results.append(out)
+    columns = [c for c in INPUT_COLUMNS if c in rows[0]] + list(KEYS) + ["error"]
+    sink = open(out_path, "w", newline="") if out_path else sys.stdout
+    try:
+        writer = csv.DictWriter(sink, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(results)
+    finally:
+        if out_path:
+            sink.close()
+    return 0
+
+
+def render(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"{r['model']} on {r['count']} x {r['device']} (tp={r['tp']}, pp={r['pp']}, {r['replicas']} "
+                        f"replica(s), {r['dtype']}), {r['input_len']} in / {r['output_len']} out, {r['mode']} "
+                        f"{r['batch']} per replica — PREDICTED", title_justify="left")
+    table.add_column("metric")
+    table.add_column("predicted", justify="right")
+    rows = [
+        ("TTFT", f"{r['ttft_ms']:.1f} ms"), ("TPOT", f"{r['tpot_ms']:.2f} ms"),
+        ("end-to-end latency", f"{r['e2e_latency_s']:.2f} s"),
+        ("output tokens/s (system)", f"{r['output_tokens_per_s']:.0f}"),
+        ("total tokens/s (system)", f"{r['total_tokens_per_s']:.0f}"),
+        ("tokens/s per user", f"{r['tokens_per_s_per_user']:.1f}"),
+        ("batch per replica (max that fits)", f"{r['batch']} ({r['max_batch']})"),
+        ("memory per device", f"{r['memory_bytes'] / 1e9:.1f} of {r['memory_capacity_bytes'] / 1e9:.0f} GB"
+                              + ("" if r["fits"] else "  (does NOT fit)")),
+        ("power (all devices)", f"{r['power_w'] / 1e3:.2f} kW"),
+        ("energy per output token", f"{r['energy_j_per_token']:.3f} J"),
+        ("bound by", f"prefill: {r['bound']['prefill']}, decode: {r['bound']['decode']}"),
+    ]
+    if "interference" in r:
+        rows.append(("prefill interference (step slowdown)", f"{r['interference']:.2f}x"))
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"[dim]derates: {r['derate']}[/dim]")

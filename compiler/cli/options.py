@@ -1,0 +1,77 @@
+"""Option groups shared by the commands, and the flag-value parsers behind them.
+
+A command builds its parser from these groups, so ``--dtype`` or
+``--cluster`` mean the same thing (same help, same checks) everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from compiler.ir.precision import DTYPE_BYTES, WEIGHT_DTYPES, Precision
+
+MODEL_HELP = "preset name, path to a Hugging Face config.json or folder, or module:callable"
+
+
+def int_at_least(low: int):
+    """An argparse type: a whole number >= `low`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    return parse
+
+
+positive_int = int_at_least(1)
+nonneg_int = int_at_least(0)
+
+
+def power_w(text: str) -> float:
+    """``200kW`` / ``1.5MW`` / ``50000W`` / ``50000`` -> watts.
+
+    >>> power_w("200kW"), power_w("1.5MW")
+    (200000.0, 1500000.0)
+    """
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(mw|kw|w)?\s*", text.lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number with an optional unit, e.g. 200kW or 1.5MW")
+    value = float(m.group(1)) * {"mw": 1e6, "kw": 1e3, "w": 1.0, None: 1.0}[m.group(2)]
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be positive")
+    return value
+
+
+def add_model(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    p.add_argument("model", nargs="?" if optional else None, help=MODEL_HELP)
+
+
+def add_precision(p: argparse.ArgumentParser) -> None:
+    """``--dtype`` and ``--kv-dtype``: together they make the command's one `Precision`."""
+    p.add_argument("--dtype", choices=WEIGHT_DTYPES, default="bf16", help="weight dtype (default bf16)")
+    p.add_argument("--kv-dtype", choices=tuple(DTYPE_BYTES), default=None,
+                   help="KV-cache dtype (default: the weight dtype; fp8 under fp4 weights)")
+
+
+def add_json(p: argparse.ArgumentParser, what: str = "the result") -> None:
+    p.add_argument("--json", action="store_true", help=f"print {what} as JSON instead of tables")
+
+
+def add_placement_inputs(p: argparse.ArgumentParser) -> None:
+    """What ``compile`` and ``pareto`` place: a fleet, a workload, a budget, a solver time limit, an output folder."""
+    add_model(p)
+    p.add_argument("--cluster", required=True, metavar="FILE", help="cluster YAML (examples/clusters/)")
+    p.add_argument("--workload", required=True, metavar="FILE", help="workload YAML (examples/workloads/)")
+    p.add_argument("--power-budget", type=power_w, metavar="W",
+                   help="override the cluster's budget, e.g. 200kW or 1.5MW")
+    add_precision(p)
+    p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="solver time limit (default 60 s)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+
+
+def precision_of(args: argparse.Namespace) -> Precision:
+    return Precision.of(args.dtype, args.kv_dtype)

@@ -1,0 +1,19 @@
+"""``gimletc schema``: the JSON Schemas of the cluster, workload and plan files."""
+
+from __future__ import annotations
+
+import argparse
+
+from compiler.cli.console import output
+
+
+def register(sub) -> None:
+    p = sub.add_parser("schema", help="print the JSON Schemas of the cluster, workload and plan files")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from compiler.emit.plan import Plan
+    from compiler.inputs import schemas
+
+    return output({**schemas(), "plan": Plan.model_json_schema()}, True, None)

@@ -1,0 +1,35 @@
+"""Build a costable `Deployment` from a device id, counts and a `Precision`, and check it can run.
+
+The deployment carries the device's sourced specs (`backends`), its derate
+(`cost_models.derates`, or the device's measured `Calibration` when
+``gimletc calibrate`` saved one) and the precision its weights and KV are
+stored at. Bad shapes and unsupported dtypes are `BadInput` naming the fix.
+"""
+
+from __future__ import annotations
+
+from backends.registry import backend_of, device
+from compiler.ir.block_graph import BlockGraph
+from compiler.ir.calibration import load_calibration
+from compiler.ir.errors import BadInput
+from compiler.ir.precision import Precision
+from cost_models.derates import derate_for
+from cost_models.serving import Deployment, devices_to_hold
+
+
+def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precision) -> Deployment:
+    """`count` devices of `device_id` as replicas of a `tp` x `pp` group, weights and KV at `precision`."""
+    spec = device(device_id)
+    if count < 1 or tp < 1 or pp < 1:
+        raise BadInput(f"count, tp and pp must be at least 1 (got count={count}, tp={tp}, pp={pp})")
+    if count % (tp * pp):
+        raise BadInput(f"--count {count} is not a multiple of tp*pp = {tp * pp}; use a count of whole replicas")
+    reasons = backend_of(spec).unsupported_reasons(spec, precision.weights)
+    if reasons:
+        raise BadInput(f"{device_id} cannot run {precision.weights}. Reasons: {'; '.join(reasons)}")
+    return Deployment(spec, count, derate_for(spec.family, load_calibration(spec.id)), tp, pp, precision)
+
+
+def devices_needed(graph: BlockGraph, dep: Deployment) -> int:
+    """Smallest tp*pp group whose memory holds the weights with room for one sequence of KV."""
+    return devices_to_hold(graph.weight_bytes(dep.precision) * 1.02, dep.device)

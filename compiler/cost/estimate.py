@@ -1,0 +1,134 @@
+"""Predict serving metrics of one homogeneous deployment: the ``gimletc estimate`` pass.
+
+Before: a BlockGraph, a `Deployment` (device, count, tp, pp, precision) and a
+request shape (input and output length) with one of three batching modes:
+
+- ``batch=B``: B requests start together (static batch); ``batch="max"``: the
+  largest B whose KV fits memory;
+- ``concurrency=C``: continuous batching with C requests in flight, prefill
+  chunks interleaved with decode steps (what a request sees, interference included).
+
+After: an `Estimate` (`compiler.ir.estimate`). Every number is a prediction of
+the cost model, not a measurement.
+
+Steps: `_check_fits` (weights fit, or say how many devices they need),
+`_batch_per_replica` (the mode's batch and the largest that fits), `_phases`
+(prefill and decode step times in the mode), then the totals.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from compiler.ir.block_graph import BlockGraph
+from compiler.ir.errors import BadInput
+from compiler.ir.estimate import Estimate
+from compiler.cost.deployment import devices_needed
+from cost_models.power import energy_per_token_j, step_power_w
+from cost_models.serving import (
+    Deployment, MemoryPlan, StepTime, continuous_batching, decode_step, max_batch, memory_plan, prefill_time,
+)
+
+#: Most sequences one replica schedules at once (TensorRT-LLM's default max batch size is 2048).
+MAX_BATCH_CAP = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class _Phases:
+    """What a request sees in one mode: latencies, the steps behind them, and the share of time in prefill."""
+
+    ttft_s: float
+    tpot_s: float
+    prefill: StepTime
+    decode: StepTime
+    prefill_share: float
+    interference: float | None = None
+    prefill_tokens_per_step: float | None = None
+
+    def e2e_s(self, output_len: int) -> float:
+        return self.ttft_s + (output_len - 1) * self.tpot_s
+
+
+def estimate(graph: BlockGraph, dep: Deployment, *, input_len: int, output_len: int, batch: int | str | None = None,
+             concurrency: int | None = None) -> Estimate:
+    if (batch is None) == (concurrency is None):
+        raise BadInput("give exactly one of --batch B, --batch max or --concurrency C")
+    if input_len < 1 or output_len < 1:
+        raise BadInput("--input-len and --output-len must be at least 1")
+    weights_only = _check_fits(graph, dep)
+    seq_kv = graph.kv_bytes_per_sequence(input_len + output_len, dep.precision)
+    per_replica, fit_batch = _batch_per_replica(graph, dep, weights_only.kv_capacity_bytes * dep.group, seq_kv,
+                                                input_len, output_len, batch, concurrency)
+    plan = memory_plan(graph, dep, seq_kv * per_replica / dep.group)
+    phases = _phases(graph, dep, plan, per_replica, input_len, output_len, concurrent=concurrency is not None)
+    e2e = phases.e2e_s(output_len)
+    requests = per_replica * dep.replicas
+    power = dep.count * _mean_power(dep, phases)
+    return Estimate(
+        model=graph.model, device=dep.device.id, count=dep.count, tp=dep.tp, pp=dep.pp, replicas=dep.replicas,
+        dtype=dep.precision.weights, kv_dtype=dep.precision.kv, input_len=input_len, output_len=output_len,
+        mode="concurrency" if concurrency is not None else ("batch_max" if batch == "max" else "batch"),
+        ttft_ms=phases.ttft_s * 1e3, tpot_ms=phases.tpot_s * 1e3, e2e_latency_s=e2e,
+        output_tokens_per_s=requests * output_len / e2e, total_tokens_per_s=requests * (input_len + output_len) / e2e,
+        tokens_per_s_per_user=1.0 / phases.tpot_s, batch=per_replica, max_batch=fit_batch,
+        fits=per_replica <= fit_batch, memory_bytes=plan.weight_bytes + seq_kv * per_replica / dep.group,
+        memory_capacity_bytes=dep.device.capacity_bytes, power_w=power,
+        energy_j_per_token=energy_per_token_j(power, e2e, requests * output_len),
+        bound_prefill=phases.prefill.bound, bound_decode=phases.decode.bound, derate=dep.derate.provenance,
+        interference=phases.interference, prefill_tokens_per_step=phases.prefill_tokens_per_step,
+    )
+
+
+def _check_fits(graph: BlockGraph, dep: Deployment) -> MemoryPlan:
+    """The memory plan of the weights alone; `BadInput` naming the devices needed if they do not fit."""
+    plan = memory_plan(graph, dep)
+    if not plan.fits:
+        need = devices_needed(graph, dep)
+        raise BadInput(
+            f"{graph.model} ({graph.weight_bytes(dep.precision) / 1e9:.1f} GB at {dep.precision.weights}) does not fit "
+            f"{dep.group} x {dep.device.id} ({dep.device.capacity_bytes / 1e9:.0f} GB each); it needs at least {need} "
+            f"devices per replica: try --tp {need} --count {need}")
+    return plan
+
+
+def _batch_per_replica(graph: BlockGraph, dep: Deployment, replica_kv: float, seq_kv: float, input_len: int,
+                       output_len: int, batch: int | str | None, concurrency: int | None) -> tuple[int, int]:
+    """(sequences per replica in this mode, the most whose KV fits in `replica_kv` bytes)."""
+    tokens = input_len + output_len
+    fit_batch = min(MAX_BATCH_CAP, max_batch(replica_kv, seq_kv / tokens, [tokens]))
+    if concurrency is not None:
+        per_replica = math.ceil(concurrency / dep.replicas)
+    elif batch == "max":
+        per_replica = fit_batch
+    else:
+        per_replica = math.ceil(int(batch) / dep.replicas)
+    if per_replica < 1:
+        raise BadInput(f"{graph.model} weights fit {dep.group} x {dep.device.id} but leave no room for the KV of one "
+                       f"{tokens}-token sequence; add devices (--tp/--count) or shorten the request")
+    return per_replica, fit_batch
+
+
+def _phases(graph: BlockGraph, dep: Deployment, plan: MemoryPlan, per_replica: int, input_len: int, output_len: int,
+            *, concurrent: bool) -> _Phases:
+    decode = decode_step(graph, dep, per_replica, input_len + output_len / 2, plan)
+    if not concurrent:
+        prefill = prefill_time(graph, dep, per_replica, input_len, plan=plan)
+        e2e = prefill.time_s + (output_len - 1) * decode.time_s
+        return _Phases(prefill.time_s, decode.time_s, prefill, decode, prefill.time_s / e2e)
+    steady = continuous_batching(graph, dep, per_replica, input_len, output_len)
+    prefill = prefill_time(graph, dep, 1, input_len, plan=plan)
+    e2e = steady.ttft_s + (output_len - 1) * steady.tpot_s
+    busy_prefill = prefill.time_s * per_replica / max(e2e, 1e-12)  # share of time spent on prefill work
+    return _Phases(steady.ttft_s, steady.tpot_s, prefill, decode, busy_prefill, steady.interference,
+                   steady.prefill_tokens_per_step)
+
+
+def _mean_power(dep: Deployment, phases: _Phases) -> float:
+    """One device's mean draw, weighting the prefill and decode steps' power by the time spent in each."""
+    share = min(max(phases.prefill_share, 0.0), 1.0)
+    return share * _power(dep, phases.prefill) + (1 - share) * _power(dep, phases.decode)
+
+
+def _power(dep: Deployment, step: StepTime) -> float:
+    return step_power_w(dep.device, time_s=step.time_s, compute_s=step.compute_s, memory_s=step.memory_s)

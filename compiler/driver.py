@@ -1,0 +1,253 @@
+"""The one compile pipeline: named, timed passes that every command reuses.
+
+```
+model ─resolve─▶ ModelSpec ─trace, partition─▶ BlockGraph ─cost─▶ PoolOptions + Instance ─place─▶ Solution
+      ─baselines─▶ Baselines ─emit─▶ Plan
+```
+
+- `block_graph`: resolve, then the cached trace and partition (``gimletc inspect`` stops here).
+- `estimate`: one deployment costed (``gimletc estimate``).
+- `prepare`: inputs, BlockGraph, pool options and the placement instance: the shared first half.
+- `compile`: `prepare`, then place, baselines and emit (``gimletc compile``).
+- `pareto`: `prepare` once, then a placement per TPOT target (``gimletc pareto``).
+
+Each pass runs inside `Timings.step`, so every command can report where its
+time went. Passes return values; nothing here prints or writes files (the CLI
+does), except the trace cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from compiler.inputs.model_spec import ModelSpec, resolve_model
+from compiler.ir.block_graph import BlockGraph
+from compiler.ir.errors import BadInput, Infeasible
+from compiler.ir.precision import Precision
+
+if TYPE_CHECKING:  # typing only: importing them would load pydantic, which `import compiler` must not
+    from compiler.emit.plan import Plan
+    from compiler.inputs import Cluster, Workload
+    from compiler.ir.estimate import Estimate
+    from compiler.ir.placement import Instance, Solution
+    from compiler.ir.pool_option import PoolOption
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+@dataclass
+class Timings:
+    """Wall time per named step, in the order the steps ran."""
+
+    steps: list[tuple[str, float]] = field(default_factory=list)
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.steps.append((name, time.perf_counter() - start))
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: round(s, 3) for name, s in self.steps}
+
+
+def block_graph(model: str | ModelSpec, *, phases: tuple[str, ...] = ("prefill", "decode"), use_cache: bool = True,
+                timings: Timings | None = None, progress: Progress | None = None) -> BlockGraph:
+    """Resolve, trace and partition `model` (or load the cached result; see [Note: trace cache]).
+
+    >>> g = block_graph("llama-tiny")   # doctest: +SKIP
+    >>> g.num_layers                    # doctest: +SKIP
+    2
+    """
+    from compiler.trace import trace_cache
+
+    timings = timings or Timings()
+    note = progress or _quiet
+    with timings.step("resolve"):
+        spec = model if isinstance(model, ModelSpec) else resolve_model(model)
+    path = trace_cache.entry_path(spec, phases) if use_cache else None
+    if path is not None:
+        with timings.step("cache"):
+            cached = trace_cache.load(path)
+        if cached is not None:
+            return cached.with_model(spec.name)
+    from compiler.trace.export import quiet_export_logs, trace
+    from compiler.trace.partition import partition
+
+    note(f"tracing {spec.name} ({', '.join(phases)}) with torch.export on the meta device")
+    with quiet_export_logs():
+        with timings.step("trace"):
+            traced = trace(spec, phases)
+        note(f"partitioning {spec.name} into blocks")
+        with timings.step("partition"):
+            graph = partition(traced)
+    if path is not None:
+        trace_cache.store(path, graph)
+    return graph
+
+
+def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, precision: Precision, input_len: int,
+             output_len: int, batch: int | str | None, concurrency: int | None,
+             graphs: dict[str, BlockGraph] | None = None) -> Estimate:
+    """One deployment's `Estimate`; `graphs` memoises BlockGraphs across calls (scenario files)."""
+    from compiler.cost.deployment import deployment
+    from compiler.cost.estimate import estimate as estimate_deployment
+
+    graphs = graphs if graphs is not None else {}
+    if model not in graphs:
+        graphs[model] = block_graph(model)
+    tp = tp or max(1, count // pp)
+    dep = deployment(device, count, tp, pp, precision)
+    return estimate_deployment(graphs[model], dep, input_len=input_len, output_len=output_len, batch=batch,
+                               concurrency=concurrency)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The first half of a compile: inputs, BlockGraph, costed options and the placement instance."""
+
+    graph: BlockGraph
+    cluster: Cluster
+    workload: Workload
+    precision: Precision
+    options: tuple[PoolOption, ...]
+    instance: Instance
+
+
+def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
+            slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
+            precision: Precision = Precision.of("bf16"), timings: Timings | None = None,
+            progress: Progress | None = None) -> Prepared:
+    """Load the inputs, trace the model and cost every candidate pool."""
+    from compiler.cost.instance import build_instance
+    from compiler.cost.pool_options import enumerate_options
+    from compiler.inputs import load_cluster, load_workload
+
+    timings = timings or Timings()
+    note = progress or _quiet
+    with timings.step("inputs"):  # first: a bad file fails before any tracing
+        cluster = load_cluster(cluster_path)
+        workload = load_workload(workload_path)
+        if slo_ttft_ms is not None or slo_tpot_ms is not None:
+            slo = workload.slo.model_copy(update={k: v for k, v in (("ttft_ms", slo_ttft_ms), ("tpot_ms", slo_tpot_ms))
+                                                  if v is not None})
+            workload = workload.model_copy(update={"slo": slo})
+    graph = block_graph(model, timings=timings, progress=progress)
+    _warn_context(model, workload)
+    budget = power_budget_w if power_budget_w is not None else cluster.power_budget_w
+    note(f"costing pools for {graph.model} on {cluster.name}")
+    with timings.step("cost"):
+        try:
+            options, _skipped = enumerate_options(graph, cluster, workload, precision)
+        except BadInput as e:
+            raise Infeasible(f"memory: {e}") from None
+        instance = build_instance(graph, cluster, workload, options, precision, budget)
+    return Prepared(graph, cluster, workload, precision, tuple(options), instance)
+
+
+def _warn_context(model: str, workload) -> None:
+    """Costs extrapolate past a model's trained context; say so rather than refuse (long-context variants exist)."""
+    limit = resolve_model(model).config.get("max_position_embeddings") if ":" not in model else None
+    if limit and workload.kv_tokens_per_request_max > limit:
+        log.warning("workload %s reaches %d tokens per request, beyond %s's max_position_embeddings (%d); "
+                    "costs are extrapolated for a long-context variant", workload.name,
+                    workload.kv_tokens_per_request_max, model, limit)
+
+
+@dataclass(frozen=True)
+class Compilation:
+    """What `compile` returns: the plan and what it was made from."""
+
+    plan: Plan
+    solution: Solution
+    prepared: Prepared
+    timings: Timings
+
+
+def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
+            objective: str = "throughput", slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
+            precision: Precision = Precision.of("bf16"), time_limit_s: float = 60.0, baselines: bool = True,
+            progress: Progress | None = None) -> Compilation:
+    """Trace, cost, place and emit: the whole of ``gimletc compile``. Infeasible inputs raise `Infeasible`."""
+    from compiler.emit.emit_plan import emit_plan
+    from compiler.place.baselines import baselines as solve_baselines
+    from compiler.place.infeasible import explain
+    from compiler.place.ilp import solve
+
+    timings = Timings()
+    note = progress or _quiet
+    prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, slo_ttft_ms=slo_ttft_ms,
+                   slo_tpot_ms=slo_tpot_ms, precision=precision, timings=timings, progress=progress)
+    note(f"solving the placement ({len(prep.options)} pool options) with CP-SAT")
+    with timings.step("place"):
+        sol = solve(prep.instance, objective, time_limit_s=time_limit_s)
+        if not sol.feasible:
+            raise Infeasible(explain(prep.graph.model, prep.instance, sol, slo_ttft_ms=prep.workload.slo.ttft_ms,
+                                     slo_tpot_ms=prep.workload.slo.tpot_ms))
+    with timings.step("baselines"):
+        base = solve_baselines(prep.instance, time_limit_s=time_limit_s) if baselines else []
+    with timings.step("emit"):
+        plan = emit_plan(prep.graph, prep.cluster, prep.workload, precision, prep.instance, sol, base)
+    return Compilation(plan, sol, prep, timings)
+
+
+#: Slowest TPOT target `pareto` sweeps: 200 ms is 5 tokens/s per user, slower than anyone reads.
+MAX_TPOT_S = 0.2
+
+
+def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
+           precision: Precision = Precision.of("bf16"), points: int = 8, time_limit_s: float = 60.0,
+           progress: Progress | None = None) -> tuple[str, list[dict]]:
+    """The speed-vs-throughput frontier: ``(title, rows)``, one row per curve and TPOT target.
+
+    For each TPOT target in a log-spaced sweep (from the fastest TPOT any pool
+    achieves to the slowest, capped at `MAX_TPOT_S`), solve the tokens-per-watt
+    placement on the options costed once by `prepare`; each point is (tokens/s
+    per user = 1 / worst TPOT of the plan, output tokens/s per MW provisioned).
+    The same sweep restricted to one device type at a time gives the
+    homogeneous curves. All points are predictions of the cost model.
+    """
+    from compiler.cost.pool_options import with_slo
+    from compiler.place.ilp import solve
+
+    note = progress or _quiet
+    prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, precision=precision,
+                   progress=progress)
+    options, base, workload = list(prep.options), prep.instance, prep.workload
+    tpots = sorted(o.tpot_s for o in options if o.tpot_s is not None)
+    lo, hi = tpots[0], min(tpots[-1], MAX_TPOT_S)
+    targets = [lo * (hi / lo) ** (i / max(points - 1, 1)) for i in range(points)]
+    ttft = workload.slo.ttft_ms / 1e3 if workload.slo.ttft_ms else None
+    types = [t for t, _ in base.inventory]
+    rows = []
+    for i, target in enumerate(targets):
+        note(f"TPOT target {target * 1e3:.1f} ms ({i + 1}/{len(targets)})")
+        marked = with_slo(options, ttft, target)
+        curves = [("heterogeneous", marked)] + [(f"homogeneous:{t}", [o for o in marked if set(o.device_types) == {t}])
+                                               for t in types]
+        for curve, subset in curves:
+            if not subset:
+                continue
+            sol = solve(base.with_options(subset), "tokens-per-watt", time_limit_s=time_limit_s, tie_break=False)
+            if not sol.feasible or not sol.requests_per_s:
+                continue
+            worst = max(o.tpot_s for o, _ in sol.used(subset) if o.tpot_s is not None)
+            out_tps = sol.requests_per_s * workload.mean_output_len
+            rows.append({"curve": curve, "tpot_target_ms": target * 1e3, "worst_tpot_ms": worst * 1e3,
+                         "tokens_per_s_per_user": 1.0 / worst, "output_tokens_per_s": out_tps,
+                         "provisioned_power_w": sol.provisioned_w, "power_w": sol.power_w,
+                         "output_tokens_per_s_per_mw": out_tps / (sol.provisioned_w / 1e6),
+                         "status": sol.status, "prediction": True})
+    return f"{prep.graph.model} on {prep.cluster.name}, workload {workload.name}", rows

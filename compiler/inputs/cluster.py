@@ -1,0 +1,139 @@
+"""The cluster file: what a provider owns. Device pools (catalog id, count, node size), the bandwidth
+between pools, and a power budget.
+
+A frozen pydantic model that rejects unknown fields, so a typo such as
+``power_budget_k`` fails instead of being ignored; `compiler.inputs.load_cluster`
+turns every failure into one line naming file, field and fix. Files speak kW,
+GB/s (1e9 bytes/s) and microseconds; methods hand the compiler W, bytes/s and s.
+
+>>> c = Cluster(name="lab", devices=[{"device": "nvidia-h100-sxm", "count": 8}], power_budget_kw=10)
+>>> c.inventory(), c.power_budget_w
+({'nvidia-h100-sxm': 8}, 10000.0)
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from pydantic import Field, field_validator, model_validator
+
+from backends import registry
+from compiler.inputs.yaml_file import Frozen
+from compiler.ir.errors import BadInput
+
+GB = 1e9  # the files' GB/s are decimal gigabytes, as vendors quote them
+
+class Inventory(Frozen):
+    """One device pool: how many of one catalog device the cluster owns."""
+
+    device: str = Field(description="catalog id, as listed by `gimletc backends`")
+    count: int = Field(ge=1, description="devices of this type (chips, cards or systems, per the catalog's form)")
+    node_size: int | None = Field(
+        default=None, ge=1, description="devices per node (scale-up domain); default: the catalog's devices_per_node")
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, device_id: str) -> str:
+        known = [d.id for d in registry.all_devices()]
+        if device_id not in known:
+            close = difflib.get_close_matches(device_id, known, n=3)
+            hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+            raise ValueError(f"{device_id!r} is not a known device id; {hint}`gimletc backends` lists the ids")
+        return device_id
+
+
+class LinkSpeed(Frozen):
+    """Bandwidth and latency of a network path."""
+
+    bandwidth_gb_per_s: float = Field(default=50.0, gt=0, description="aggregate bandwidth, GB/s (1e9 bytes/s)")
+    latency_us: float = Field(default=20.0, ge=0, description="one-way latency per message, microseconds")
+
+
+class LinkSpec(LinkSpeed):
+    """The aggregate bandwidth available between two device pools (either direction)."""
+
+    between: tuple[str, str] = Field(description="the two device ids this link joins (order does not matter)")
+    bandwidth_gb_per_s: float = Field(gt=0, description="aggregate bandwidth between the pools, GB/s (1e9 bytes/s)")
+    latency_us: float = Field(ge=0, description="one-way latency per message, microseconds")
+
+
+class Cluster(Frozen):
+    """A fleet: device pools, links between pools, and a power budget.
+
+    Pools not joined by an entry in ``links`` talk over ``default_link`` (the
+    datacenter network). Within one pool devices use the catalog's scale-out link.
+    """
+
+    name: str
+    power_budget_kw: float | None = Field(
+        default=None, gt=0, description="power envelope in kW; none means unconstrained (a CLI flag may set it)")
+    devices: tuple[Inventory, ...] = Field(min_length=1)
+    links: tuple[LinkSpec, ...] = ()
+    default_link: LinkSpeed = Field(
+        default_factory=LinkSpeed, description="network between pools not listed in links")
+
+    @field_validator("devices")
+    @classmethod
+    def _each_device_once(cls, devices: tuple[Inventory, ...]) -> tuple[Inventory, ...]:
+        first: dict[str, int] = {}
+        for i, inv in enumerate(devices):
+            if inv.device in first:
+                raise ValueError(f"{inv.device!r} is listed twice (devices[{first[inv.device]}] and devices[{i}]); "
+                                 "merge them into one entry with the summed count")
+            first[inv.device] = i
+        return devices
+
+    @model_validator(mode="after")
+    def _links_join_owned_pools(self) -> Cluster:
+        owned = {inv.device for inv in self.devices}
+        seen: dict[frozenset[str], int] = {}
+        for i, link in enumerate(self.links):
+            for device_id in link.between:
+                if device_id not in owned:
+                    raise ValueError(f"links[{i}].between: {device_id!r} is not in devices; "
+                                     f"add it to devices or name one of: {', '.join(sorted(owned))}")
+            pair = frozenset(link.between)
+            if len(pair) == 1:
+                raise ValueError(f"links[{i}].between: both ends are {link.between[0]!r}; a pool's own network "
+                                 "comes from the catalog, so list two different devices")
+            if pair in seen:
+                raise ValueError(f"links[{i}].between: {' <-> '.join(link.between)} is already given by "
+                                 f"links[{seen[pair]}]; keep one of them")
+            seen[pair] = i
+        return self
+
+    def inventory(self) -> dict[str, int]:
+        """Device id -> count, in file order."""
+        return {inv.device: inv.count for inv in self.devices}
+
+    def node_size(self, device_id: str) -> int:
+        """Devices per node for a pool: the file's ``node_size``, else the catalog's."""
+        inv = self._pool(device_id)
+        return inv.node_size if inv.node_size is not None else registry.device(device_id).devices_per_node
+
+    def link(self, a: str, b: str) -> tuple[float, float]:
+        """``(bandwidth_bytes_per_s, latency_s)`` between pools `a` and `b`, in either order.
+
+        ``a == b`` gives one device's scale-out link from the catalog; a pair
+        without an entry in ``links`` gets ``default_link``.
+        """
+        self._pool(a), self._pool(b)
+        if a == b:
+            out = registry.device(a).scale_out
+            if out is not None:
+                return out.bw_bytes_per_s, out.latency_s
+            speed: LinkSpeed = self.default_link
+        else:
+            pair = frozenset((a, b))
+            speed = next((link for link in self.links if frozenset(link.between) == pair), self.default_link)
+        return speed.bandwidth_gb_per_s * GB, speed.latency_us / 1e6
+
+    @property
+    def power_budget_w(self) -> float | None:
+        return None if self.power_budget_kw is None else self.power_budget_kw * 1e3
+
+    def _pool(self, device_id: str) -> Inventory:
+        for inv in self.devices:
+            if inv.device == device_id:
+                return inv
+        raise BadInput(f"cluster {self.name!r} has no {device_id!r} pool; it has {', '.join(self.inventory())}")

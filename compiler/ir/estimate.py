@@ -1,0 +1,58 @@
+"""`Estimate`: the predicted serving metrics of one homogeneous deployment (``gimletc estimate``).
+
+Standard library only. Every number is a prediction of the cost model, never a
+measurement; `to_json` says so (``"prediction": true``). `KEYS` are the
+documented metric keys of ``gimletc estimate --json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+KEYS = ("ttft_ms", "tpot_ms", "e2e_latency_s", "output_tokens_per_s", "total_tokens_per_s", "tokens_per_s_per_user",
+        "batch", "fits", "memory_bytes", "power_w", "energy_j_per_token", "bound")
+MODES = ("batch", "batch_max", "concurrency")
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One deployment's predicted metrics; ``batch`` is per replica, rates are for the whole deployment."""
+
+    model: str
+    device: str
+    count: int
+    tp: int
+    pp: int
+    replicas: int
+    dtype: str
+    kv_dtype: str
+    input_len: int
+    output_len: int
+    mode: str
+    ttft_ms: float
+    tpot_ms: float
+    e2e_latency_s: float
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+    tokens_per_s_per_user: float
+    batch: int
+    max_batch: int
+    fits: bool
+    memory_bytes: float
+    memory_capacity_bytes: float
+    power_w: float
+    energy_j_per_token: float
+    bound_prefill: str
+    bound_decode: str
+    derate: str
+    interference: float | None = None  # concurrency mode: step slowdown from prefill chunks
+    prefill_tokens_per_step: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"prediction": True, **asdict(self)}
+        out["bound"] = {"prefill": out.pop("bound_prefill"), "decode": out.pop("bound_decode")}
+        for key in ("interference", "prefill_tokens_per_step"):
+            if out[key] is None:
+                del out[key]
+        return out

@@ -1,0 +1,69 @@
+"""`Precision`: the one value that decides weight and KV-cache dtypes everywhere. Standard library only.
+
+Every pass that sizes or costs weights or KV (pool options, deployments,
+estimates, the plan, the KV hand-off) takes a `Precision` instead of loose
+dtype strings, so they cannot disagree. The default KV dtype follows the
+weights, except under fp4 weights, where serving engines keep the KV cache
+in fp8 (4-bit KV loses too much accuracy to be a default).
+
+>>> Precision.of("fp4")
+Precision(weights='fp4', kv='fp8')
+>>> Precision.of("bf16", kv="fp8").kv_bytes
+1
+>>> Precision.from_json(Precision.of("fp8").to_json()) == Precision.of("fp8")
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Bytes per element of each storage dtype the tool reasons about.
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
+
+#: Weight dtypes a deployment may be compiled at (fp32 is for host calibration).
+WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
+
+
+def dtype_bytes(dtype: str) -> float:
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}") from None
+
+
+def default_kv_dtype(weights: str) -> str:
+    """KV-cache dtype when none is given: the weight dtype, but fp8 under fp4 weights."""
+    return "fp8" if weights == "fp4" else weights
+
+
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """Storage dtypes of one deployment: ``weights`` and the ``kv`` cache."""
+
+    weights: str
+    kv: str
+
+    def __post_init__(self) -> None:
+        dtype_bytes(self.weights), dtype_bytes(self.kv)  # unknown dtypes fail here, not deep in a cost model
+
+    @staticmethod
+    def of(weights: str, kv: str | None = None) -> Precision:
+        return Precision(weights, kv or default_kv_dtype(weights))
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes per weight element."""
+        return dtype_bytes(self.weights)
+
+    @property
+    def kv_bytes(self) -> float:
+        """Bytes per KV-cache element."""
+        return dtype_bytes(self.kv)
+
+    def to_json(self) -> dict[str, str]:
+        return {"weights": self.weights, "kv": self.kv}
+
+    @staticmethod
+    def from_json(d: dict[str, str]) -> Precision:
+        return Precision(d["weights"], d["kv"])

@@ -1,0 +1,9 @@
+"""Place: choose replica counts of costed pool options and the KV flows between them (CP-SAT).
+
+- `ilp`: the exact model and `solve`.
+- `infeasible`: which constraint families bind, and a message with the numbers.
+- `greedy`: the heuristic baseline; `baselines`: greedy and single-device-type placements.
+
+Imports only `compiler.ir` and OR-Tools (a test checks this): the placement
+sees pool options, never the model, the cost models or the vendors.
+"""

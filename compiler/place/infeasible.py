@@ -1,0 +1,84 @@
+"""Why no placement exists: a minimal set of binding constraint families, and a message with numbers.
+
+`binding_families` finds which families (`compiler.ir.placement.FAMILIES`)
+make an instance infeasible; `explain` turns them into one line that names
+each with the number that would make it feasible ("power budget 1.0 kW <
+1.4 kW needed ..."), by re-solving with that family relaxed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from compiler.ir.placement import FAMILIES, Instance, Solution
+from compiler.place.ilp import PlacementModel, solve
+
+
+def binding_families(inst: Instance, families: Sequence[str]) -> tuple[str, ...]:
+    """A minimal infeasible set of constraint families, by a deletion filter.
+
+    CP-SAT's own assumption core is sufficient but neither minimal nor always
+    reported once presolve proves infeasibility: drop each family in turn and
+    keep it dropped if the rest is still infeasible.
+    """
+    binding = [f for f in FAMILIES if f in families]
+    for f in list(binding):
+        rest = [x for x in binding if x != f]
+        if not _feasible(inst, rest):
+            binding = rest
+    return tuple(binding)
+
+
+def _feasible(inst: Instance, families: Sequence[str]) -> bool:
+    model = PlacementModel(inst, families)
+    _solver, status = model.solve(None, "max", 30.0, 1)
+    return status in (model.cp.OPTIMAL, model.cp.FEASIBLE)
+
+
+def explain(model_name: str, inst: Instance, sol: Solution, *, slo_ttft_ms: float | None,
+            slo_tpot_ms: float | None) -> str:
+    """Name each binding constraint family of `sol` with the number that would make it feasible."""
+    reasons: list[str] = []
+    for family in sol.binding:
+        if family == "power" and inst.power_budget_w is not None:
+            reasons.append(_power(model_name, inst, sol))
+        elif family == "slo":
+            reasons += _slo(inst, slo_ttft_ms, slo_tpot_ms)
+        elif family == "demand" and inst.arrival_rate_per_s is not None:  # when maximising, demand is "serve any"
+            free = solve(replace(inst, arrival_rate_per_s=None), "throughput",
+                         families=["inventory", "power", "slo", "link"], tie_break=False)
+            most = free.requests_per_s if free.feasible else 0.0
+            reasons.append(f"arrival rate {inst.arrival_rate_per_s:g} req/s > {most:.2f} req/s, the most this "
+                           f"cluster serves within its budget and SLOs")
+        elif family == "inventory":
+            reasons.append("inventory: the pools that meet the other constraints need more devices than the cluster has")
+        elif family == "link":
+            reasons.append("link: the links between pools cannot carry the KV hand-off traffic")
+    return "infeasible: " + "; ".join(reasons or ["no placement satisfies the constraints"])
+
+
+def _power(model_name: str, inst: Instance, sol: Solution) -> str:
+    free = solve(replace(inst, arrival_rate_per_s=inst.arrival_rate_per_s or 1e-3), "power",
+                 families=["inventory", "slo", "link", "demand"], tie_break=False)
+    need = f"{free.provisioned_w / 1e3:.1f} kW" if free.feasible else "more than the fleet has"
+    within = " and meet the SLOs" if "slo" in sol.binding else ""
+    return (f"power budget {inst.power_budget_w / 1e3:.1f} kW < {need} needed to hold {model_name} weights on the "
+            f"cheapest pools that fit{within}")
+
+
+def _slo(inst: Instance, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> list[str]:
+    reasons = []
+    tpots = [o for o in inst.options if o.tpot_s is not None]
+    ttfts = [o for o in inst.options if o.ttft_s is not None]
+    if slo_tpot_ms and tpots:
+        best = min(tpots, key=lambda o: o.tpot_s)
+        if best.tpot_s * 1e3 > slo_tpot_ms:
+            reasons.append(f"TPOT SLO {slo_tpot_ms:g} ms < {best.tpot_s * 1e3:.1f} ms, the fastest any pool achieves "
+                           f"({best.key})")
+    if slo_ttft_ms and ttfts:
+        best = min(ttfts, key=lambda o: o.ttft_s)
+        if best.ttft_s * 1e3 > slo_ttft_ms:
+            reasons.append(f"TTFT SLO {slo_ttft_ms:g} ms < {best.ttft_s * 1e3:.1f} ms, the fastest any pool achieves "
+                           f"({best.key})")
+    return reasons or ["SLO: no combination of pools meets TTFT and TPOT together (KV hand-off included)"]

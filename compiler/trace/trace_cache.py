@@ -1,0 +1,71 @@
+"""The on-disk cache of traced BlockGraphs.
+
+[Note: trace cache] Tracing a full-size model takes seconds; its result, the
+BlockGraph, is a pure function of the model config, the traced phases, the
+torch and transformers versions and gimletc's own tracing and accounting code.
+The cache key hashes all of these, so a changed rule or library re-traces.
+Entries are JSON (loading runs no code) written atomically; an unreadable
+entry is ignored and replaced, and a read-only cache only costs a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from importlib import metadata
+from pathlib import Path
+
+from compiler.inputs.model_spec import ModelSpec
+from compiler.ir.block_graph import BlockGraph
+from compiler.ir.files import atomic_write_text, cache_dir
+
+log = logging.getLogger(__name__)
+
+_ROOT = Path(__file__).resolve().parents[2]
+#: Source files whose change invalidates cached traces.
+_TRACE_CODE = ("compiler/trace/export.py", "compiler/trace/partition.py", "compiler/trace/ownership.py",
+               "cost_models/op_accounting.py", "compiler/ir/block_graph.py", "compiler/ir/poly.py")
+
+
+def _code_fingerprint() -> str:
+    h = hashlib.sha256()
+    for rel in _TRACE_CODE:
+        h.update((_ROOT / rel).read_bytes())
+    for dist in ("torch", "transformers"):
+        try:
+            h.update(f"{dist}={metadata.version(dist)}".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{dist}=missing".encode())
+    return h.hexdigest()
+
+
+def cache_key(spec: ModelSpec, phases: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    h.update(spec.sha256.encode())
+    h.update(",".join(phases).encode())
+    h.update(_code_fingerprint().encode())
+    return h.hexdigest()[:32]
+
+
+def entry_path(spec: ModelSpec, phases: tuple[str, ...]) -> Path | None:
+    """Where `spec`'s trace is cached; None for ``module:callable`` models, whose code can change under one name."""
+    if spec.kind == "callable":
+        return None
+    return cache_dir() / "traces" / f"{cache_key(spec, phases)}.json"
+
+
+def load(path: Path) -> BlockGraph | None:
+    try:
+        return BlockGraph.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("ignoring unreadable trace cache entry %s (%s)", path, e)
+        return None
+
+
+def store(path: Path, graph: BlockGraph) -> None:
+    try:
+        atomic_write_text(path, graph.dumps())
+    except OSError as e:  # a read-only cache must not fail the command
+        log.warning("could not write trace cache %s (%s)", path, e)
