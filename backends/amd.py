@@ -31,6 +31,15 @@ MI355X_FABRIC = ("https://humeconsulting.co/amd-mi355x-strong-node-level-inferen
 ACCEL_TABLE = "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md"
 NETWORK_TABLE = "https://github.com/stas00/ml-engineering/blob/master/network/README.md"
 
+# [Note: product node labels] The ROCm node labeller labels `amd.com/gpu.product-name` with the product name
+# from sysfs, spaces as '_' (cmd/k8s-node-labeller/main.go in https://github.com/ROCm/k8s-device-plugin; its
+# docs/user-guide/installation.md shows `amd.com/gpu.product-name=AMD_Instinct_MI300X_OAM`). MI325X and MI355X
+# follow the same pattern (assumption: check `kubectl get nodes -L amd.com/gpu.product-name` and override with
+# `node_selector` in the cluster file). The ROCm DRA driver publishes DeviceClass gpu.amd.com.
+PRODUCT_NAME_LABEL = "amd.com/gpu.product-name"
+PRODUCT_NAME = {"amd-mi300x": "AMD_Instinct_MI300X_OAM", "amd-mi325x": "AMD_Instinct_MI325X_OAM",
+                "amd-mi355x": "AMD_Instinct_MI355X_OAM"}
+
 IDLE = "assumption: AMD publishes no idle power; ~10% of TBP, the same rule as the NVIDIA GPUs"
 XGMI_LATENCY = "assumption: ~5 us per Infinity Fabric collective step (RCCL small-message latency, NVLink-class)"
 NIC = ("assumption: one 400 Gb/s RoCE/InfiniBand NIC per GPU, the typical 8-GPU MI300-series server build "
@@ -56,6 +65,7 @@ def _instinct(id: str, product: str, tflops: dict[str, float], hbm: tuple[float,
         scale_out=Link("RoCE / InfiniBand 400G per GPU", 400e9 / 8, 10e-6, 1 << 16),
         k8s_resource="amd.com/gpu", torch_device="cuda", software="ROCm (vLLM, SGLang)",
         image="rocm/vllm:latest",
+        k8s_node_labels=((PRODUCT_NAME_LABEL, PRODUCT_NAME[id]),), dra_device_class="gpu.amd.com",
         sources=tuple(sorted({
             **{f"peak_flops_per_s.{k}": (ACCEL_TABLE if k == "fp32" else src["flops"]) for k in tflops},
             "memory.hbm.capacity_bytes": src["memory"], "memory.hbm.bw_bytes_per_s": src["memory"],

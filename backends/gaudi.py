@@ -22,6 +22,13 @@ GAUDI_NETWORK = "https://docs.habana.ai/en/latest/Management_and_Monitoring/Netw
 ACCEL_TABLE = "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md"
 NETWORK_TABLE = "https://github.com/stas00/ml-engineering/blob/master/network/README.md"
 
+# [Note: product node labels] The Intel Gaudi base operator's feature discovery labels nodes
+# `habana.ai/product.name` (the key llm-d's workload-variant-autoscaler reads, internal/discovery in
+# https://github.com/llm-d/llm-d-workload-variant-autoscaler, with `Intel-Gaudi-2-96GB` as its Gaudi 2 example).
+# The Gaudi 3 value follows that pattern (assumption: check `kubectl get nodes -L habana.ai/product.name` and
+# override with `node_selector` in the cluster file). Intel's DRA driver publishes DeviceClass gaudi.intel.com.
+PRODUCT_NAME = {"intel-gaudi2": "Intel-Gaudi-2-96GB", "intel-gaudi3": "Intel-Gaudi-3-128GB"}
+
 IDLE = "assumption: Intel publishes no idle power; ~10% of TDP, the same rule as the GPUs"
 ROCE_SCALE_UP_LATENCY = ("assumption: ~10 us per HCCL collective step; scale-up runs over RDMA Ethernet ports, "
                          "not a memory-semantic fabric")
@@ -49,6 +56,7 @@ def _gaudi(id: str, product: str, tflops: dict[str, float], hbm: tuple[float, fl
         k8s_resource="habana.ai/gaudi", torch_device="hpu",
         software="Intel Gaudi software (SynapseAI), PyTorch bridge, Optimum Habana, vLLM",
         image="vault.habana.ai/gaudi-docker/1.21.0/ubuntu22.04/habanalabs/pytorch-installer-2.6.0:latest",
+        k8s_node_labels=(("habana.ai/product.name", PRODUCT_NAME[id]),), dra_device_class="gaudi.intel.com",
         sources=tuple(sorted({
             **{f"peak_flops_per_s.{k}": src["flops"] for k in tflops},
             "memory.hbm.capacity_bytes": src["memory"], "memory.hbm.bw_bytes_per_s": src["memory"],

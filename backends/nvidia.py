@@ -27,6 +27,20 @@ ACCEL_TABLE = "https://github.com/stas00/ml-engineering/blob/master/compute/acce
 NETWORK_TABLE = "https://github.com/stas00/ml-engineering/blob/master/network/README.md"
 HALVED = " (2:4-sparse headline halved)"
 
+# [Note: product node labels] NVIDIA GPU Feature Discovery labels each node `nvidia.com/gpu.product` with the
+# nvidia-smi product name, characters outside [A-Za-z0-9-_. ] dropped and spaces turned into '-' (`sanitise` in
+# https://github.com/NVIDIA/k8s-device-plugin/blob/main/internal/lm/resource.go; label table in
+# docs/gpu-feature-discovery/README.md). nvidia-smi names: "NVIDIA H100 80GB HBM3" and "NVIDIA A100-SXM4-80GB"
+# as printed by nvidia-smi / deviceQuery on HGX systems; the others follow NVIDIA's "NVIDIA <product>" naming
+# (assumption: check `kubectl get nodes -L nvidia.com/gpu.product` and override with `node_selector` in the
+# cluster file). The DRA driver (NVIDIA/k8s-dra-driver-gpu) publishes DeviceClass gpu.nvidia.com.
+GFD_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GFD_PRODUCT = {
+    "nvidia-a100-sxm-40gb": "NVIDIA-A100-SXM4-40GB", "nvidia-a100-sxm-80gb": "NVIDIA-A100-SXM4-80GB",
+    "nvidia-l40s": "NVIDIA-L40S", "nvidia-h100-sxm": "NVIDIA-H100-80GB-HBM3", "nvidia-h200-sxm": "NVIDIA-H200",
+    "nvidia-b200": "NVIDIA-B200", "nvidia-gb200": "NVIDIA-GB200",
+}
+
 IDLE = "assumption: NVIDIA publishes no idle power; ~10% of TDP, in line with nvidia-smi idle readings of HGX parts"
 NVLINK_LATENCY = "assumption: ~5 us per NVLink collective step (NCCL small-message latency on NVSwitch systems)"
 PCIE_LATENCY = "assumption: ~10 us per GPU-to-GPU transfer over PCIe through the host or a PCIe switch, with NCCL"
@@ -64,6 +78,7 @@ def _nvidia(id: str, product: str, tflops: dict[str, float], device_memory: tupl
         scale_up=scale_up, scale_out=scale_out,
         k8s_resource="nvidia.com/gpu", torch_device="cuda", software="CUDA (TensorRT-LLM, vLLM, SGLang)",
         image="nvcr.io/nvidia/pytorch:25.01-py3",
+        k8s_node_labels=((GFD_PRODUCT_LABEL, GFD_PRODUCT[id]),), dra_device_class="gpu.nvidia.com",
         sources=tuple(sorted({
             **{f"peak_flops_per_s.{k}": s for k, s in by_dtype.items()},
             f"memory.{memory_name}.capacity_bytes": src["memory"],

@@ -29,6 +29,12 @@ INF2_PAGE = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arc
 INF2_INSTANCE = NEURON_GITHUB + "/general/arch/neuron-hardware/inf2-arch.rst"
 TRN2_POWER_NOTE = "https://nand-research.com/research-note-awss-new-trainium2"
 
+# [Note: product node labels] Neuron chips come whole with their EC2 instance, so the node selector is the
+# well-known label `node.kubernetes.io/instance-type` that every cloud node carries
+# (https://kubernetes.io/docs/reference/labels-annotations-taints/#nodekubernetesioinstance-type), set to the
+# instance each device's numbers come from. The Neuron DRA driver publishes DeviceClass neuron.aws.com.
+INSTANCE_TYPE = {"aws-trn1": "trn1.32xlarge", "aws-trn2": "trn2.48xlarge", "aws-inf2": "inf2.48xlarge"}
+
 IDLE = "assumption: AWS publishes no idle power; ~10% of the assumed chip power, the same rule as the GPUs"
 TRN2_POWER = ("assumption: AWS publishes no chip power; ~500 W per Trainium2 chip, the analyst figure in "
               + TRN2_POWER_NOTE)
@@ -66,6 +72,7 @@ def _neuron(id: str, product: str, tflops: dict[str, float], hbm: tuple[float, f
         k8s_note="whole chips; request NeuronCores instead with aws.amazon.com/neuroncore (Neuron device plugin)",
         torch_device=None, software="AWS Neuron SDK (torch-neuronx, NxD Inference, vLLM-neuron)",
         image="public.ecr.aws/neuron/pytorch-inference-neuronx:2.9.0-neuronx-py312-sdk2.27.1-ubuntu24.04",
+        k8s_node_labels=(("node.kubernetes.io/instance-type", INSTANCE_TYPE[id]),), dra_device_class="neuron.aws.com",
         sources=tuple(sorted({
             **{f"peak_flops_per_s.{k}": src["flops"] for k in tflops},
             "memory.hbm.capacity_bytes": src["memory"], "memory.hbm.bw_bytes_per_s": src["memory"],

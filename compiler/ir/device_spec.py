@@ -45,6 +45,9 @@ class DeviceSpec:
     dense peak; a dtype absent from it is not supported natively.
     ``memory`` lists tiers fastest first; weights and KV live in the first tier that holds them.
     ``k8s_resource`` is None where no public device plugin exists (``k8s_note`` says so).
+    ``k8s_node_labels`` are the node labels a vendor's labeller publishes for this product (the default node
+    selector of generated manifests); ``dra_device_class`` is the DeviceClass of the vendor's Dynamic Resource
+    Allocation driver (None where there is none).
     ``torch_device`` names the torch device type that runs it natively (``cuda``, ``hpu``, ...);
     elsewhere stages execute emulated on the host CPU.
     ``sources`` maps each field name (dotted for nested numbers, e.g. ``memory.hbm.bw_bytes_per_s``)
@@ -69,6 +72,8 @@ class DeviceSpec:
     software: str = ""
     image: str = ""
     sources: tuple[tuple[str, str], ...] = field(default=())
+    k8s_node_labels: tuple[tuple[str, str], ...] = ()
+    dra_device_class: str | None = None
 
     def peak(self, dtype: str) -> float | None:
         return dict(self.peak_flops_per_s).get(dtype)
@@ -114,7 +119,7 @@ class DeviceSpec:
             elif isinstance(value, Link):
                 value = {"name": value.name, "bw_bytes_per_s": value.bw_bytes_per_s, "latency_s": value.latency_s,
                          "domain_devices": value.domain_devices}
-            elif f.name == "sources":
+            elif f.name in ("sources", "k8s_node_labels"):
                 value = dict(value)
             out[f.name] = value
         return out
@@ -127,4 +132,5 @@ class DeviceSpec:
         for name in ("scale_up", "scale_out"):
             kw[name] = Link(**d[name]) if d.get(name) else None
         kw["sources"] = tuple(sorted(d.get("sources", {}).items()))
+        kw["k8s_node_labels"] = tuple(sorted(d.get("k8s_node_labels", {}).items()))
         return DeviceSpec(**kw)
