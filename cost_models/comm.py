@@ -11,8 +11,10 @@ of Collective Communication Operations in MPICH", 2005):
   switch or full mesh; what NCCL's LL protocol and TensorRT-LLM's custom all-reduce do for small messages)
 - all-to-all (pairwise exchange): ``(p-1) a + (p-1)/p * n / B`` with n the bytes each device holds
 
->>> round(allreduce_s(1e6, 4, bw_bytes_per_s=100e9, latency_s=5e-6) * 1e6, 1)   # ring: 6 x 5 us + 15 us
-45.0
+>>> round(allreduce_s(1e9, 4, bw_bytes_per_s=100e9, latency_s=5e-6) * 1e3, 3)   # ring: 6 x 5 us + 15 ms
+15.03
+>>> round(allreduce_s(1e6, 4, bw_bytes_per_s=100e9, latency_s=5e-6) * 1e6, 1)   # one-shot: 2 x 5 us + 30 us
+40.0
 >>> round(allreduce_s(16e3, 8, bw_bytes_per_s=100e9, latency_s=5e-6) * 1e6, 2)  # one-shot: 2 x 5 us + 1.12 us
 11.12
 """

@@ -50,3 +50,13 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run `gimletc` in a fresh interpreter, as a user would."""
     return subprocess.run([sys.executable, "-m", "compiler.cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def assert_one_line_error(proc, *needles: str) -> None:
+    """The CLI failed with exit 2 and exactly one `gimletc: error:` line containing every needle."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("gimletc: error:"), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]

@@ -26,6 +26,7 @@ def test_readme_opens_with_two_commands_and_ci_runs_the_second():
 
 
 def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, at any depth (function-level imports included)."""
     tree = ast.parse(path.read_text())
     names = set()
     for node in ast.walk(tree):
@@ -36,18 +37,108 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
+def _package(path: Path) -> str:
+    """The layer a source file belongs to: ``compiler/trace``, ``compiler/driver.py``, ``cost_models``, ..."""
+    rel = path.relative_to(REPO).parts
+    if rel[0] == "compiler" and len(rel) > 2:
+        return f"compiler/{rel[1]}"
+    return "/".join(rel[:2]) if rel[0] == "compiler" else rel[0]
+
+
+_OURS = ("compiler", "cost_models", "backends")
+#: [Note: layering] What each layer may import of ours. The flow reads from the tree: ir <- cost_models <- backends
+#: <- stages (inputs, trace, cost, place, emit, runtime, calibrate) <- driver <- cli. A stage imports only the
+#: stages it needs; the placement sees only ir; the runtime reads only the plan directory.
+_ALLOWED = {
+    "compiler/ir": ("compiler.ir",),
+    "cost_models": ("compiler.ir", "cost_models"),
+    "backends": ("compiler.ir", "cost_models", "backends"),
+    "compiler/inputs": ("compiler.ir", "cost_models", "backends", "compiler.inputs"),
+    "compiler/trace": ("compiler.ir", "cost_models", "compiler.inputs", "compiler.trace"),
+    "compiler/cost": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.cost"),
+    "compiler/place": ("compiler.ir", "compiler.place"),
+    "compiler/emit": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.trace", "compiler.emit"),
+    "compiler/runtime": ("compiler.ir", "backends", "compiler.inputs", "compiler.emit", "compiler.runtime"),
+    # calibrate is a pipeline of its own: it reuses the driver's cached block_graph pass
+    "compiler/calibrate": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.trace",
+                           "compiler.calibrate", "compiler.driver"),
+    "compiler/driver.py": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.trace",
+                           "compiler.cost", "compiler.place", "compiler.emit", "compiler.runtime"),
+    "compiler/__init__.py": (),
+}
+#: Third-party packages a layer must not import (the rest of its imports are free).
+_FORBIDDEN_THIRD_PARTY = {
+    "compiler/cost": ("torch", "transformers", "ortools"),
+    "compiler/runtime": ("ortools",),
+    "cost_models": ("transformers", "ortools", "pydantic", "yaml"),  # torch only for its flop_counter formulas
+}
+
+
+def _sources():
+    for top in _OURS:
+        for path in sorted((REPO / top).rglob("*.py")):
+            yield path, _package(path)
+
+
 def test_layers_point_one_way():
-    """compiler.ir <- cost_models <- backends <- compiler passes: lower layers never import higher ones."""
-    allowed = {
-        "compiler/ir": ("compiler.ir",),
-        "cost_models": ("compiler.ir", "cost_models"),
-        "backends": ("compiler.ir", "cost_models", "backends"),
-    }
-    for folder, ok in allowed.items():
-        for path in (REPO / folder).rglob("*.py"):
-            for name in _imports(path):
-                if name.split(".")[0] in ("compiler", "cost_models", "backends"):
-                    assert name.startswith(ok), f"{path.relative_to(REPO)} imports {name}"
+    """See [Note: layering]: each layer imports only the layers below it, and nothing imports the CLI."""
+    for path, layer in _sources():
+        if layer == "compiler/cli":
+            continue
+        allowed = _ALLOWED[layer]
+        for name in _imports(path):
+            if name.split(".")[0] in _OURS and name != "compiler":
+                assert name.startswith(allowed), f"{path.relative_to(REPO)} ({layer}) imports {name}"
+            assert not name.startswith("compiler.cli"), f"{path.relative_to(REPO)} imports the CLI ({name})"
+
+
+def test_placement_imports_only_ir_and_ortools():
+    import sys
+
+    for path in (REPO / "compiler" / "place").rglob("*.py"):
+        for name in _imports(path):
+            top = name.split(".")[0]
+            assert top in sys.stdlib_module_names or top in ("ortools", "__future__") or \
+                name.startswith(("compiler.ir", "compiler.place")), f"{path.name}: {name}"
+
+
+def test_forbidden_third_party_imports():
+    for path, layer in _sources():
+        for name in _imports(path):
+            assert name.split(".")[0] not in _FORBIDDEN_THIRD_PARTY.get(layer, ()), \
+                f"{path.relative_to(REPO)} ({layer}) imports {name}"
+
+
+def test_cost_models_read_no_files():
+    """Cost models are arithmetic on values handed to them: no open(), no Path reads, no json/yaml loads."""
+    banned_calls = {"open", "read_text", "read_bytes", "load", "loads", "safe_load"}
+    for path in (REPO / "cost_models").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                assert name not in banned_calls, f"{path.name} calls {name}() (line {node.lineno})"
+
+
+def test_no_module_imports_another_modules_private_names():
+    for top in (*_OURS, "tools", "tests"):
+        for path in (REPO / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                    assert not private, f"{path.relative_to(REPO)} imports private {private} from {node.module}"
+
+
+def test_import_compiler_is_cheap():
+    """`import compiler` (and the CLI's parser) loads none of torch, ortools, pydantic or rich."""
+    import subprocess
+    import sys
+
+    heavy = ("torch", "transformers", "ortools", "pydantic", "rich")
+    code = ("import sys, compiler; compiler.__all__; "
+            f"print(' '.join(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "", out.stdout + out.stderr
 
 
 def test_ir_is_standard_library_only():

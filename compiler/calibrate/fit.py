@@ -71,7 +71,7 @@ def nelder_mead(f: Callable[[Any], float], x0: Sequence[float], *, steps: Sequen
     """Minimise `f` from `x0` with the Nelder-Mead simplex method; returns (value, point).
 
     >>> value, x = nelder_mead(lambda x: (x[0] - 1) ** 2 + (x[1] + 2) ** 2, [0.0, 0.0], steps=[0.5, 0.5])
-    >>> [round(v, 3) for v in x]
+    >>> [round(float(v), 3) for v in x]
     [1.0, -2.0]
     """
     import numpy as np

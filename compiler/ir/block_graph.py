@@ -19,7 +19,7 @@ Bytes are kept by kind so that one trace serves every dtype:
 ...           weight_params=3)
 >>> w = b.work(Precision.of("bf16"), B=4)
 >>> w.flops, w.weight_bytes
-(24, 6)
+(24, 6.0)
 >>> Block.from_json(b.to_json()) == b
 True
 """

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compiler.ir.block_graph import Block, BlockGraph, Edge, OpCost, UnaccountedOp, merge_ops
@@ -164,8 +164,7 @@ def partition(traced: TracedModel, model_name: str | None = None) -> BlockGraph:
     for phase in ("decode", "prefill"):  # decode first: prefill attention blocks produce what decode keeps
         if phase not in traced.phases:
             continue
-        b, e, u = [], [], []
-        kv_per_layer = _phase_blocks(traced, traced.phases[phase], kv_per_layer, b, e, u)
+        b, e, u, kv_per_layer = _phase_blocks(traced, traced.phases[phase], kv_per_layer)
         if traced.folded:
             b, e, u = _expand_layers(traced, phase, b, e, u)
         blocks += b
@@ -205,18 +204,42 @@ def _edge_order(name: str) -> int:
     return block_order("attn" if role == "attn" else "ffn", int(layer))
 
 
-def _phase_blocks(traced: TracedModel, phase: TracedPhase, kv_per_layer: dict[int, int],
-                  blocks: list[Block], edges: list[Edge], unaccounted: list[UnaccountedOp]):
-    program = phase.program
-    owner = assign_blocks(program)
+@dataclass
+class _PhaseCounts:
+    """What one walk over a phase's graph collects, per owning block key ``(role, layer)``."""
+
+    ops: dict = field(default_factory=lambda: defaultdict(list))  # key -> [OpCost]
+    params: dict = field(default_factory=lambda: defaultdict(set))  # key -> parameter placeholder names
+    cache_elems: dict = field(default_factory=dict)  # (layer, cache input) -> KV elements per token
+    moe_layers: set = field(default_factory=set)
+    missing: dict = field(default_factory=lambda: defaultdict(int))  # (key, op) -> nodes without a cost rule
+    dispatches: dict = field(default_factory=lambda: defaultdict(int))  # key -> aten calls
+
+
+def _phase_blocks(traced: TracedModel, phase: TracedPhase, kv_per_layer: dict[int, int]):
+    """One phase's blocks, activation edges and unaccounted ops; also KV elements per token by layer.
+
+    Steps: `_walk` (count every node into its owner's block), then `_blocks` and
+    `_activation_edges` (turn the counts into IR values).
+    """
+    owner = assign_blocks(phase.program)
     acct = _PhaseAccountant(traced, phase)
-    ops: dict[tuple[str, int | None], list[OpCost]] = defaultdict(list)
-    params: dict[tuple[str, int | None], set[str]] = defaultdict(set)
-    cache_elems: dict[tuple[int, str], int] = {}
-    moe_layers: set[int] = set()
-    missing: dict[tuple[tuple[str, int | None], str], int] = defaultdict(int)
-    dispatches: dict[tuple[str, int | None], int] = defaultdict(int)
-    for node in program.graph.nodes:
+    counts = _walk(phase, owner, acct)
+    layer_kv: dict[int, int] = dict(kv_per_layer)  # prefill reuses what its decode twin keeps
+    for (layer, _), n in counts.cache_elems.items():
+        layer_kv[layer] = layer_kv.get(layer, 0) + n
+    names = {k: block_name(k[0], k[1], "moe" if k[1] in counts.moe_layers else "ffn") for k in owner.values()}
+    blocks = _blocks(traced, phase.phase, sorted(set(owner.values()), key=lambda k: block_order(*k)), names, counts,
+                     acct, layer_kv)
+    unaccounted = [UnaccountedOp(phase.phase, names[key], name, n)
+                   for (key, name), n in sorted(counts.missing.items(), key=lambda kv: (block_order(*kv[0][0]), kv[0][1]))]
+    return blocks, _activation_edges(phase.program, owner, names, acct, phase.phase), unaccounted, layer_kv
+
+
+def _walk(phase: TracedPhase, owner: dict, acct: _PhaseAccountant) -> _PhaseCounts:
+    """Count every call node of the phase into the block that owns it."""
+    counts = _PhaseCounts()
+    for node in phase.program.graph.nodes:
         if node.op == "placeholder":
             acct.placeholder(node)
             continue
@@ -224,58 +247,59 @@ def _phase_blocks(traced: TracedModel, phase: TracedPhase, kv_per_layer: dict[in
             continue
         key = owner[node.name]
         if _is_dispatch(node):
-            dispatches[key] += 1
-        for a in node.all_input_nodes:
-            if a.name in acct.param_fqn:
-                params[key].add(a.name)
-                if is_routed_expert(acct.param_fqn[a.name]) and key[1] is not None:
-                    moe_layers.add(key[1])
-            elif a.name in acct.cache_inputs and key[1] is not None and key[0] == "attn":
-                val = a.meta["val"]
-                per_token = 1
-                for i, d in enumerate(val.shape):
-                    if i not in (0, 2):
-                        per_token *= int(d)
-                cache_elems[(key[1], a.name)] = per_token
+            counts.dispatches[key] += 1
+        _note_inputs(node, key, acct, counts)
         count = acct.call(node)
         if count is None or count.kind in ("layout", "mask"):
             continue
         name = op_name(node.target)
         if count.kind == "unaccounted":
-            missing[(key, name)] += 1
+            counts.missing[(key, name)] += 1
             continue
         try:
-            ops[key].append(OpCost(name, count.kind, 1, acct.sym.poly(count.flops), acct.sym.poly(count.weight_elems),
-                                   acct.sym.poly(count.kv_elems), acct.sym.poly(count.act_bytes), count.expert_weights))
+            counts.ops[key].append(OpCost(name, count.kind, 1, acct.sym.poly(count.flops),
+                                          acct.sym.poly(count.weight_elems), acct.sym.poly(count.kv_elems),
+                                          acct.sym.poly(count.act_bytes), count.expert_weights))
         except (ValueError, TypeError) as e:  # a non-polynomial shape expression
             log.warning("%s: op %s in %s has a non-polynomial cost (%s)", phase.phase, name, key, e)
-            missing[(key, name)] += 1
-    layer_kv: dict[int, int] = dict(kv_per_layer)  # prefill reuses what its decode twin keeps
-    for (layer, _), n in cache_elems.items():
-        layer_kv[layer] = layer_kv.get(layer, 0) + n
-    names = {k: block_name(k[0], k[1], "moe" if k[1] in moe_layers else "ffn") for k in owner.values()}
-    for key in sorted(set(owner.values()), key=lambda k: block_order(*k)):
+            counts.missing[(key, name)] += 1
+    return counts
+
+
+def _note_inputs(node, key: tuple[str, int | None], acct: _PhaseAccountant, counts: _PhaseCounts) -> None:
+    """Record the weights a node reads (and whether they are routed experts) and the KV cache it reads."""
+    for a in node.all_input_nodes:
+        if a.name in acct.param_fqn:
+            counts.params[key].add(a.name)
+            if is_routed_expert(acct.param_fqn[a.name]) and key[1] is not None:
+                counts.moe_layers.add(key[1])
+        elif a.name in acct.cache_inputs and key[1] is not None and key[0] == "attn":
+            per_token = 1
+            for i, d in enumerate(a.meta["val"].shape):
+                if i not in (0, 2):  # every dimension but batch and sequence
+                    per_token *= int(d)
+            counts.cache_elems[(key[1], a.name)] = per_token
+
+
+def _blocks(traced: TracedModel, phase: str, keys: list, names: dict, counts: _PhaseCounts, acct: _PhaseAccountant,
+            layer_kv: dict[int, int]) -> list[Block]:
+    blocks = []
+    for key in keys:
         role, layer = key
-        if role == "ffn" and layer in moe_layers:
+        if role == "ffn" and layer in counts.moe_layers:
             role = "moe"
-        weight_params = sum(acct.param_numel[p] for p in params[key])
-        expert_params = sum(acct.param_numel[p] for p in params[key] if is_routed_expert(acct.param_fqn[p]))
-        attention = window = None
-        if role == "attn":
-            attention, window = _attention_kind(traced, layer)
+        attention, window = _attention_kind(traced, layer) if role == "attn" else (None, None)
         blocks.append(Block(
-            name=names[key], role=role, phase=phase.phase, layer=layer, ops=merge_ops(ops[key]),
-            weight_params=weight_params, expert_params=expert_params,
+            name=names[key], role=role, phase=phase, layer=layer, ops=merge_ops(counts.ops[key]),
+            weight_params=sum(acct.param_numel[p] for p in counts.params[key]),
+            expert_params=sum(acct.param_numel[p] for p in counts.params[key] if is_routed_expert(acct.param_fqn[p])),
             kv_elems_per_token=layer_kv.get(layer, 0) if role == "attn" else 0,
             attention=attention, window_tokens=window,
             experts=traced.experts if role == "moe" else 0,
             experts_per_token=traced.experts_per_token if role == "moe" else 0,
-            dispatches=dispatches[key],
+            dispatches=counts.dispatches[key],
         ))
-    for (key, name), n in sorted(missing.items(), key=lambda kv: (block_order(*kv[0][0]), kv[0][1])):
-        unaccounted.append(UnaccountedOp(phase.phase, names[key], name, n))
-    edges.extend(_activation_edges(program, owner, names, acct, phase.phase))
-    return layer_kv
+    return blocks
 
 
 def _expand_layers(traced: TracedModel, phase: str, blocks: list[Block], edges: list[Edge],

@@ -8,40 +8,31 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, run_cli
-
-
-def _assert_one_line_error(proc, *needles: str) -> None:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("gimletc: error:"), proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
+from tests.conftest import REPO, assert_one_line_error, run_cli
 
 
 def test_missing_file(tmp_path):
-    _assert_one_line_error(run_cli("inspect", str(tmp_path / "missing.json")), "missing.json", "not found")
+    assert_one_line_error(run_cli("inspect", str(tmp_path / "missing.json")), "missing.json", "not found")
 
 
 def test_malformed_json(tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text('{"model_type": "llama", "hidden_size": 64,,}')
-    _assert_one_line_error(run_cli("inspect", str(bad)), str(bad), "not valid JSON", "fix the file")
+    assert_one_line_error(run_cli("inspect", str(bad)), str(bad), "not valid JSON", "fix the file")
 
 
 def test_unsupported_architecture(tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text(json.dumps({"model_type": "wavenet", "hidden_size": 64}))
-    _assert_one_line_error(run_cli("inspect", str(bad)), "'wavenet'", "model_type")
+    assert_one_line_error(run_cli("inspect", str(bad)), "'wavenet'", "model_type")
 
 
 def test_callable_that_fails_to_import():
-    _assert_one_line_error(run_cli("inspect", "no_such_pkg.models:build"), "no_such_pkg.models", "PYTHONPATH")
+    assert_one_line_error(run_cli("inspect", "no_such_pkg.models:build"), "no_such_pkg.models", "PYTHONPATH")
 
 
 def test_unknown_preset():
-    _assert_one_line_error(run_cli("inspect", "llama-9-1b"), "llama-9-1b", "--list")
+    assert_one_line_error(run_cli("inspect", "llama-9-1b"), "llama-9-1b", "--list")
 
 
 def test_bad_flag_value():

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from tests.compiler.test_cli import _assert_one_line_error
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, assert_one_line_error, run_cli
 
 MIXED = str(REPO / "examples" / "clusters" / "mixed.yaml")
 
@@ -108,7 +107,7 @@ def test_impossible_slo_exits_3_naming_the_slo(tmp_path):
 def test_malformed_cluster_exits_2(tmp_path):
     bad = tmp_path / "cluster.yaml"
     bad.write_text("name: x\ndevices:\n  - device: nvidia-h100-sxm\n    count: -3\n")
-    _assert_one_line_error(run_cli("compile", "llama-tiny", "--cluster", str(bad), "--workload", workload("chat"),
+    assert_one_line_error(run_cli("compile", "llama-tiny", "--cluster", str(bad), "--workload", workload("chat"),
                                    "--out", str(tmp_path / "o")), "cluster.yaml", "devices[0].count")
 
 

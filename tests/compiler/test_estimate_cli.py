@@ -6,8 +6,7 @@ import csv
 import json
 
 from compiler.ir.estimate import KEYS
-from tests.compiler.test_cli import _assert_one_line_error
-from tests.conftest import run_cli
+from tests.conftest import assert_one_line_error, run_cli
 
 
 def test_backends_json_lists_every_family():
@@ -39,11 +38,11 @@ def test_batch_max_and_concurrency():
 
 def test_model_that_does_not_fit_says_how_many_devices():
     proc = run_cli("estimate", "llama-3.1-405b", "--device", "nvidia-h100-sxm", "--count", "2", "--batch", "1")
-    _assert_one_line_error(proc, "does not fit", "needs at least 11 devices")
+    assert_one_line_error(proc, "does not fit", "needs at least 11 devices")
 
 
 def test_unknown_device_lists_known_ids():
-    _assert_one_line_error(run_cli("estimate", "llama-tiny", "--device", "nvidia-h1000", "--batch", "1"),
+    assert_one_line_error(run_cli("estimate", "llama-tiny", "--device", "nvidia-h1000", "--batch", "1"),
                            "nvidia-h1000", "nvidia-h100-sxm")
 
 
