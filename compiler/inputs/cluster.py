@@ -14,6 +14,9 @@ GB/s (1e9 bytes/s) and microseconds; methods hand the compiler W, bytes/s and s.
 from __future__ import annotations
 
 import difflib
+import ipaddress
+import re
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -23,6 +26,22 @@ from compiler.ir.errors import BadInput
 
 GB = 1e9  # the files' GB/s are decimal gigabytes, as vendors quote them
 
+# Kubernetes label syntax (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set)
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = re.compile(rf"([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}")
+_LABEL_VALUE = re.compile(rf"({_LABEL_NAME})?")
+_RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+class Toleration(Frozen):
+    """A Kubernetes toleration the pool's pods carry (for tainted accelerator nodes)."""
+
+    key: str | None = Field(default=None, description="taint key, e.g. nvidia.com/gpu; absent with Exists = any")
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
 class Inventory(Frozen):
     """One device pool: how many of one catalog device the cluster owns."""
 
@@ -30,6 +49,20 @@ class Inventory(Frozen):
     count: int = Field(ge=1, description="devices of this type (chips, cards or systems, per the catalog's form)")
     node_size: int | None = Field(
         default=None, ge=1, description="devices per node (scale-up domain); default: the catalog's devices_per_node")
+    # Deployment (`compiler.emit.k8s`): none of these change the placement.
+    node_selector: dict[str, str] | None = Field(
+        default=None, description="node labels this pool's pods must match; default: the vendor's product label "
+                                  "(k8s_node_labels in `gimletc backends --json`); {} selects any node")
+    tolerations: tuple[Toleration, ...] = Field(default=(), description="tolerations for this pool's pods")
+    k8s_resource: str | None = Field(
+        default=None, description="extended resource to request per device, for devices without a public device "
+                                  "plugin (Cerebras, d-Matrix); without it their pools are external endpoints")
+    image: str | None = Field(
+        default=None, description="container image of this pool's workers (with gimletc installed); default: the "
+                                  "catalog's vendor image")
+    endpoints: tuple[str, ...] = Field(
+        default=(), description="IP addresses of the external systems that serve this pool (devices without a "
+                                "Kubernetes resource)")
 
     @field_validator("device")
     @classmethod
@@ -40,6 +73,35 @@ class Inventory(Frozen):
             hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
             raise ValueError(f"{device_id!r} is not a known device id; {hint}`gimletc backends` lists the ids")
         return device_id
+
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, selector: dict[str, str] | None) -> dict[str, str] | None:
+        for key, value in (selector or {}).items():
+            if not _LABEL_KEY.fullmatch(key) or len(key.rsplit("/", 1)[-1]) > 63:
+                raise ValueError(f"{key!r} is not a Kubernetes label key (prefix/name, name of at most 63 "
+                                 "letters, digits, '-', '_' or '.'); e.g. nvidia.com/gpu.product")
+            if not _LABEL_VALUE.fullmatch(value):
+                raise ValueError(f"{key}: {value!r} is not a Kubernetes label value (at most 63 letters, digits, "
+                                 "'-', '_' or '.', starting and ending alphanumeric); quote numbers and booleans")
+        return selector
+
+    @field_validator("k8s_resource")
+    @classmethod
+    def _resource(cls, name: str | None) -> str | None:
+        if name is not None and not _RESOURCE_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an extended resource name; give domain/name, e.g. example.com/wse")
+        return name
+
+    @field_validator("endpoints")
+    @classmethod
+    def _addresses(cls, endpoints: tuple[str, ...]) -> tuple[str, ...]:
+        for address in endpoints:
+            try:
+                ipaddress.ip_address(address)
+            except ValueError:
+                raise ValueError(f"{address!r} is not an IP address; list the systems' IPv4 or IPv6 addresses") from None
+        return endpoints
 
 
 class LinkSpeed(Frozen):
@@ -127,6 +189,10 @@ class Cluster(Frozen):
             pair = frozenset((a, b))
             speed = next((link for link in self.links if frozenset(link.between) == pair), self.default_link)
         return speed.bandwidth_gb_per_s * GB, speed.latency_us / 1e6
+
+    def entry(self, device_id: str) -> Inventory:
+        """The file's entry for a pool: count, node size and how its pods deploy (selector, tolerations, ...)."""
+        return self._pool(device_id)
 
     @property
     def power_budget_w(self) -> float | None:

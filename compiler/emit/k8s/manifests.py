@@ -1,0 +1,315 @@
+"""Kubernetes manifests for a plan: one object per file, named ``<kind>-<name>.yaml``, plus a kustomization.
+
+Before: a `Plan` (and, when known, the `Cluster` it was compiled for). After:
+``{relative path: object}`` (`manifests`); `compiler.emit.k8s.yaml_text`
+writes them. Same plan, same bytes.
+
+[Note: how a plan deploys]
+- Every worker process of the plan (`compiler.emit.topology`: one per pool x
+  replica x pipeline stage x tensor-parallel rank) gets one device and runs
+  the worker contract's command, ``python -m compiler.runtime.worker --plan /plan``,
+  with ``MASTER_ADDR`` (the driver's headless Service), ``MASTER_PORT``,
+  ``WORLD_SIZE``, ``GIMLETC_POOL``, ``GIMLETC_REPLICA`` and ``GIMLETC_WORKER_INDEX``.
+- A pool whose replica fits one node (``devices_per_replica <= node size``) is
+  a StatefulSet: one pod per replica holding one container per worker, so a
+  replica's tensor-parallel peers share a node. A StatefulSet rather than a
+  Deployment because the replica index must be stable and distinct:
+  ``GIMLETC_REPLICA`` comes from the pod's ordinal (label
+  ``apps.kubernetes.io/pod-index``, Kubernetes >= 1.28), which a Deployment's
+  pods do not have. The pool's headless Service names the pods.
+- A pool whose replica spans nodes is a LeaderWorkerSet: one group per
+  replica, one pod per worker; ``GIMLETC_REPLICA`` is the group index and
+  ``GIMLETC_WORKER_INDEX`` the worker index LWS labels each pod with, and
+  subgroups of one node's worth of workers each get a node to themselves.
+- Devices without a Kubernetes resource (Cerebras, d-Matrix: no public device
+  plugin) are external endpoints: a selector-less headless Service plus an
+  EndpointSlice with the addresses from the cluster file (``endpoints``), and a
+  ConfigMap holding each external worker's environment, to start the same
+  worker program on those systems. A cluster file that names a resource for
+  them (``k8s_resource``) gets ordinary pods instead.
+- The driver (rank 0, ``gimletc serve``) is a Deployment of one pod, behind a
+  headless Service (rendezvous) and a ClusterIP Service (the HTTP API).
+- ``plan.json`` travels in a ConfigMap mounted over ``/plan/plan.json``; the
+  rest of the plan directory (stage programs, weight shards) comes from a
+  PersistentVolumeClaim the operator creates, named ``<name>-plan-dir``.
+- ``mode="dra"`` requests devices through Dynamic Resource Allocation
+  (``resource.k8s.io/v1`` ResourceClaimTemplates of the backend's DeviceClass)
+  instead of device-plugin limits.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from backends.registry import device as catalog_device
+from compiler.emit.k8s import objects as k8s
+from compiler.emit.topology import workers_of, world_size
+from compiler.ir.errors import BadInput
+
+if TYPE_CHECKING:
+    from compiler.emit.plan import Plan, Pool
+    from compiler.inputs.cluster import Cluster
+    from compiler.ir.device_spec import DeviceSpec
+
+MODES = ("device-plugin", "dra")
+MASTER_PORT = 29500
+HTTP_PORT = 8000
+PLAN_DIR = "/plan"
+WORKER_COMMAND = ("python", "-m", "compiler.runtime.worker", "--plan", PLAN_DIR)
+DRIVER_COMMAND = ("gimletc", "serve", PLAN_DIR)
+#: For pools whose device has no vendor image in the catalog, and for the driver (it needs no accelerator).
+CPU_IMAGE = "python:3.11-slim"
+#: RFC 5737 TEST-NET-1: documentation-only, routes nowhere; stands in for missing external endpoints.
+PLACEHOLDER_ADDRESS = "192.0.2.1"
+POD_INDEX = "apps.kubernetes.io/pod-index"
+LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_SUBGROUP_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
+NOTE = "gimletc/note"
+#: A ConfigMap holds at most 1 MiB (etcd's object limit), metadata included.
+CONFIG_MAP_LIMIT_BYTES = 1_000_000
+POOL_LABEL = "gimletc/pool"
+
+
+@dataclass(frozen=True)
+class PoolDeployment:
+    """How one pool deploys: its device, node size, resource, scheduling and worker layout."""
+
+    pool: Pool
+    key: str  # DNS-label form of the pool name
+    device: DeviceSpec
+    node_size: int
+    resource: str | None
+    node_selector: dict[str, str]
+    tolerations: tuple[Any, ...]
+    image: str
+    endpoints: tuple[str, ...]
+    workers_per_replica: int
+
+    @property
+    def kind(self) -> str:
+        """``external``, ``leader-worker-set`` or ``stateful-set`` (see [Note: how a plan deploys])."""
+        if self.resource is None:
+            return "external"
+        return "leader-worker-set" if self.pool.devices_per_replica > self.node_size else "stateful-set"
+
+
+@dataclass(frozen=True)
+class _Context:
+    plan: Plan
+    name: str
+    mode: str
+    world_size: int
+
+    def labels(self, component: str, pool: str | None = None) -> dict[str, str]:
+        out = {"app.kubernetes.io/name": "gimletc", "app.kubernetes.io/instance": self.name,
+               "app.kubernetes.io/component": component}
+        if pool is not None:
+            out[POOL_LABEL] = pool
+        return out
+
+    def selector(self, component: str, pool: str | None = None) -> dict[str, str]:
+        out = {"app.kubernetes.io/instance": self.name, "app.kubernetes.io/component": component}
+        if pool is not None:
+            out[POOL_LABEL] = pool
+        return out
+
+    @property
+    def driver_service(self) -> str:
+        return f"{self.name}-driver"
+
+
+def manifests(plan: Plan, cluster: Cluster | None = None, *, mode: str = "device-plugin",
+              name: str = "gimletc") -> dict[str, dict[str, Any]]:
+    """Every object of the deployment, keyed by its file name; ``kustomization.yaml`` lists the others.
+
+    `cluster` supplies node sizes, node selectors, tolerations, images and
+    external endpoints; without it the catalog's defaults apply.
+    """
+    if mode not in MODES:
+        raise BadInput(f"--manifests {mode!r}: choose one of {', '.join(MODES)}")
+    if not re.fullmatch(r"[a-z]([-a-z0-9]{0,18}[a-z0-9])?", name):
+        raise BadInput(f"manifest name {name!r}: use at most 20 lowercase letters, digits and '-'")
+    if len(plan.dumps().encode()) > CONFIG_MAP_LIMIT_BYTES:
+        raise BadInput(f"plan: plan.json is {len(plan.dumps().encode()):,} bytes, more than a ConfigMap holds "
+                       f"({CONFIG_MAP_LIMIT_BYTES:,}); deploy with --manifests none and mount the plan directory")
+    ctx = _Context(plan, name, mode, world_size(plan))
+    objs: list[dict[str, Any]] = [_plan_config_map(ctx), *_driver(ctx)]
+    for d in pool_deployments(plan, cluster):
+        build = {"external": _external_pool, "leader-worker-set": _lws_pool, "stateful-set": _stateful_pool}[d.kind]
+        objs.extend(build(ctx, d))
+    out = {f"{o['kind'].lower()}-{o['metadata']['name']}.yaml": o for o in objs}
+    if len(out) != len(objs):
+        raise BadInput("plan: two pools map to the same Kubernetes name; give the pools distinct names")
+    out = dict(sorted(out.items()))
+    out["kustomization.yaml"] = k8s.kustomization(list(out))
+    return out
+
+
+def pool_deployments(plan: Plan, cluster: Cluster | None) -> list[PoolDeployment]:
+    """How each pool of `plan` deploys (see [Note: how a plan deploys])."""
+    out = []
+    for pool in plan.pools:
+        spec = catalog_device(pool.device)
+        entry = cluster.entry(pool.device) if cluster is not None and pool.device in cluster.inventory() else None
+        node_size = cluster.node_size(pool.device) if entry is not None else spec.devices_per_node
+        workers = sum(1 for w in workers_of([pool]) if w.replica == 0)
+        if workers < 1 or pool.devices_per_replica % workers:
+            raise BadInput(f"plan: pool {pool.name} has {pool.devices_per_replica} devices per replica but "
+                           f"{workers} workers (stages x tp); recompile the plan")
+        selector = dict(spec.k8s_node_labels) if entry is None or entry.node_selector is None else entry.node_selector
+        out.append(PoolDeployment(
+            pool=pool, key=_dns_label(pool.name), device=spec, node_size=node_size,
+            resource=(entry.k8s_resource if entry is not None and entry.k8s_resource else spec.k8s_resource),
+            node_selector=dict(sorted(selector.items())), tolerations=entry.tolerations if entry else (),
+            image=(entry.image if entry is not None and entry.image else spec.image) or CPU_IMAGE,
+            endpoints=entry.endpoints if entry is not None else (), workers_per_replica=workers))
+    return out
+
+
+def _dns_label(text: str) -> str:
+    """``Pool_1A`` -> ``pool-1a``: lowercase letters, digits and '-', at most 20 characters."""
+    label = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:20].strip("-")
+    if not label:
+        raise BadInput(f"plan: pool name {text!r} has no letters or digits to name Kubernetes objects after")
+    return label
+
+
+def _plan_config_map(ctx: _Context) -> dict[str, Any]:
+    meta = k8s.metadata(f"{ctx.name}-plan", ctx.labels("plan"), {
+        NOTE: f"plan.json of {ctx.plan.model} on {ctx.plan.cluster}, mounted over {PLAN_DIR}/plan.json in every pod"})
+    return k8s.config_map(meta, {"plan.json": ctx.plan.dumps()})
+
+
+def _volumes(ctx: _Context) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The plan directory (PVC) at /plan with plan.json from the ConfigMap over it: (volumes, mounts)."""
+    volumes = [k8s.claim_volume("plan-dir", f"{ctx.name}-plan-dir"), k8s.config_map_volume("plan", f"{ctx.name}-plan")]
+    mounts = [k8s.volume_mount("plan-dir", PLAN_DIR), k8s.volume_mount("plan", f"{PLAN_DIR}/plan.json",
+                                                                        sub_path="plan.json")]
+    return volumes, mounts
+
+
+def _rendezvous_env(ctx: _Context) -> list[dict[str, Any]]:
+    return [k8s.env_value("MASTER_ADDR", ctx.driver_service), k8s.env_value("MASTER_PORT", str(MASTER_PORT)),
+            k8s.env_value("WORLD_SIZE", str(ctx.world_size))]
+
+
+def _driver(ctx: _Context) -> list[dict[str, Any]]:
+    """Rank 0: one pod running ``gimletc serve``, its rendezvous (headless) Service and its API Service."""
+    labels, selector = ctx.labels("driver"), ctx.selector("driver")
+    volumes, mounts = _volumes(ctx)
+    env = [*_rendezvous_env(ctx), k8s.env_value("RANK", "0")]
+    box = k8s.container("driver", CPU_IMAGE, DRIVER_COMMAND, env, mounts,
+                        ports=[("rendezvous", MASTER_PORT), ("http", HTTP_PORT)])
+    note = (f"rank 0 of {ctx.world_size}: owns requests and sampling; workers rendezvous at "
+            f"{ctx.driver_service}:{MASTER_PORT}")
+    return [
+        k8s.deployment(k8s.metadata(ctx.driver_service, labels, {NOTE: note}), 1, selector,
+                       k8s.pod_template(labels, [box], volumes)),
+        k8s.service(k8s.metadata(ctx.driver_service, labels, {NOTE: "torch.distributed env:// rendezvous"}),
+                    [("rendezvous", MASTER_PORT)], selector=selector, headless=True),
+        k8s.service(k8s.metadata(f"{ctx.name}-api", labels, {NOTE: "the OpenAI-compatible HTTP API"}),
+                    [("http", HTTP_PORT)], selector=selector, headless=False),
+    ]
+
+
+def _pool_annotations(d: PoolDeployment, note: str) -> dict[str, str]:
+    p = d.pool
+    return {"gimletc/device": p.device, "gimletc/role": p.role,
+            "gimletc/shape": f"replicas {p.replicas}, {p.devices_per_replica} devices each, tp={p.tp}, pp={p.pp}",
+            NOTE: note}
+
+
+def _worker_env(ctx: _Context, d: PoolDeployment, replica: dict[str, Any], index: dict[str, Any]) -> list:
+    return [*_rendezvous_env(ctx), k8s.env_value("GIMLETC_POOL", d.pool.name), replica, index]
+
+
+def _devices(ctx: _Context, d: PoolDeployment, workers: int) -> tuple[list[dict], str | None, int]:
+    """``(ResourceClaimTemplates, template name, devices per worker)``: DRA claims, or none for plugin limits."""
+    per_worker = d.pool.devices_per_replica // d.workers_per_replica
+    if ctx.mode != "dra" or d.device.dra_device_class is None or d.resource != d.device.k8s_resource:
+        return [], None, per_worker
+    name = f"{ctx.name}-{d.key}-devices"
+    meta = k8s.metadata(name, ctx.labels("worker", d.key), {NOTE: f"{per_worker} {d.device.dra_device_class} "
+                                                                  "device(s) per worker container"})
+    requests = [(f"worker{i}", d.device.dra_device_class, per_worker) for i in range(workers)]
+    return [k8s.resource_claim_template(meta, requests)], name, per_worker
+
+
+def _worker_container(ctx: _Context, d: PoolDeployment, i: int, env: list, claim: str | None,
+                      per_worker: int) -> dict[str, Any]:
+    _, mounts = _volumes(ctx)
+    if claim is not None:
+        return k8s.container(f"worker{i}", d.image, WORKER_COMMAND, env, mounts,
+                             claims=[{"name": "devices", "request": f"worker{i}"}])
+    return k8s.container(f"worker{i}", d.image, WORKER_COMMAND, env, mounts, limits={d.resource: per_worker})
+
+
+def _pod(ctx: _Context, d: PoolDeployment, containers: list, claim: str | None,
+         annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    volumes, _ = _volumes(ctx)
+    tolerations = [k8s.toleration(t.key, t.operator, t.value, t.effect) for t in d.tolerations]
+    claims = [{"name": "devices", "resourceClaimTemplateName": claim}] if claim else []
+    return k8s.pod_template(ctx.labels("worker", d.key), containers, volumes, node_selector=d.node_selector,
+                            tolerations=tolerations, resource_claims=claims, annotations=annotations)
+
+
+def _stateful_pool(ctx: _Context, d: PoolDeployment) -> list[dict[str, Any]]:
+    """A replica on one node: a StatefulSet pod per replica, a container per worker."""
+    name, n = f"{ctx.name}-{d.key}", d.workers_per_replica
+    claims, claim, per_worker = _devices(ctx, d, n)
+    replica = k8s.env_label("GIMLETC_REPLICA", POD_INDEX)
+    boxes = [_worker_container(ctx, d, i, _worker_env(ctx, d, replica, k8s.env_value("GIMLETC_WORKER_INDEX", str(i))),
+                               claim, per_worker) for i in range(n)]
+    note = (f"one pod per replica on one node ({d.pool.devices_per_replica} <= {d.node_size} devices per node), "
+            f"one container per worker; a StatefulSet for its stable ordinal (GIMLETC_REPLICA)")
+    labels = ctx.labels("worker", d.key)
+    return [*claims,
+            k8s.stateful_set(k8s.metadata(name, labels, _pool_annotations(d, note)), d.pool.replicas, name,
+                             ctx.selector("worker", d.key), _pod(ctx, d, boxes, claim)),
+            k8s.service(k8s.metadata(name, labels, {NOTE: f"names the pods of {d.pool.name}"}), [],
+                        selector=ctx.selector("worker", d.key), headless=True)]
+
+
+def _lws_pool(ctx: _Context, d: PoolDeployment) -> list[dict[str, Any]]:
+    """A replica across nodes: a LeaderWorkerSet group per replica, a pod per worker."""
+    name, n = f"{ctx.name}-{d.key}", d.workers_per_replica
+    claims, claim, per_worker = _devices(ctx, d, 1)
+    env = _worker_env(ctx, d, k8s.env_label("GIMLETC_REPLICA", LWS_GROUP_INDEX),
+                      k8s.env_label("GIMLETC_WORKER_INDEX", LWS_WORKER_INDEX))
+    per_node = max(1, d.node_size // per_worker)
+    sub_group = per_node if n % per_node == 0 and per_node < n else None
+    exclusive = {LWS_SUBGROUP_EXCLUSIVE: "kubernetes.io/hostname"} if sub_group else None
+    note = (f"a replica spans nodes ({d.pool.devices_per_replica} > {d.node_size} devices per node): one group "
+            f"of {n} pods per replica" + (f", {sub_group} per node" if sub_group else ""))
+    template = _pod(ctx, d, [_worker_container(ctx, d, 0, env, claim, per_worker)], claim, exclusive)
+    return [*claims, k8s.leader_worker_set(k8s.metadata(name, ctx.labels("worker", d.key), _pool_annotations(d, note)),
+                                           d.pool.replicas, n, template, sub_group_size=sub_group)]
+
+
+def _external_pool(ctx: _Context, d: PoolDeployment) -> list[dict[str, Any]]:
+    """No Kubernetes resource: a selector-less Service and EndpointSlices for the systems, and their workers' env."""
+    name, labels = f"{ctx.name}-{d.key}", ctx.labels("external", d.key)
+    addresses = d.endpoints or (PLACEHOLDER_ADDRESS,)
+    placeholder = "" if d.endpoints else (f" The address {PLACEHOLDER_ADDRESS} is a placeholder (RFC 5737): list "
+                                          f"the systems under endpoints in the cluster file.")
+    note = (f"{d.pool.device} has no Kubernetes resource ({d.device.k8s_note}): the pool runs outside the "
+            f"cluster. Start each worker in {name}-workers on those systems; MASTER_ADDR must reach the driver "
+            f"from there (expose {ctx.driver_service}:{MASTER_PORT})." + placeholder)
+    out = [k8s.service(k8s.metadata(name, labels, _pool_annotations(d, note)), [], selector=None, headless=True)]
+    for version in sorted({ipaddress.ip_address(a).version for a in addresses}):
+        group = [a for a in addresses if ipaddress.ip_address(a).version == version]
+        meta = k8s.metadata(f"{name}-ipv{version}", {**labels, "kubernetes.io/service-name": name})
+        out.append(k8s.endpoint_slice(meta, f"IPv{version}", group, []))
+    env_files = {}
+    for w in workers_of([d.pool]):
+        env = {"MASTER_ADDR": ctx.driver_service, "MASTER_PORT": str(MASTER_PORT), "WORLD_SIZE": str(ctx.world_size),
+               "GIMLETC_POOL": d.pool.name, "GIMLETC_REPLICA": str(w.replica),
+               "GIMLETC_WORKER_INDEX": str(w.worker_index)}
+        env_files[f"replica{w.replica}-worker{w.worker_index}.env"] = "".join(f"{k}={v}\n" for k, v in env.items())
+    out.append(k8s.config_map(k8s.metadata(f"{name}-workers", labels, {
+        NOTE: "one env file per external worker; run: env $(cat FILE) " + " ".join(WORKER_COMMAND)}), env_files))
+    return out
