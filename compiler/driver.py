@@ -109,9 +109,31 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
     if model not in graphs:
         graphs[model] = block_graph(model)
     tp = tp or max(1, count // pp)
+    _check_parallelism(model, graphs[model], tp, pp)
     dep = deployment(device, count, tp, pp, precision)
-    return estimate_deployment(graphs[model], dep, input_len=input_len, output_len=output_len, batch=batch,
-                               concurrency=concurrency)
+    result = estimate_deployment(graphs[model], dep, input_len=input_len, output_len=output_len, batch=batch,
+                                 concurrency=concurrency)
+    if not result.fits:
+        flag = f"--concurrency {concurrency}" if concurrency is not None else f"--batch {result.batch}"
+        raise BadInput(f"{flag}: {result.batch} requests of {input_len} + {output_len} tokens per replica need "
+                       f"{result.memory_bytes / 1e9:.1f} GB per {device}, which has "
+                       f"{result.memory_capacity_bytes / 1e9:.1f} GB; at most {result.max_batch} fit "
+                       f"(use --batch max, or more devices)")
+    return result
+
+
+def _check_parallelism(model: str, graph: BlockGraph, tp: int, pp: int) -> None:
+    """Tensor parallelism splits heads and pipeline parallelism splits layers: neither can exceed their count."""
+    if pp > graph.num_layers:
+        raise BadInput(f"--pp {pp}: {graph.model} has {graph.num_layers} layers, so at most {graph.num_layers} "
+                       "pipeline stages")
+    config = resolve_model(model).config if ":" not in model else {}
+    heads = config.get("num_attention_heads")
+    kv_heads = config.get("num_key_value_heads") or heads
+    for count, what in ((heads, "attention heads"), (kv_heads, "KV heads")):
+        if count and tp > count:
+            raise BadInput(f"--tp {tp}: {graph.model} has {count} {what}, so tensor parallelism can split it at "
+                           f"most {count} ways; lower --tp (or raise --pp)")
 
 
 @dataclass(frozen=True)
@@ -150,11 +172,28 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     note(f"costing pools for {graph.model} on {cluster.name}")
     with timings.step("cost"):
         try:
-            options, _skipped = enumerate_options(graph, cluster, workload, precision)
+            options, skipped = enumerate_options(graph, cluster, workload, precision)
         except BadInput as e:
-            raise Infeasible(f"memory: {e}") from None
+            raise Infeasible(f"memory: {e}{_dtype_hint(cluster, precision)}") from None
+        for reason in skipped:
+            log.warning("left out of the placement: %s%s", reason, _dtype_hint(cluster, precision, reason))
         instance = build_instance(graph, cluster, workload, options, precision, budget)
     return Prepared(graph, cluster, workload, precision, tuple(options), instance)
+
+
+def _dtype_hint(cluster: Cluster, precision: Precision, reason: str | None = None) -> str:
+    """``; try --dtype fp8 (...)`` for devices (named in `reason`, else all) that lack the weight dtype."""
+    from backends.registry import device
+    from compiler.ir.precision import WEIGHT_DTYPES
+
+    hints = []
+    for device_id in cluster.inventory():
+        spec = device(device_id)
+        if spec.peak(precision.weights) is None and (reason is None or device_id in reason):
+            usable = [d for d in WEIGHT_DTYPES if spec.peak(d) is not None]
+            if usable:
+                hints.append(f"--dtype {usable[-1] if 'fp8' not in usable else 'fp8'} runs on {device_id}")
+    return f"; {', '.join(hints)}" if hints else ""
 
 
 def _warn_context(model: str, workload) -> None:
@@ -179,14 +218,14 @@ class Compilation:
 def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
             objective: str = "throughput", slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
             precision: Precision = Precision.of("bf16"), time_limit_s: float = 60.0, baselines: bool = True,
-            progress: Progress | None = None) -> Compilation:
+            progress: Progress | None = None, timings: Timings | None = None) -> Compilation:
     """Trace, cost, place and emit: the whole of ``gimletc compile``. Infeasible inputs raise `Infeasible`."""
     from compiler.emit.emit_plan import emit_plan
     from compiler.place.baselines import baselines as solve_baselines
     from compiler.place.infeasible import explain
     from compiler.place.ilp import solve
 
-    timings = Timings()
+    timings = timings if timings is not None else Timings()
     note = progress or _quiet
     prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, slo_ttft_ms=slo_ttft_ms,
                    slo_tpot_ms=slo_tpot_ms, precision=precision, timings=timings, progress=progress)
@@ -209,7 +248,7 @@ MAX_TPOT_S = 0.2
 
 def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
            precision: Precision = Precision.of("bf16"), points: int = 8, time_limit_s: float = 60.0,
-           progress: Progress | None = None) -> tuple[str, list[dict]]:
+           progress: Progress | None = None, timings: Timings | None = None) -> tuple[str, list[dict]]:
     """The speed-vs-throughput frontier: ``(title, rows)``, one row per curve and TPOT target.
 
     For each TPOT target in a log-spaced sweep (from the fastest TPOT any pool
@@ -217,21 +256,36 @@ def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w:
     placement on the options costed once by `prepare`; each point is (tokens/s
     per user = 1 / worst TPOT of the plan, output tokens/s per MW provisioned).
     The same sweep restricted to one device type at a time gives the
-    homogeneous curves. All points are predictions of the cost model.
+    homogeneous curves. All points are predictions of the cost model. When no
+    point is feasible, raises `Infeasible` naming the binding constraints of the
+    loosest target.
     """
+    note = progress or _quiet
+    timings = timings if timings is not None else Timings()
+    prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, precision=precision,
+                   progress=progress, timings=timings)
+    tpots = sorted(o.tpot_s for o in prep.options if o.tpot_s is not None)
+    if not tpots:
+        raise Infeasible(f"no device type in {prep.cluster.name} can decode {prep.graph.model}: no pool option "
+                         "has a TPOT to sweep")
+    lo, hi = tpots[0], min(tpots[-1], MAX_TPOT_S)
+    targets = [lo * (hi / lo) ** (i / max(points - 1, 1)) for i in range(points)]
+    rows: list[dict] = []
+    with timings.step("sweep"):
+        _sweep(prep, targets, time_limit_s, note, rows)
+    if not any(r["curve"] == "heterogeneous" for r in rows):
+        _no_frontier(prep, targets, time_limit_s)
+    return f"{prep.graph.model} on {prep.cluster.name}, workload {prep.workload.name}", rows
+
+
+def _sweep(prep: Prepared, targets: list[float], time_limit_s: float, note: Progress, rows: list[dict]) -> None:
+    """Append one row per (TPOT target, curve) that has a feasible placement."""
     from compiler.cost.pool_options import with_slo
     from compiler.place.ilp import solve
 
-    note = progress or _quiet
-    prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, precision=precision,
-                   progress=progress)
     options, base, workload = list(prep.options), prep.instance, prep.workload
-    tpots = sorted(o.tpot_s for o in options if o.tpot_s is not None)
-    lo, hi = tpots[0], min(tpots[-1], MAX_TPOT_S)
-    targets = [lo * (hi / lo) ** (i / max(points - 1, 1)) for i in range(points)]
     ttft = workload.slo.ttft_ms / 1e3 if workload.slo.ttft_ms else None
     types = [t for t, _ in base.inventory]
-    rows = []
     for i, target in enumerate(targets):
         note(f"TPOT target {target * 1e3:.1f} ms ({i + 1}/{len(targets)})")
         marked = with_slo(options, ttft, target)
@@ -250,4 +304,18 @@ def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w:
                          "provisioned_power_w": sol.provisioned_w, "power_w": sol.power_w,
                          "output_tokens_per_s_per_mw": out_tps / (sol.provisioned_w / 1e6),
                          "status": sol.status, "prediction": True})
-    return f"{prep.graph.model} on {prep.cluster.name}, workload {workload.name}", rows
+
+
+def _no_frontier(prep: Prepared, targets: list[float], time_limit_s: float) -> None:
+    """No heterogeneous point: raise `Infeasible` with what binds at the loosest TPOT target."""
+    from compiler.cost.pool_options import with_slo
+    from compiler.place.ilp import solve
+    from compiler.place.infeasible import explain
+
+    loosest = targets[-1]
+    ttft = prep.workload.slo.ttft_ms / 1e3 if prep.workload.slo.ttft_ms else None
+    instance = prep.instance.with_options(with_slo(list(prep.options), ttft, loosest))
+    sol = solve(instance, "tokens-per-watt", time_limit_s=time_limit_s, tie_break=False)
+    why = explain(prep.graph.model, instance, sol, slo_ttft_ms=prep.workload.slo.ttft_ms, slo_tpot_ms=loosest * 1e3)
+    raise Infeasible(f"no point of the frontier is feasible ({len(targets)} TPOT targets, "
+                     f"{targets[0] * 1e3:.1f} to {loosest * 1e3:.1f} ms); at the loosest: {why}")

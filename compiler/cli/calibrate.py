@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from compiler.cli import options
-from compiler.cli.console import output, progress_printer
+from compiler.cli.console import output, progress_for
 
 
 def register(sub) -> None:
@@ -23,7 +23,7 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from compiler.calibrate import calibrate
 
-    report = calibrate(args.device, progress=progress_printer(not args.json))
+    report = calibrate(args.device, progress=progress_for(args))
     return output(report, args.json, print_calibration)
 
 

@@ -1,4 +1,9 @@
-"""``gimletc compile``: place a model on a fleet, write ``DIR/plan.json``, print a readable summary."""
+"""``gimletc compile``: place a model on a fleet, write ``DIR/plan.json`` and ``DIR/k8s/``, print a summary.
+
+``DIR`` is checked writable before any tracing; the previous run's outputs
+are removed first, and ``DIR/status.json`` records how this run ended
+(`compiler.cli.status`).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,15 @@ import sys
 from pathlib import Path
 
 from compiler.cli import options
-from compiler.cli.console import progress_printer
-from compiler.ir.errors import BadInput
-from compiler.ir.placement import OBJECTIVES
+from compiler.cli.console import check_out_dir, progress_for, seconds, timings_line
+from compiler.ir.placement import OBJECTIVE_QUANTITIES, OBJECTIVES
+
+#: What compile writes into DIR (removed before a run, so none of them outlives a failed one).
+OUTPUTS = ("plan.json", "k8s")
+MANIFEST_CHOICES = ("device-plugin", "dra", "none")
+#: Display units of each objective's quantity (`compiler.ir.placement.OBJECTIVE_QUANTITIES`).
+QUANTITY_UNITS = {"requests_per_s": "req/s", "requests_per_s_per_provisioned_w": "req/s per W provisioned",
+                  "provisioned_w": "W provisioned", "worst_tpot_ms": "ms worst TPOT"}
 
 
 def register(sub) -> None:
@@ -18,48 +29,98 @@ def register(sub) -> None:
         description="Trace MODEL, cost every candidate pool on every device type of the cluster, and solve "
                     "an exact CP-SAT placement (counts, parallelism, batch, prefill/decode and "
                     "attention/FFN split) under power, inventory, memory, SLO and link constraints. Writes "
-                    "DIR/plan.json. Metrics are predictions of the cost model.")
+                    "DIR/plan.json, Kubernetes manifests in DIR/k8s/ and DIR/status.json. Metrics are "
+                    "predictions of the cost model.")
     options.add_placement_inputs(p)
     p.add_argument("--objective", choices=OBJECTIVES, default="throughput", help="what to optimise (default throughput)")
-    p.add_argument("--slo-ttft-ms", type=float, metavar="X", help="override the workload's TTFT SLO")
-    p.add_argument("--slo-tpot-ms", type=float, metavar="Y", help="override the workload's TPOT SLO")
+    p.add_argument("--slo-ttft-ms", type=options.positive_float, metavar="X", help="override the workload's TTFT SLO")
+    p.add_argument("--slo-tpot-ms", type=options.positive_float, metavar="Y", help="override the workload's TPOT SLO")
+    p.add_argument("--manifests", choices=MANIFEST_CHOICES, default="device-plugin",
+                   help="Kubernetes manifests in DIR/k8s/: device-plugin limits (default), Dynamic Resource "
+                        "Allocation claims (dra), or none")
     p.add_argument("--json", action="store_true", help="print plan.json instead of the summary")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from compiler.driver import compile
+    from compiler.cli.status import clear, recorded
+    from compiler.driver import Timings, compile
     from compiler.ir.files import atomic_write_text
 
-    result = compile(args.model, args.cluster, args.workload, power_budget_w=args.power_budget,
-                     objective=args.objective, slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms,
-                     precision=options.precision_of(args), time_limit_s=args.time_limit,
-                     progress=progress_printer(not args.json))
-    path = Path(args.out) / "plan.json"
-    try:
-        atomic_write_text(path, result.plan.dumps())
-    except OSError as e:
-        raise BadInput(f"--out {args.out}: cannot write plan.json ({e.strerror}); choose a writable directory") from None
+    out = check_out_dir(args.out)
+    clear(out, OUTPUTS)
+    timings, wrote = Timings(), []
+    with recorded(out, "compile", timings, wrote, OUTPUTS):
+        result = compile(args.model, args.cluster, args.workload, power_budget_w=args.power_budget,
+                         objective=args.objective, slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms,
+                         precision=options.precision_of(args), time_limit_s=args.time_limit,
+                         progress=progress_for(args), timings=timings)
+        with timings.step("write"):
+            wrote += _write(result, out, args.manifests)
+            atomic_write_text(out / "plan.json", result.plan.dumps())
+            wrote.append("plan.json")
     if args.json:
         sys.stdout.write(result.plan.dumps())
     else:
-        render(result, path)
+        render(result, out)
     return 0
 
 
-def render(result, plan_path: Path) -> None:
+def _write(result, out: Path, mode: str) -> list[str]:
+    """The manifests (before plan.json, so a plan.json on disk always comes with its manifests)."""
+    if mode == "none":
+        return []
+    from compiler.emit.k8s import manifests, write_manifests
+
+    paths = write_manifests(manifests(result.plan, result.prepared.cluster, mode=mode), out / "k8s")
+    return [str(p.relative_to(out)) for p in paths]
+
+
+def render(result, out: Path) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     plan, sol = result.plan, result.solution
-    console = Console(width=max(Console().width, 120))
-    budget = f"{plan.power_budget_w / 1e3:.0f} kW" if plan.power_budget_w else "no budget"
+    console = Console()
+    budget = f"{plan.power_budget_w / 1e3:.0f}kW budget" if plan.power_budget_w else "no power budget"
     console.print(f"[bold]{plan.model}[/bold] on [bold]{plan.cluster}[/bold] ({budget}) for workload "
-                  f"[bold]{plan.workload}[/bold] — objective {plan.solver.objective}")
+                  f"[bold]{plan.workload}[/bold], objective {plan.solver.objective}")
+    console.print(_pool_table(plan))
+    pr = plan.predicted
+    console.print(
+        f"predicted: {pr.requests_per_s:.2f} req/s, {pr.output_tokens_per_s:,.0f} output tokens/s, "
+        f"{pr.power_w / 1e3:.1f}kW drawn ({pr.provisioned_power_w / 1e3:.1f}kW provisioned), "
+        f"{pr.output_tokens_per_s_per_w:.2f} output tokens/s per W, worst TTFT "
+        f"{'-' if pr.worst_ttft_ms is None else f'{pr.worst_ttft_ms:.0f} ms'}, worst TPOT "
+        f"{'-' if pr.worst_tpot_ms is None else f'{pr.worst_tpot_ms:.1f} ms'}")
+    kv = [t for t in plan.transfers if t.kind == "kv"]
+    if kv:
+        total = sum(t.predicted_bytes_per_s for t in kv)
+        console.print(f"KV hand-offs: {len(kv)} pool pairs, {total / 1e9:.2f} GB/s in all")
+    if plan.baselines:
+        console.print(_baseline_table(plan))
+    s = plan.solver
+    unit = QUANTITY_UNITS.get(OBJECTIVE_QUANTITIES.get(s.objective, ""), "")
+    console.print(f"solver: CP-SAT {s.status}, objective {s.objective_value:.4g} {unit}, bound {s.bound:.4g} {unit}, "
+                  f"gap {100 * s.gap:.3f}%, {s.variables} variables, {s.constraints} constraints, {s.options} pool "
+                  f"options, {seconds(sol.wall_s)}")
+    wrote = f"wrote {out / 'plan.json'}" + (f" and {out / 'k8s'}/" if (out / "k8s").is_dir() else "")
+    console.print(f"[dim]{timings_line(result.timings.as_dict())}. {wrote}. All metrics are predictions.[/dim]",
+                  soft_wrap=False)
+
+
+def _pool_table(plan):
+    from rich.table import Table
+
     table = Table(title="pools (predicted)", title_justify="left")
-    for col in ("pool", "role", "device", "replicas x devices", "tp", "pp", "batch", "req/s", "TTFT ms", "TPOT ms",
-                "power kW", "blocks"):
-        table.add_column(col, justify="left" if col in ("pool", "role", "device", "blocks") else "right")
+    widest_device = max((len(p.device) for p in plan.pools), default=6)
+    columns = (("pool", "left"), ("role", "left"), ("device", "left"), ("replicas x devices", "right"),
+               ("tp", "right"), ("pp", "right"), ("batch req", "right"), ("req/s", "right"), ("TTFT ms", "right"),
+               ("TPOT ms", "right"), ("power kW", "right"), ("blocks", "left"))
+    for col, justify in columns:
+        if col in ("pool", "device"):  # ids are never cut: other columns wrap first
+            table.add_column(col, justify=justify, no_wrap=True, min_width=widest_device if col == "device" else 4)
+        else:
+            table.add_column(col, justify=justify, overflow="fold")
     for p in plan.pools:
         blocks = p.stages[0].blocks
         span = f"{blocks[0]} .. {p.stages[-1].blocks[-1]}" if blocks else "-"
@@ -68,27 +129,15 @@ def render(result, plan_path: Path) -> None:
                       "-" if p.predicted_ttft_ms is None else f"{p.predicted_ttft_ms:.0f}",
                       "-" if p.predicted_tpot_ms is None else f"{p.predicted_tpot_ms:.1f}",
                       f"{p.predicted_power_w / 1e3:.1f}", span)
-    console.print(table)
-    pr = plan.predicted
-    console.print(
-        f"predicted: {pr.requests_per_s:.2f} req/s, {pr.output_tokens_per_s:,.0f} output tokens/s, "
-        f"{pr.power_w / 1e3:.1f} kW drawn ({pr.provisioned_power_w / 1e3:.1f} kW provisioned), "
-        f"{pr.output_tokens_per_s_per_w:.2f} tokens/s per W, worst TTFT "
-        f"{'-' if pr.worst_ttft_ms is None else f'{pr.worst_ttft_ms:.0f} ms'}, worst TPOT "
-        f"{'-' if pr.worst_tpot_ms is None else f'{pr.worst_tpot_ms:.1f} ms'}")
-    kv = [t for t in plan.transfers if t.kind == "kv"]
-    if kv:
-        total = sum(t.predicted_bytes_per_s for t in kv)
-        console.print(f"KV hand-offs: {len(kv)} pool pairs, {total / 1e9:.2f} GB/s in all")
-    if plan.baselines:
-        bt = Table(title="baselines (same cost model)", title_justify="left")
-        for col in ("baseline", "output tokens/s", "power kW", "plan gain"):
-            bt.add_column(col, justify="left" if col == "baseline" else "right")
-        for b in sorted(plan.baselines, key=lambda b: -b.output_tokens_per_s):
-            bt.add_row(b.name, f"{b.output_tokens_per_s:,.0f}", f"{b.power_w / 1e3:.1f}", f"{b.plan_ratio:.2f}x")
-        console.print(bt)
-    s = plan.solver
-    console.print(f"solver: CP-SAT {s.status}, objective {s.objective_value:.4g}, bound {s.bound:.4g}, gap "
-                  f"{100 * s.gap:.3f}%, {s.variables} variables, {s.constraints} constraints, {s.options} pool options, "
-                  f"{sol.wall_s:.1f} s")
-    console.print(f"[dim]times (s): {result.timings.as_dict()}. Wrote {plan_path}. All metrics are predictions.[/dim]")
+    return table
+
+
+def _baseline_table(plan):
+    from rich.table import Table
+
+    bt = Table(title="baselines (same cost model)", title_justify="left")
+    for col in ("baseline", "output tokens/s", "power kW", "plan gain"):
+        bt.add_column(col, justify="left" if col == "baseline" else "right", no_wrap=col == "baseline")
+    for b in sorted(plan.baselines, key=lambda b: -b.output_tokens_per_s):
+        bt.add_row(b.name, f"{b.output_tokens_per_s:,.0f}", f"{b.power_w / 1e3:.1f}", f"{b.plan_ratio:.2f}x")
+    return bt

@@ -1,10 +1,26 @@
-"""How every command talks to the terminal: JSON or a rendered table, progress lines, number formats."""
+"""How every command talks to the terminal: JSON or a rendered table, progress lines, number formats, and
+checking an output path before any work is done."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
-from typing import Any, Callable
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from compiler.ir.errors import BadInput
+
+
+def gimletc_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("gimletc")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 def output(value: Any, as_json: bool, render: Callable[[Any], None] | None) -> int:
@@ -18,13 +34,18 @@ def output(value: Any, as_json: bool, render: Callable[[Any], None] | None) -> i
 
 
 def progress_printer(enabled: bool) -> Callable[[str], None] | None:
-    """A callback printing ``… message`` to stderr, for long passes; None when disabled."""
-    if not enabled:
+    """A callback printing ``… message`` to stderr, for long passes; None when disabled or stderr is no terminal."""
+    if not enabled or not sys.stderr.isatty():
         return None
     from rich.console import Console
 
     console = Console(stderr=True)
     return lambda msg: console.print(f"[dim]… {msg}[/dim]")
+
+
+def progress_for(args: argparse.Namespace) -> Callable[[str], None] | None:
+    """Progress unless ``--json`` or ``-q`` was given (and only on a terminal)."""
+    return progress_printer(not getattr(args, "json", False) and not getattr(args, "quiet", False))
 
 
 def si(value: float, unit: str = "") -> str:
@@ -37,3 +58,59 @@ def si(value: float, unit: str = "") -> str:
         if abs(value) >= factor:
             return f"{value / factor:.3g}{prefix}{unit}"
     return f"{value:.3g}{unit}"
+
+
+def seconds(value: float) -> str:
+    """``0.0042`` -> ``4.2 ms``, ``7.976`` -> ``7.98 s``, ``95`` -> ``1 min 35 s``.
+
+    >>> seconds(0.0042), seconds(7.976), seconds(95)
+    ('4.2 ms', '7.98 s', '1 min 35 s')
+    """
+    if value < 1:
+        return f"{value * 1e3:.2g} ms"
+    if value < 60:
+        return f"{value:.3g} s"
+    return f"{int(value // 60)} min {round(value % 60)} s"
+
+
+def timings_line(steps: Mapping[str, float]) -> str:
+    """``{"trace": 7.98, "place": 4.51}`` -> ``times: trace 7.98 s, place 4.51 s (total 12.5 s)``.
+
+    Steps under a millisecond are left out.
+
+    >>> timings_line({"inputs": 0.0001, "trace": 7.976, "place": 4.506})
+    'times: trace 7.98 s, place 4.51 s (total 12.5 s)'
+    """
+    shown = [f"{name} {seconds(s)}" for name, s in steps.items() if s >= 1e-3]
+    return f"times: {', '.join(shown) or 'none'} (total {seconds(sum(steps.values()))})"
+
+
+def check_out_dir(path: str, flag: str = "--out") -> Path:
+    """Create `path` if needed and prove it writable now, before any tracing or solving; else `BadInput`."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"{flag} {path}: is a file, not a directory; give a directory to write into")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".gimletc-write-check-"):
+            pass
+    except OSError as e:
+        raise BadInput(f"{flag} {path}: cannot write there ({e.strerror or e}); choose a writable directory") from None
+    return out
+
+
+def check_out_file(path: str, flag: str = "--out") -> Path:
+    """Prove `path` can be written now (without truncating an existing file); else `BadInput`."""
+    out = Path(path)
+    if out.is_dir():
+        raise BadInput(f"{flag} {path}: is a directory; give a file name, e.g. {Path(path) / 'out.csv'}")
+    existed = out.exists()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "a"):
+            pass
+    except OSError as e:
+        raise BadInput(f"{flag} {path}: cannot write there ({e.strerror or e}); choose a writable path") from None
+    if not existed:
+        os.unlink(out)
+    return out

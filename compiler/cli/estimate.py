@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from compiler.cli import options
-from compiler.cli.console import output
+from compiler.cli.console import check_out_file, output
 from compiler.ir.errors import BadInput, GimletError
 
 
@@ -38,7 +38,7 @@ def register(sub) -> None:
                       help="continuous batching, C requests in flight")
     p.add_argument("--scenarios", metavar="FILE.csv", help="evaluate every row of a CSV (columns named like the flags)")
     p.add_argument("--out", metavar="FILE.csv", help="with --scenarios: write predictions here (default: stdout)")
-    options.add_json(p, "the prediction")
+    options.add_json(p, "the prediction (with --scenarios: the rows)")
     p.set_defaults(func=run)
 
 
@@ -47,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
     from compiler.inputs.scenarios import batch
 
     if args.scenarios:
-        return _scenarios(args.scenarios, args.out)
+        return _scenarios(args.scenarios, str(check_out_file(args.out)) if args.out else None, args.json)
+    if args.out:
+        raise BadInput("--out FILE.csv goes with --scenarios; without it, use --json to capture the prediction")
     if not args.model or not args.device:
         raise BadInput("estimate: give MODEL and --device ID (or --scenarios FILE.csv); `gimletc backends` lists devices")
     if args.batch is None and args.concurrency is None:
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     return output(result.to_json(), args.json, render)
 
 
-def _scenarios(path: str, out_path: str | None) -> int:
+def _scenarios(path: str, out_path: str | None, as_json: bool) -> int:
     from compiler.driver import estimate
     from compiler.inputs.scenarios import INPUT_COLUMNS, read_rows, scenario
     from compiler.ir.estimate import KEYS
@@ -77,6 +79,8 @@ def _scenarios(path: str, out_path: str | None) -> int:
             out["error"] = f"line {line}: {e}"
         results.append(out)
     columns = [c for c in INPUT_COLUMNS if c in rows[0]] + list(KEYS) + ["error"]
+    if as_json and not out_path:
+        return output(results, True, None)
     sink = open(out_path, "w", newline="") if out_path else sys.stdout
     try:
         writer = csv.DictWriter(sink, fieldnames=columns, extrasaction="ignore")

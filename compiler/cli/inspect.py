@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any, Sequence
 
 from compiler.cli import options
-from compiler.cli.console import output, progress_printer, si
+from compiler.cli.console import output, progress_for, si, timings_line
 from compiler.ir.errors import BadInput
 
 
@@ -48,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     phases = ("prefill", "decode") if args.phase == "both" else (args.phase,)
     timings = Timings()
     graph = block_graph(args.model, phases=("prefill", "decode"), use_cache=not args.no_cache, timings=timings,
-                        progress=progress_printer(sys.stderr.isatty() and not args.json))
+                        progress=progress_for(args))
     report = summarize(graph, precision=options.precision_of(args), batch=args.batch, prompt_len=args.prompt_len,
                        context_len=args.context_len, phases=phases)
     report["timings_s"] = timings.as_dict()
@@ -91,4 +90,4 @@ def render(r: dict[str, Any], phases: Sequence[str], per_block: bool) -> None:
     else:
         console.print("every traced op has a cost rule (no unaccounted ops)")
     console.print(f"[dim]trace: {r['trace'].get('tool', '?')}, torch {r['trace'].get('torch', '?')}; "
-                  f"times (s): {r['timings_s']}. Counts are predictions from the traced graph, not measurements.[/dim]")
+                  f"{timings_line(r['timings_s'])}. Counts are predictions from the traced graph, not measurements.[/dim]")

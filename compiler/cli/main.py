@@ -3,7 +3,7 @@
 Imports stay light so ``gimletc --help`` answers at once: torch and
 transformers load only when a command traces a model.
 
-Exit codes: 0 success, 2 bad input, 3 infeasible, 4 runtime failure, 1 other errors.
+Exit codes: 0 success, 1 internal error, 2 bad input, 3 infeasible, 4 runtime failure (`EXIT_CODES`).
 """
 
 from __future__ import annotations
@@ -14,30 +14,66 @@ import sys
 from typing import Sequence
 
 from compiler.cli import backends, calibrate, compile, estimate, inspect, pareto, schema
+from compiler.cli.console import gimletc_version
 from compiler.ir.errors import GimletError
 
 #: The commands, in the order ``--help`` lists them (the pipeline's order).
 COMMANDS = (inspect, backends, estimate, calibrate, compile, pareto, schema)
 
+EXIT_CODES = (
+    (0, "success"),
+    (1, "internal error (a bug: rerun with -v for the traceback and report it)"),
+    (2, "bad input: a file, field or flag is wrong; the message names it and the fix"),
+    (3, "infeasible: no placement meets the constraints; the message names the binding ones"),
+    (4, "runtime failure: a worker or transfer failed while running a plan"),
+)
+EPILOG = "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES)
+
+
+def _add_verbosity(p: argparse.ArgumentParser, default) -> None:
+    """``-v``/``-q``; sub-commands get them too (with no default) so they work anywhere on the line."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("-v", "--verbose", action="store_true", default=default,
+                       help="log what each step does (and show tracebacks of internal errors)")
+    group.add_argument("-q", "--quiet", action="store_true", default=default,
+                       help="print only results and errors: no progress, no warnings")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gimletc",
-        description="Heterogeneous multi-silicon placement compiler for LLM inference.",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what each step does")
+        prog="gimletc", description="Heterogeneous multi-silicon placement compiler for LLM inference.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"gimletc {gimletc_version()}")
+    _add_verbosity(parser, False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for command in COMMANDS:
         command.register(sub)
+    for p in sub.choices.values():
+        _add_verbosity(p, argparse.SUPPRESS)
+        p.epilog = p.epilog or EPILOG
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
+
+
+class _Formatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"gimletc: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    level = logging.INFO if args.verbose else logging.ERROR if args.quiet else logging.WARNING
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter() if not args.verbose else logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    _configure_logging(args)
     try:
         return args.func(args)
     except GimletError as e:
@@ -51,6 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as e:  # noqa: BLE001 (the last line of defence: one line, exit 1)
+        if args.verbose:
+            raise
+        print(f"gimletc: internal error: {type(e).__name__}: {e} (a bug; rerun with -v for the traceback "
+              "and report it)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -31,16 +31,31 @@ positive_int = int_at_least(1)
 nonneg_int = int_at_least(0)
 
 
-def power_w(text: str) -> float:
-    """``200kW`` / ``1.5MW`` / ``50000W`` / ``50000`` -> watts.
+def positive_float(text: str) -> float:
+    """An argparse type: a number > 0 (argparse names the flag in the error, and exits 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
 
-    >>> power_w("200kW"), power_w("1.5MW")
-    (200000.0, 1500000.0)
+
+def power_w(text: str) -> float:
+    """``200kW`` / ``1.5MW`` / ``50000W`` -> watts. The unit is required: cluster files speak kW, so a bare
+    ``200`` would be ambiguous.
+
+    >>> power_w("200kW"), power_w("1.5MW"), power_w("800 W")
+    (200000.0, 1500000.0, 800.0)
     """
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(mw|kw|w)?\s*", text.lower())
     if not m:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number with an optional unit, e.g. 200kW or 1.5MW")
-    value = float(m.group(1)) * {"mw": 1e6, "kw": 1e3, "w": 1.0, None: 1.0}[m.group(2)]
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a power with its unit, e.g. 200kW, 1.5MW or 800W")
+    if m.group(2) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no unit; write {m.group(1)}kW (as cluster files use) "
+                                         f"or {m.group(1)}W")
+    value = float(m.group(1)) * {"mw": 1e6, "kw": 1e3, "w": 1.0}[m.group(2)]
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be positive")
     return value
@@ -66,10 +81,11 @@ def add_placement_inputs(p: argparse.ArgumentParser) -> None:
     add_model(p)
     p.add_argument("--cluster", required=True, metavar="FILE", help="cluster YAML (examples/clusters/)")
     p.add_argument("--workload", required=True, metavar="FILE", help="workload YAML (examples/workloads/)")
-    p.add_argument("--power-budget", type=power_w, metavar="W",
-                   help="override the cluster's budget, e.g. 200kW or 1.5MW")
+    p.add_argument("--power-budget", type=power_w, metavar="POWER",
+                   help="override the cluster's budget, with a unit: 200kW, 1.5MW or 800W")
     add_precision(p)
-    p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="solver time limit (default 60 s)")
+    p.add_argument("--time-limit", type=positive_float, default=60.0, metavar="S",
+                   help="solver time limit, seconds (default 60)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
 
 

@@ -11,8 +11,10 @@ import json
 from pathlib import Path
 
 from compiler.cli import options
-from compiler.cli.console import progress_printer
+from compiler.cli.console import check_out_dir, progress_for, timings_line
 
+#: What pareto writes into DIR (removed before a run, so none of them outlives a failed one).
+OUTPUTS = ("pareto.csv", "pareto.json", "pareto.png")
 COLUMNS = ["curve", "tpot_target_ms", "worst_tpot_ms", "tokens_per_s_per_user", "output_tokens_per_s",
            "provisioned_power_w", "power_w", "output_tokens_per_s_per_mw", "status", "prediction"]
 
@@ -22,19 +24,34 @@ def register(sub) -> None:
         "pareto", help="sweep TPOT targets: tokens/s per user vs tokens/s per MW, heterogeneous and homogeneous",
         description="Solve the placement for a sweep of TPOT targets and write the frontier of tokens/s per "
                     "user against tokens/s per MW (heterogeneous fleet and best single device type) as "
-                    "DIR/pareto.png, .csv and .json. Predictions of the cost model.")
+                    "DIR/pareto.png, .csv and .json (and DIR/status.json). Predictions of the cost model. "
+                    "Exits 3, writing no frontier, when no point is feasible.")
     options.add_placement_inputs(p)
     p.add_argument("--points", type=options.positive_int, default=8, help="TPOT targets in the sweep (default 8)")
+    options.add_json(p, "the frontier (pareto.json's content)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from compiler.driver import pareto
+    from compiler.cli.status import clear, recorded
+    from compiler.driver import Timings, pareto
 
-    title, rows = pareto(args.model, args.cluster, args.workload, power_budget_w=args.power_budget,
-                         precision=options.precision_of(args), points=args.points, time_limit_s=args.time_limit,
-                         progress=progress_printer(True))
-    write(rows, Path(args.out), title)
+    out = check_out_dir(args.out)
+    clear(out, OUTPUTS)
+    timings, wrote = Timings(), []
+    with recorded(out, "pareto", timings, wrote, OUTPUTS):
+        title, rows = pareto(args.model, args.cluster, args.workload, power_budget_w=args.power_budget,
+                             precision=options.precision_of(args), points=args.points, time_limit_s=args.time_limit,
+                             progress=progress_for(args), timings=timings)
+        with timings.step("write"):
+            write(rows, out, title)
+        wrote += list(OUTPUTS)
+    if args.json:
+        print(json.dumps({"title": title, "points": rows}, indent=1, sort_keys=True))
+    elif not args.quiet:
+        het = sum(r["curve"] == "heterogeneous" for r in rows)
+        print(f"{title}: {het} heterogeneous and {len(rows) - het} single-device-type points (predicted); "
+              f"wrote {out / 'pareto.png'}, .csv and .json. {timings_line(timings.as_dict())}")
     return 0
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from compiler.cli import options
 from compiler.cli.console import output
 
 
 def register(sub) -> None:
     p = sub.add_parser("schema", help="print the JSON Schemas of the cluster, workload and plan files")
+    options.add_json(p, "the schemas (the default: they are JSON)")
     p.set_defaults(func=run)
 
 

@@ -120,22 +120,37 @@ class Plan(_Frozen):
 
 
 def load_plan(path: str | Path) -> Plan:
-    """Read and validate ``plan.json`` (a file or the plan directory)."""
+    """Read and validate ``plan.json`` (a file or the plan directory): its schema, then its meaning
+    (`compiler.emit.plan_checks`). Any problem is one `BadInput` naming the file and the field."""
     path = Path(path)
     if path.is_dir():
         path = path / "plan.json"
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BadInput(f"plan {path}: not found; run `gimletc compile ... --out DIR` first") from None
+    except OSError as e:
+        raise BadInput(f"plan {path}: cannot read ({e.strerror or e}); give the plan directory or its plan.json") from None
+    except UnicodeDecodeError as e:
+        raise BadInput(f"plan {path}: not UTF-8 text (byte {e.start}); recompile the plan") from None
     except json.JSONDecodeError as e:
         raise BadInput(f"plan {path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
+    except (ValueError, RecursionError) as e:  # e.g. a number of more than 4300 digits, nesting too deep
+        raise BadInput(f"plan {path}: not a plan ({type(e).__name__}: {str(e)[:80]}); recompile the plan") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"plan {path}: expected a JSON object, got {type(data).__name__}; recompile the plan")
+    if data.get("schema_version") != SCHEMA_VERSION:
         raise BadInput(f"plan {path}: schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}; "
                        f"recompile it with this gimletc")
     try:
-        return Plan.model_validate(data)
+        plan = Plan.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise BadInput(f"plan {path}: field {where}: {err['msg']}; recompile the plan") from None
+        from compiler.emit.plan_checks import field_path
+
+        err = e.errors(include_url=False)[0]
+        raise BadInput(f"plan {path}: field {field_path(err['loc']) or '(top level)'}: {err['msg']}; "
+                       "recompile the plan") from None
+    from compiler.emit.plan_checks import check_plan
+
+    check_plan(plan, str(path))
+    return plan

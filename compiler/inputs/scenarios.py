@@ -3,37 +3,66 @@
 Columns are named like the flags: ``model, device, count, tp, pp, dtype,
 input_len, output_len`` and ``batch`` (a number or ``max``) or
 ``concurrency``; ``kv_dtype`` and ``id`` are optional. `read_rows` fails on
-the file as a whole (unreadable, empty, no model or device column); `scenario`
-turns one row into the keyword arguments of `compiler.driver.estimate` or
-raises `BadInput` for that row alone, so one bad row never stops the others.
+the file as a whole (unreadable, not UTF-8 text, empty, a column it does not
+know, no model or device column); `scenario` turns one row into the keyword
+arguments of `compiler.driver.estimate` or raises `BadInput` for that row
+alone, so one bad row never stops the others.
+
+>>> scenario({"model": "llama-tiny", "device": "cpu-host", "count": "2", "batch": "max"})["count"]
+2
 """
 
 from __future__ import annotations
 
 import csv
+import difflib
 from pathlib import Path
 from typing import Any
 
+from backends import registry
 from compiler.ir.errors import BadInput
 from compiler.ir.precision import Precision
 
 INPUT_COLUMNS = ("id", "model", "device", "count", "tp", "pp", "dtype", "kv_dtype", "input_len", "output_len",
                  "batch", "concurrency")
+#: Upper bounds that keep every later product finite: more than any fleet or context holds.
+MAX_DEVICES = 1_000_000
+MAX_TOKENS = 100_000_000
 
 
 def read_rows(path: str | Path) -> list[dict[str, str]]:
+    where = f"--scenarios {path}"
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            header = list(reader.fieldnames or [])
     except OSError as e:
-        raise BadInput(f"--scenarios {path}: cannot read ({e.strerror}); check the path") from None
+        raise BadInput(f"{where}: cannot read ({e.strerror or e}); check the path") from None
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{where}: not UTF-8 text (byte {e.start}); save the file as UTF-8 CSV") from None
+    except csv.Error as e:
+        raise BadInput(f"{where}: not a readable CSV ({e}); save it as comma-separated text") from None
     if not rows:
-        raise BadInput(f"--scenarios {path}: no rows; the first line must name columns like the flags "
+        raise BadInput(f"{where}: no rows; the first line must name columns like the flags "
                        f"({', '.join(INPUT_COLUMNS[1:])})")
-    missing = {"model", "device"} - set(rows[0])
-    if missing:
-        raise BadInput(f"--scenarios {path}: missing column(s) {', '.join(sorted(missing))}")
+    _check_header(where, header)
     return rows
+
+
+def _check_header(where: str, header: list[str]) -> None:
+    """Every column known and named once, and the two required ones present."""
+    for column in header:
+        if column not in INPUT_COLUMNS:
+            close = difflib.get_close_matches(column.strip().lower(), INPUT_COLUMNS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise BadInput(f"{where}: unknown column {column!r}; {hint}columns are {', '.join(INPUT_COLUMNS)}")
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    if repeated:
+        raise BadInput(f"{where}: column {repeated[0]!r} appears twice; keep one")
+    missing = {"model", "device"} - set(header)
+    if missing:
+        raise BadInput(f"{where}: missing column(s) {', '.join(sorted(missing))}")
 
 
 def batch(value: str | int | None) -> int | str | None:
@@ -50,30 +79,48 @@ def batch(value: str | int | None) -> int | str | None:
         b = int(value)
     except ValueError:
         raise BadInput(f"batch {value!r}: expected a whole number or 'max'") from None
-    if b < 1:
-        raise BadInput(f"batch {value!r}: must be at least 1")
+    if not 1 <= b <= MAX_TOKENS:
+        raise BadInput(f"batch {value!r}: must be between 1 and {MAX_TOKENS:,}")
     return b
 
 
-def scenario(row: dict[str, str]) -> dict[str, Any]:
+def scenario(row: dict[str | None, Any]) -> dict[str, Any]:
     """The keyword arguments of `compiler.driver.estimate` for one row."""
+    if row.get(None):
+        raise BadInput(f"{len(row[None])} more value(s) than columns; quote values that contain commas")
+    missing = [k for k, v in row.items() if v is None]
+    if missing:
+        raise BadInput(f"column {missing[0]!r}: no value (the row has fewer values than the header has columns)")
     dtype = (row.get("dtype") or "bf16").strip()
     kv_dtype = (row.get("kv_dtype") or "").strip() or None
     try:
         precision = Precision.of(dtype, kv_dtype)
     except ValueError as e:
         raise BadInput(f"column 'dtype' or 'kv_dtype': {e}") from None
-    return dict(model=row["model"].strip(), device=row["device"].strip(), count=_int(row, "count", 1),
-                tp=_int(row, "tp"), pp=_int(row, "pp", 1), precision=precision,
-                input_len=_int(row, "input_len", 1024), output_len=_int(row, "output_len", 256),
-                batch=batch(row.get("batch") or None), concurrency=_int(row, "concurrency"))
+    model, device = (row.get("model") or "").strip(), (row.get("device") or "").strip()
+    if not model or not device:
+        raise BadInput(f"column {'model' if not model else 'device'!r}: empty; name a preset and a device id")
+    try:
+        registry.device(device)
+    except BadInput as e:
+        raise BadInput(f"column 'device': {e}") from None
+    b, concurrency = batch((row.get("batch") or "").strip() or None), _int(row, "concurrency", None, MAX_TOKENS)
+    if b is not None and concurrency is not None:
+        raise BadInput("columns 'batch' and 'concurrency': give one of them, not both")
+    return dict(model=model, device=device, count=_int(row, "count", 1, MAX_DEVICES),
+                tp=_int(row, "tp", None, MAX_DEVICES), pp=_int(row, "pp", 1, MAX_DEVICES), precision=precision,
+                input_len=_int(row, "input_len", 1024, MAX_TOKENS), output_len=_int(row, "output_len", 256, MAX_TOKENS),
+                batch=b, concurrency=concurrency)
 
 
-def _int(row: dict[str, str], key: str, default: int | None = None) -> int | None:
+def _int(row: dict[str | None, Any], key: str, default: int | None, high: int) -> int | None:
     value = (row.get(key) or "").strip()
     if not value:
         return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise BadInput(f"column {key!r}: expected a whole number, got {value!r}") from None
+    if not 1 <= number <= high:
+        raise BadInput(f"column {key!r}: {number} is out of range; give a whole number from 1 to {high:,}")
+    return number

@@ -8,20 +8,33 @@ the fix, with "did you mean" for misspelt fields; no traceback reaches a user.
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from compiler.ir.errors import BadInput
 
 
-class Frozen(BaseModel):
-    """Base of every input model: immutable, and unknown fields are errors."""
+#: No count, length, rate, power or bandwidth in an input file comes near this; beyond it floats lose whole units.
+MAX_NUMBER = 1e15
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+
+class Frozen(BaseModel):
+    """Base of every input model: immutable, unknown fields are errors, numbers finite and below `MAX_NUMBER`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _sane_number(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > MAX_NUMBER:
+            raise ValueError(f"{value:.3g} is larger than any real fleet or workload (limit {MAX_NUMBER:.0e}); "
+                             "check the units")
+        return value
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -70,10 +83,23 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
     return f"YAML syntax error{at}: {problem}; fix the indentation, colons or quoting there"
 
 
+#: How many of the further problems a message lists after the first.
+MORE_LISTED = 5
+
+
 def _first_problem(model: type[BaseModel], e: ValidationError) -> str:
-    """Pydantic's first error as ``a.b[2].c: what is wrong and what to do``, plus how many more."""
+    """Pydantic's first error as ``a.b[2].c: what is wrong and what to do``, then the others (up to five)."""
     errors = e.errors(include_url=False)
-    err = errors[0]
+    first, rest = _describe(model, errors[0]), [_describe(model, err) for err in errors[1:]]
+    if not rest:
+        return first
+    listed = " ".join(f"[{i}] {text}" for i, text in enumerate(rest[:MORE_LISTED], start=2))
+    listed += " ..." if len(rest) > MORE_LISTED else ""
+    return f"{first} (and {len(rest)} more problem{'s' if len(rest) > 1 else ''}: {listed})"
+
+
+def _describe(model: type[BaseModel], err: Any) -> str:
+    """One pydantic error as ``field.path: message``."""
     loc = tuple(err["loc"])
     if err["type"] == "extra_forbidden":
         known = list(_model_at(model, loc[:-1]).model_fields)
@@ -87,15 +113,19 @@ def _first_problem(model: type[BaseModel], e: ValidationError) -> str:
     else:
         message = f"{err['msg']} (got {_short(err.get('input'))})"
     path = _field_path(loc)
-    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-    return f"{path}: {message}{more}" if path else f"{message}{more}"
+    return f"{path}: {message}" if path else message
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
     """``("devices", 2, "count")`` -> ``devices[2].count``."""
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", str(part)):  # a user's odd key: shown quoted, one line
+            out += f"[{str(part)!r}]"
+        else:
+            out += f".{part}" if out else str(part)
     return out
 
 

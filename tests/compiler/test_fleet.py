@@ -232,7 +232,9 @@ def test_device_listed_twice(tmp_path):
 def test_several_problems_report_the_first_and_a_count(tmp_path):
     text = GOOD_CLUSTER.replace("count: 16", "count: 0").replace("power_budget_kw: 20", "power_budget_kw: -1")
     message = one_line_error(load_cluster, write(tmp_path, text))
-    assert message.endswith("(and 1 more problem)")
+    assert message.startswith(f"{tmp_path / 'input.yaml'}: power_budget_kw: ")
+    assert message.endswith("(and 1 more problem: [2] devices[0].count: Input should be greater than or equal to 1 "
+                            "(got 0))")
 
 
 def test_bad_arrival_rate_gives_one_clear_message(tmp_path):
