@@ -29,12 +29,73 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class RankExec(_Frozen):
+    """One tensor-parallel rank of a stage: its slice of heads and FFN, and its files (paths relative to the plan)."""
+
+    tp_rank: int
+    q_heads: list[int]  # [first, end) of the model's query heads
+    kv_heads: list[int]  # [first, end) of the model's KV heads
+    ffn_slice: list[int]  # [first, end) of the FFN (per expert) intermediate dimension
+    program: str  # generated Python stage program
+    weights: str | None = None  # safetensors shard (absent when weights were not emitted)
+    onnx: str | None = None
+
+
+class StageExec(_Frozen):
+    """What a stage worker needs to execute a stage (`compiler.emit.stage_programs`); see docs in that module."""
+
+    role: str
+    layers: list[int]  # [first, end) of the decoder layers whose blocks this stage runs
+    tp: int
+    pp: int
+    dtype: str  # dtype the programs and shards compute in
+    kv_dtype: str
+    kv_layout: Literal["HND"] = "HND"  # page = (kv heads, tokens, head dim)
+    kv_block_size: int  # tokens per KV page
+    ranks: list[RankExec]
+
+
 class Stage(_Frozen):
     """One pipeline stage of a replica: the blocks it runs, in order, per phase."""
 
     index: int
     device: str
     blocks: list[str]
+    execution: StageExec | None = None  # set when stage programs were emitted
+
+
+class Conversion(_Frozen):
+    """An explicit step on a transfer: a dtype cast or a layout permute, at the sender or the receiver."""
+
+    op: Literal["cast", "permute"]
+    src: str
+    dst: str
+    at: Literal["sender", "receiver"]
+
+
+class HeadPair(_Frozen):
+    """Who sends which KV to whom: a prefill rank's layers x KV heads that land on one decode rank."""
+
+    src_stage: int
+    src_tp_rank: int
+    dst_stage: int
+    dst_tp_rank: int
+    layers: list[int]  # [first, end)
+    kv_heads: list[int]  # [first, end) in the model's KV-head numbering
+
+
+class TransferDetail(_Frozen):
+    """What one edge carries, in which layout and dtype, and exactly how many bytes per token."""
+
+    carries: Literal["kv_pages", "hidden_states", "draft_tokens"]
+    layout: str
+    dtype: str
+    dst_dtype: str
+    bytes_per_token: int  # kv_pages: per prompt token handed off; hidden_states: per token per crossing
+    crossings_per_token: int  # hidden_states: 2 x layers per decode token; kv_pages: 1
+    block_size: int | None = None
+    conversions: list[Conversion] = []
+    pairs: list[HeadPair] = []
 
 
 class Pool(_Frozen):
@@ -62,6 +123,7 @@ class Transfer(_Frozen):
     predicted_requests_per_s: float
     predicted_bytes_per_s: float
     predicted_latency_ms: float
+    detail: TransferDetail | None = None  # set when stage programs were emitted (`compiler.emit.transfers`)
 
 
 class Predicted(_Frozen):

@@ -1,0 +1,169 @@
+"""Write a runnable plan directory: stage programs, weight shards, ``model/``, ONNX, transfers, manifest.
+
+Before: a `Plan` (from `compiler.emit.emit_plan` or built by hand) and the model
+spec it was compiled from. After, under ``DIR``::
+
+    plan.json                      the plan, stages with `StageExec`, transfers with `TransferDetail`
+    stages/{pool}/s{k}_tp{t}.py    generated stage programs (`compiler.emit.stage_programs`)
+    weights/{pool}/s{k}_tp{t}.safetensors   their weight shards (`compiler.emit.weights`)
+    onnx/{pool}/s{k}_tp{t}.onnx    ONNX of each stage rank, checked (`compiler.emit.onnx_export`)
+    model/                         config.json + Hugging Face safetensors, or reference.json to --weights
+    manifest.json                  sha256 of every file above (`compiler.emit.manifest`)
+
+Weights, ``model/`` and ONNX are written only when the run-dtype weights fit in
+`max_weight_bytes` (or ``--weights`` names a checkpoint): a 70B plan gets
+programs and transfers, not 280 GB of random numbers. A model family without
+templates gets a plan whose manifest says ``runnable: false`` and why.
+Replicas of a pool share one set of files. The same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compiler.emit.manifest import write_manifest
+from compiler.emit.plan import Plan, Pool, RankExec, Stage, StageExec
+from compiler.emit.stage_programs import Shape, shape_of, stage_program
+from compiler.emit.transfers import DTYPE_BYTES, detail, validate_transfers
+from compiler.ir.errors import UnsupportedModel
+from compiler.ir.files import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+KV_BLOCK_SIZE = 16  # tokens per KV page
+DEFAULT_MAX_WEIGHT_BYTES = 2e9
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to write the directory (the CLI's ``--weights``, ``--run-dtype``, ``--no-onnx``, seed)."""
+
+    weights_dir: str | None = None
+    run_dtype: str = "fp32"
+    onnx: bool = True
+    seed: int = 0
+    max_weight_bytes: float = DEFAULT_MAX_WEIGHT_BYTES
+    allow_kv_conversion: bool = False
+
+
+def _block_names(stage: Stage) -> list[str]:
+    """The stage's blocks without phase prefixes, in order, each once (a colocated stage lists both phases)."""
+    seen: list[str] = []
+    for name in stage.blocks:
+        block = name.split("/", 1)[-1]
+        if block not in seen:
+            seen.append(block)
+    return seen
+
+
+def _layers(blocks: list[str]) -> list[int]:
+    nums = [int(b[1:].split(".")[0]) for b in blocks if b.startswith("L")]
+    return [min(nums), max(nums) + 1] if nums else [0, 0]
+
+
+def _param_count(shape: Shape, vocab: int) -> int:
+    attn = shape.hidden * shape.head_dim * (2 * shape.heads + 2 * shape.kv_heads)
+    ffn = 3 * shape.hidden * shape.intermediate * max(shape.experts, 1)
+    return 2 * vocab * shape.hidden + shape.layers * (attn + ffn)
+
+
+def _config(model: str, weights_dir: str | None) -> tuple[dict[str, Any], Any]:
+    from compiler.inputs.model_spec import load_hf_config, resolve_model
+    from compiler.emit.weights import check_same_shape
+
+    config_obj = load_hf_config(resolve_model(model))
+    config = config_obj.to_dict()
+    if weights_dir is not None:
+        checkpoint = json.loads((Path(weights_dir) / "config.json").read_text())
+        check_same_shape(config, checkpoint, weights_dir)
+    return config, config_obj
+
+
+def write_plan_dir(plan: Plan, model: str, out: str | Path, options: Options = Options()) -> Plan:
+    """Write every artifact of `plan` under `out`; return the plan as written to ``out/plan.json``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    config, config_obj = _config(model, options.weights_dir)
+    try:
+        shape = shape_of(config)
+        for pool in plan.pools:
+            from compiler.emit.stage_programs import rank_slice
+
+            rank_slice(shape, pool.tp, 0)
+    except UnsupportedModel as e:
+        atomic_write_text(out / "plan.json", plan.dumps())
+        write_manifest(out, runnable=False, reason=str(e))
+        return plan
+    with_weights = (options.weights_dir is not None
+                    or _param_count(shape, int(config["vocab_size"])) * DTYPE_BYTES[options.run_dtype]
+                    <= options.max_weight_bytes)
+    state, scaling = _weights(model, out, config_obj, options, with_weights)
+    pools = [_pool(pool, config, shape, out, state, scaling, options) for pool in plan.pools]
+    staged = plan.model_copy(update={"pools": pools})
+    transfers = [t.model_copy(update={"detail": detail(staged, t, layers=shape.layers, kv_heads=shape.kv_heads,
+                                                       head_dim=shape.head_dim, hidden=shape.hidden,
+                                                       allow_conversion=options.allow_kv_conversion)})
+                 for t in plan.transfers]
+    final = staged.model_copy(update={"transfers": transfers})
+    validate_transfers(final)
+    atomic_write_text(out / "plan.json", final.dumps())
+    reason = None if with_weights else (f"weights not written: {shape.layers}-layer model over the "
+                                        f"{options.max_weight_bytes / 1e9:.0f} GB limit; pass --weights DIR")
+    write_manifest(out, runnable=with_weights, reason=reason)
+    return final
+
+
+def _weights(model: str, out: Path, config_obj, options: Options, with_weights: bool):
+    """The state dict to cut shards from (None without weights) and the RoPE attention scaling."""
+    from compiler.emit.weights import reference_model, rope_of, write_model_dir
+
+    inv_freq, scaling = rope_of(config_obj)
+    if not with_weights:
+        return None, scaling
+    reference = reference_model(model, weights_dir=options.weights_dir, seed=options.seed)
+    write_model_dir(reference, out / "model", options.weights_dir)
+    state = dict(reference.state_dict())
+    state["rope.inv_freq"] = inv_freq
+    return state, scaling
+
+
+def _pool(pool: Pool, config: dict, shape: Shape, out: Path, state, scaling: float, options: Options) -> Pool:
+    stages = []
+    for stage in pool.stages:
+        blocks = _block_names(stage)
+        ranks = [_rank(pool, stage, blocks, t, config, shape, out, state, scaling, options) for t in range(pool.tp)]
+        execution = StageExec(role=pool.role, layers=_layers(blocks), tp=pool.tp, pp=pool.pp,
+                              dtype=options.run_dtype, kv_dtype=options.run_dtype, kv_block_size=KV_BLOCK_SIZE,
+                              ranks=ranks)
+        stages.append(stage.model_copy(update={"execution": execution}))
+    return pool.model_copy(update={"stages": stages})
+
+
+def _rank(pool: Pool, stage: Stage, blocks: list[str], t: int, config: dict, shape: Shape, out: Path, state,
+          scaling: float, options: Options) -> RankExec:
+    stem = f"{pool.name}/s{stage.index}_tp{t}"
+    program = stage_program(config, blocks, tp=pool.tp, rank=t, rope_scaling=scaling,
+                            title=f"{pool.name} stage {stage.index} ({pool.role}, {stage.device})")
+    rel_prog = f"stages/{stem}.py"
+    (out / rel_prog).parent.mkdir(parents=True, exist_ok=True)
+    (out / rel_prog).write_text(program.source)
+    rel_w = rel_onnx = None
+    if state is not None:
+        from compiler.emit.weights import cut_shard, save_shard
+
+        shard = cut_shard(state, program.weights, options.run_dtype)
+        rel_w = f"weights/{stem}.safetensors"
+        save_shard(out / rel_w, shard)
+        if options.onnx and program.blocks:
+            from compiler.emit.onnx_export import export_stage
+
+            rel_onnx = f"onnx/{stem}.onnx"
+            fp32 = cut_shard(state, program.weights, "fp32")
+            export_stage(program.source, fp32, shape.hidden, out / rel_onnx)
+    sl = program.slice
+    return RankExec(tp_rank=t, q_heads=list(sl.q_heads), kv_heads=list(sl.kv_heads), ffn_slice=list(sl.ffn),
+                    program=rel_prog, weights=rel_w, onnx=rel_onnx)

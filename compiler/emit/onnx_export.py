@@ -1,0 +1,105 @@
+"""ONNX export of each stage program (one file per stage rank), checked with ``onnx.checker``.
+
+Before: a stage program's source and its weight shard. After: ``.onnx`` files
+whose graph is the stage's blocks in prefill form: one prompt of N tokens
+(dynamic), positions 0..N-1 as an input, dense causal attention in place of the
+paged cache. Inputs are ``ids`` (int64, N) when the stage starts with ``embed``,
+else ``x`` (float, N x hidden), and ``positions`` (int64, N); the output is the
+stage's last block output (logits for a stage ending in ``head``).
+
+Export uses ``torch.onnx.export(..., dynamo=True)`` in fp32 (ONNX Runtime on CPU
+has no bf16 MatMul; FIELD_NOTES.md), weights embedded in the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def program_namespace(source: str, filename: str) -> dict[str, Any]:
+    """Execute generated program text (already hash-checked or just generated) into a fresh namespace."""
+    namespace: dict[str, Any] = {"__name__": f"gimletc_stage:{filename}"}
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated, hash-verified code
+    return namespace
+
+
+def dense_attend(layer: int, q, k, v):
+    """Causal attention over one prompt: q (N, nq, d), k and v (N, nkv, d) -> (N, nq, d)."""
+    import torch
+    import torch.nn.functional as F
+
+    groups = q.shape[1] // k.shape[1]
+    k = torch.repeat_interleave(k, groups, dim=1)
+    v = torch.repeat_interleave(v, groups, dim=1)
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                         is_causal=True)
+    return out[0].transpose(0, 1)
+
+
+def stage_module(source: str, weights: dict[str, Any], filename: str = "stage.py"):
+    """An ``nn.Module`` running the program's blocks in prefill form (what is exported and what ORT is checked against)."""
+    import torch
+
+    namespace = program_namespace(source, filename)
+
+    class Stage(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names = sorted(weights)
+            for i, name in enumerate(self.names):
+                self.register_buffer(f"w{i}", weights[name])
+
+        def forward(self, first, positions):
+            w = {name: getattr(self, f"w{i}") for i, name in enumerate(self.names)}
+            x = first
+            cos = sin = None
+            for block, fn in namespace["BLOCKS"].items():
+                if block.endswith(".attn"):
+                    if cos is None:
+                        cos, sin = namespace["rope_tables"](w, positions, x.dtype)
+                    x = fn(w, x, cos, sin, dense_attend)
+                else:
+                    x = fn(w, x)
+            return x
+
+    return Stage().eval(), list(namespace["BLOCKS"])
+
+
+def example_inputs(blocks: list[str], hidden: int, tokens: int = 7, seed: int = 0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    first = torch.randint(0, 8, (tokens,), generator=g) if blocks and blocks[0] == "embed" else \
+        torch.randn(tokens, hidden, generator=g)
+    return first, torch.arange(tokens)
+
+
+def export_stage(source: str, weights: dict[str, Any], hidden: int, path: Path) -> None:
+    """Write and check one stage's ONNX file."""
+    import onnx
+    import torch
+    from torch.export import Dim
+
+    module, blocks = stage_module(source, weights, path.stem)
+    first, positions = example_inputs(blocks, hidden)
+    n = Dim("tokens", min=2, max=4096)
+    shapes = ({0: n}, {0: n})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    import logging
+    import warnings
+
+    from compiler.trace.export import quiet_export_logs
+
+    onnx_log = logging.getLogger("torch.onnx")
+    level = onnx_log.level
+    onnx_log.setLevel(logging.ERROR)
+    with quiet_export_logs(), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(module, (first, positions), dynamo=True, dynamic_shapes=shapes,
+                                    input_names=["ids" if blocks[:1] == ["embed"] else "x", "positions"],
+                                    output_names=["out"], verbose=False, optimize=True)
+    onnx_log.setLevel(level)
+    proto = program.model_proto
+    onnx.checker.check_model(proto, full_check=True)
+    path.write_bytes(proto.SerializeToString(deterministic=True))

@@ -1,0 +1,287 @@
+"""The driver (rank 0): owns requests, schedules prefill, KV hand-off and decode steps, samples tokens.
+
+Scheduling is continuous batching: each iteration admits waiting requests into
+serving units with room (prefilling them together on a prefill replica,
+sampling their first token, handing their KV to the unit's decode workers),
+then runs one decode step over every request the unit holds; finished requests
+leave and free their pages at once, new ones join on the next iteration.
+
+Failures: every receive runs under the process group's timeout
+(``stage_timeout_s``) and the workers' watchdog (`compiler.runtime.launch`);
+either way `RuntimeFailure` names the stage instance (``pool/r0/s0/tp0``),
+whether it died (with its exit code and last log lines) or did not answer, and
+every worker process is gone when it is raised.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import logging
+import time
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from compiler.emit.topology import worker_table, world_size
+from compiler.ir.errors import BadInput, RuntimeFailure
+from compiler.runtime.launch import LocalWorkers
+from compiler.runtime.plan_dir import open_plan_dir
+from compiler.runtime.routes import Hop, Unit, handoff_pairs, units
+from compiler.runtime.sampling import sample
+from compiler.runtime.wire import ACK, CONTROL, DATA, recv_json, send_json
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Request:
+    """One generation request and, as it runs, its tokens and timings."""
+
+    prompt: list[int]
+    max_new_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    ignore_eos: bool = False
+    keep_logits: bool = False  # keep each step's logits row (tests compare them with Hugging Face)
+    id: str = ""
+    tokens: list[int] = field(default_factory=list)
+    arrived_s: float = 0.0
+    first_token_s: float | None = None
+    done_s: float | None = None
+    finish_reason: str | None = None
+    on_token: Callable[[Request, int], None] | None = None
+    generator: object = None
+    unit: str | None = None
+    logits: list = field(default_factory=list)
+
+    @property
+    def position(self) -> int:
+        """Position of the next token fed to decode (the last sampled one)."""
+        return len(self.prompt) + len(self.tokens) - 1
+
+
+class Engine:
+    def __init__(self, root: str | Path, *, stage_timeout_s: float = 15.0, log_dir: str | Path | None = None) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.pd = open_plan_dir(root)
+        self.plan = self.pd.plan
+        self.units = units(self.plan)
+        self.table = {w.rank: w for w in worker_table(self.plan)}
+        self.vocab = int(self.pd.config["vocab_size"])
+        self.max_len = int(self.pd.config.get("max_position_embeddings", 1 << 30))
+        self.timeout_s = stage_timeout_s
+        self.workers = LocalWorkers(self.pd.root, tuple(self.table.values()), log_dir=log_dir)
+        self.waiting: deque[Request] = deque()
+        self.running: dict[str, list[Request]] = {u.name: [] for u in self.units}
+        self.ids = itertools.count()
+        self.rr = itertools.count()
+        self.kv_bytes_predicted = 0
+        self.hidden_tokens = 0
+        self.closed = False
+        self.workers.start()
+        torch.set_num_threads(1)
+        with self._guard("starting", None):
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{self.workers.port}", rank=0,
+                                    world_size=world_size(self.plan),
+                                    timeout=datetime.timedelta(seconds=stage_timeout_s))
+            from compiler.runtime.worker import tp_groups
+
+            tp_groups(self.plan)
+            self._command(list(self.table), {"op": "ping"})
+
+    # -- failure handling -------------------------------------------------------------------------------------
+    @contextmanager
+    def _guard(self, what: str, rank: int | None) -> Iterator[None]:
+        try:
+            yield
+        except RuntimeFailure:
+            raise
+        except Exception as e:
+            raise self._failure(what, rank, e) from None
+
+    def _failure(self, what: str, rank: int | None, error: Exception) -> RuntimeFailure:
+        time.sleep(0.3)  # let the watchdog see a death that caused this error
+        dead = self.workers.dead
+        self._teardown()
+        if dead is not None:
+            w, code = dead
+            tail = self.workers.log_tail(w)
+            return RuntimeFailure(f"stage {w.name} (rank {w.rank}, {w.role} on {w.device}) died with exit code "
+                                  f"{code} while {what}" + (f"; its log ends:\n{tail}" if tail else "")
+                                  + f"\nlogs: {self.workers.log_dir}")
+        name = self.table[rank].name if rank in self.table else "the workers"
+        return RuntimeFailure(f"stage {name} (rank {rank}) did not answer within {self.timeout_s:.0f} s while "
+                              f"{what} ({type(error).__name__}: {str(error).splitlines()[0][:200]}); all workers "
+                              f"were stopped; logs: {self.workers.log_dir}")
+
+    def _teardown(self) -> None:
+        self.closed = True
+        self.workers.stopping = True
+        self.workers.kill_all()
+        try:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:  # the group is broken; the processes are gone either way
+            pass
+
+    # -- messages ---------------------------------------------------------------------------------------------
+    def _command(self, ranks: list[int], cmd: dict, *, wait: bool = True) -> list[dict]:
+        for r in ranks:
+            with self._guard(f"sending {cmd['op']}", r):
+                send_json(cmd, r, CONTROL)
+        return self._acks(ranks, cmd["op"]) if wait else []
+
+    def _acks(self, ranks: list[int], what: str) -> list[dict]:
+        replies = []
+        for r in ranks:
+            with self._guard(f"running {what}", r):
+                reply = recv_json(r, ACK)
+            if not reply.get("ok"):
+                failure = RuntimeFailure(f"stage {self.table[r].name} (rank {r}) failed while running {what}: "
+                                         f"{reply.get('error')}")
+                self._teardown()
+                raise failure
+            replies.append(reply)
+        return replies
+
+    # -- requests ---------------------------------------------------------------------------------------------
+    def submit(self, req: Request) -> Request:
+        import torch
+
+        if not req.prompt:
+            raise BadInput("request: empty prompt; give at least one token id")
+        if any(not 0 <= t < self.vocab for t in req.prompt):
+            raise BadInput(f"request: token ids must lie in [0, {self.vocab}) (the model's vocab_size)")
+        if len(req.prompt) + req.max_new_tokens > self.max_len:
+            raise BadInput(f"request: {len(req.prompt)} prompt + {req.max_new_tokens} new tokens exceed the "
+                           f"model's max_position_embeddings ({self.max_len})")
+        req.id = req.id or f"req-{next(self.ids)}"
+        req.arrived_s = time.perf_counter()
+        req.generator = torch.Generator().manual_seed(req.seed)
+        self.waiting.append(req)
+        return req
+
+    def busy(self) -> bool:
+        return bool(self.waiting) or any(self.running.values())
+
+    def step(self) -> None:
+        """One scheduling iteration: admit and prefill, then one decode step per unit."""
+        self._admit()
+        for unit in self.units:
+            if self.running[unit.name]:
+                self._decode(unit)
+
+    def run(self, requests: list[Request]) -> list[Request]:
+        for r in requests:
+            self.submit(r)
+        while self.busy():
+            self.step()
+        return requests
+
+    def _admit(self) -> None:
+        groups: dict[tuple[str, int], list[Request]] = {}
+        for unit in self.units:
+            room = unit.batch - len(self.running[unit.name])
+            while room > 0 and self.waiting:
+                req = self.waiting.popleft()
+                source = next(self.rr) % len(unit.prefill)
+                groups.setdefault((unit.name, source), []).append(req)
+                room -= 1
+        by_name = {u.name: u for u in self.units}
+        for (name, source), reqs in groups.items():
+            self._prefill(by_name[name], source, reqs)
+
+    def _run_route(self, route: tuple[Hop, ...], phase: str, seqs: list[dict], ids: list[int]):
+        """Send a step down `route`; return the last tokens' logits (one row per seq)."""
+        import torch
+        import torch.distributed as dist
+
+        ranks = list(dict.fromkeys(r for hop in route for r in hop.ranks))
+        last = {r: max(i for i, hop in enumerate(route) if r in hop.ranks) for r in ranks}
+        cmd = {"op": "step", "phase": phase, "route": [h.as_json() for h in route], "seqs": seqs, "ids": ids}
+        self._command(ranks, cmd, wait=False)
+        early = sorted((r for r in ranks if last[r] < len(route) - 1), key=lambda r: last[r])
+        self._acks(early, f"{phase} step")
+        logits = torch.empty(len(seqs), self.vocab, dtype=torch.float32)
+        sender = route[-1].ranks[0]
+        with self._guard(f"{phase} step", sender):
+            dist.recv(logits, src=sender, tag=DATA)
+        self._acks([r for r in ranks if last[r] == len(route) - 1], f"{phase} step")
+        return logits
+
+    def _prefill(self, unit: Unit, source: int, reqs: list[Request]) -> None:
+        (pool, replica), route = unit.prefill[source]
+        seqs = [{"id": r.id, "start": 0, "n": len(r.prompt)} for r in reqs]
+        logits = self._run_route(route, "prefill", seqs, [t for r in reqs for t in r.prompt])
+        if unit.kv is not None:
+            pairs = handoff_pairs(self.plan, unit, (pool, replica))
+            ranks = list(dict.fromkeys([p["src"] for p in pairs] + [p["dst"] for p in pairs]))
+            self._command(ranks, {"op": "handoff", "pairs": pairs,
+                                  "seqs": [{"id": r.id, "len": len(r.prompt)} for r in reqs]})
+            self.kv_bytes_predicted += sum(len(r.prompt) for r in reqs) * unit.kv.bytes_per_token
+        now = time.perf_counter()
+        for r, row in zip(reqs, logits):
+            r.first_token_s = now
+            r.unit = unit.name
+            self.running[unit.name].append(r)
+            self._accept(r, row)
+        self._retire(unit)
+
+    def _decode(self, unit: Unit) -> None:
+        reqs = self.running[unit.name]
+        seqs = [{"id": r.id, "start": r.position, "n": 1} for r in reqs]
+        logits = self._run_route(unit.decode_route, "decode", seqs, [r.tokens[-1] for r in reqs])
+        self.hidden_tokens += len(reqs)
+        for r, row in zip(reqs, logits):
+            self._accept(r, row)
+        self._retire(unit)
+
+    def _accept(self, r: Request, row) -> None:
+        if r.keep_logits:
+            r.logits.append(row.clone())
+        token = sample(row, temperature=r.temperature, top_p=r.top_p, generator=r.generator)
+        r.tokens.append(token)
+        if r.on_token is not None:
+            r.on_token(r, token)
+        eos = self.pd.eos_token_id
+        if len(r.tokens) >= r.max_new_tokens:
+            r.finish_reason = "length"
+        elif not r.ignore_eos and eos is not None and token == eos:
+            r.finish_reason = "stop"
+
+    def _retire(self, unit: Unit) -> None:
+        done = [r for r in self.running[unit.name] if r.finish_reason is not None]
+        if not done:
+            return
+        now = time.perf_counter()
+        for r in done:
+            r.done_s = now
+        self.running[unit.name] = [r for r in self.running[unit.name] if r.finish_reason is None]
+        ranks = list(dict.fromkeys(r for hop in unit.decode_route for r in hop.ranks))
+        self._command(ranks, {"op": "free", "ids": [r.id for r in done]})
+
+    # -- measurements and shutdown ----------------------------------------------------------------------------
+    def worker_stats(self) -> dict[int, dict]:
+        ranks = list(self.table)
+        return dict(zip(ranks, self._command(ranks, {"op": "stats"})))
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._command(list(self.table), {"op": "stop"})
+        finally:
+            self.closed = True
+            self.workers.stop()
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()

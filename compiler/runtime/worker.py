@@ -1,0 +1,215 @@
+"""A stage worker: ``python -m compiler.runtime.worker --plan DIR`` (the contract: compiler/emit/topology.py).
+
+The worker verifies the plan directory's hashes, finds its rank from the
+environment, joins the process group, loads its stage program and weight
+shard, and then executes the driver's commands in order until ``stop``:
+
+- ``step``: run this worker's hops of a route (prefill or decode) for a batch
+  of requests: receive hidden states from the previous hop (or embed the token
+  ids), run the blocks, send to the next hop (or the last tokens' logits to
+  the driver);
+- ``handoff``: send or receive requests' KV pages for the plan's head pairs
+  (`compiler.runtime.kv_connector`), then free the sender's copy;
+- ``free``: release finished requests' pages; ``stats``: report measured
+  compute time and bytes; ``stop``: leave.
+
+Every command is answered on the ``ACK`` tag, so the driver knows which stage
+failed or hangs. An exception is reported to the driver before exiting 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import traceback
+from typing import Any
+
+from compiler.emit.manifest import verified_text
+from compiler.emit.topology import worker_table, world_size
+from compiler.runtime.kv_cache import PagedKVCache, Seq
+from compiler.runtime.kv_connector import GlooKVConnector, Pair
+from compiler.runtime.plan_dir import PlanDir, open_plan_dir
+from compiler.runtime.stage_runner import StageRunner, load_program
+from compiler.runtime.wire import ACK, CONTROL, DATA, recv_json, send_json
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: Workers wait as long as it takes for the driver's next command; the driver times out hung peers.
+WORKER_TIMEOUT_S = float(os.environ.get("GIMLETC_WORKER_TIMEOUT_S", 7 * 24 * 3600))
+
+
+def tp_groups(plan) -> dict[tuple[int, ...], Any]:
+    """Create every tensor-parallel group (every process calls this, in the same order)."""
+    import torch.distributed as dist
+
+    groups = {}
+    stage_ranks: dict[tuple[str, int, int], list[int]] = {}
+    for w in worker_table(plan):
+        stage_ranks.setdefault((w.pool, w.replica, w.stage), []).append(w.rank)
+    for ranks in stage_ranks.values():
+        if len(ranks) > 1:
+            groups[tuple(ranks)] = dist.new_group(ranks)
+    return groups
+
+
+def kv_pages(plan_dir: PlanDir, batch: int, block_size: int) -> int:
+    max_len = int(plan_dir.config.get("max_position_embeddings", 2048))
+    return max(1, min(batch, 64)) * -(-max_len // block_size) + 1
+
+
+class StageWorker:
+    def __init__(self, plan_dir: PlanDir, rank: int, groups: dict) -> None:
+        import torch
+        from safetensors.torch import load_file
+
+        self.pd = plan_dir
+        self.rank = rank
+        self.table = {w.rank: w for w in worker_table(plan_dir.plan)}
+        self.me = self.table[rank]
+        pool = next(p for p in plan_dir.plan.pools if p.name == self.me.pool)
+        self.exe = pool.stages[self.me.stage].execution
+        rx = self.exe.ranks[self.me.tp_rank]
+        self.dtype = getattr(torch, DTYPES[self.exe.dtype])
+        self.hidden = int(plan_dir.config["hidden_size"])
+        head_dim = int(plan_dir.config.get("head_dim") or self.hidden // plan_dir.config["num_attention_heads"])
+        namespace = load_program(verified_text(plan_dir.root, rx.program, plan_dir.manifest), rx.program)
+        weights = load_file(str(plan_dir.root / rx.weights))
+        attn_layers = sorted(int(b[1:].split(".")[0]) for b in namespace["BLOCKS"] if b.endswith(".attn"))
+        cache = None
+        if attn_layers:
+            cache = PagedKVCache(attn_layers, tuple(rx.kv_heads), head_dim, block_size=self.exe.kv_block_size,
+                                 num_pages=kv_pages(plan_dir, pool.batch, self.exe.kv_block_size),
+                                 dtype=getattr(torch, DTYPES[self.exe.kv_dtype]))
+        group = next((g for ranks, g in groups.items() if rank in ranks), None)
+        self.runner = StageRunner(namespace, weights, cache, group)
+        self.connector = GlooKVConnector(rank, head_dim, self.dtype)
+        if cache is not None:
+            self.connector.register_kv_caches(cache)
+        self.compute_s: dict[str, float] = {}
+        self.bytes: dict[str, int] = {}
+        self.steps = 0
+
+    def serve(self) -> None:
+        handlers = {"step": self.step, "handoff": self.handoff, "free": self.free, "stats": self.stats,
+                    "ping": lambda cmd: {}, "stop": lambda cmd: {}}
+        while True:
+            cmd = recv_json(0, CONTROL)
+            reply = handlers[cmd["op"]](cmd)
+            send_json({"ok": True, **reply}, 0, ACK)
+            if cmd["op"] == "stop":
+                return
+
+    def _count(self, kind: str, tensor) -> None:
+        self.bytes[kind] = self.bytes.get(kind, 0) + tensor.numel() * tensor.element_size()
+
+    def step(self, cmd: dict) -> dict:
+        import torch
+        import torch.distributed as dist
+
+        seqs = [Seq(s["id"], s["start"], s["n"]) for s in cmd["seqs"]]
+        total = sum(s.n for s in seqs)
+        positions = torch.cat([torch.arange(s.start, s.start + s.n) for s in seqs])
+        if self.runner.cache is not None:
+            for s in seqs:
+                self.runner.cache.reserve(s.id, s.start + s.n)
+        route = cmd["route"]
+        before = self.runner.compute_s
+        for i, hop in enumerate(route):
+            if self.rank not in hop["ranks"]:
+                continue
+            if i == 0:
+                first = torch.tensor(cmd["ids"], dtype=torch.long)
+            else:
+                first = torch.empty(total, self.hidden, dtype=self.dtype)
+                dist.recv(first, src=route[i - 1]["ranks"][0], tag=DATA)
+            x = self.runner.run(hop["blocks"], first, positions, seqs)
+            if hop["ranks"].index(self.rank) != 0:
+                continue
+            if i == len(route) - 1:
+                last = torch.cumsum(torch.tensor([s.n for s in seqs]), 0) - 1
+                dist.send(x[last].float().contiguous(), dst=0, tag=DATA)
+                continue
+            x = x.contiguous()
+            for r in route[i + 1]["ranks"]:
+                dist.send(x, dst=r, tag=DATA)
+                crossing = self.table[r].pool != self.me.pool
+                self._count("hidden_states" if crossing else "pipeline_hidden_states", x)
+        phase = cmd["phase"]
+        self.compute_s[phase] = self.compute_s.get(phase, 0.0) + self.runner.compute_s - before
+        self.steps += 1
+        return {}
+
+    def handoff(self, cmd: dict) -> dict:
+        pairs = [Pair(p["src"], p["dst"], tuple(p["layers"]), tuple(p["heads"])) for p in cmd["pairs"]]
+        sending = any(p.src == self.rank for p in pairs)
+        sent = self.connector.bytes_sent
+        for s in cmd["seqs"]:
+            if sending:
+                self.connector.start_send(s["id"], s["len"], pairs)
+            else:
+                self.connector.start_load(s["id"], s["len"], pairs)
+        done = self.connector.wait()
+        if sending:
+            self.bytes["kv_pages"] = self.bytes.get("kv_pages", 0) + self.connector.bytes_sent - sent
+            for request_id in done:
+                self.runner.cache.free(request_id)
+        return {}
+
+    def free(self, cmd: dict) -> dict:
+        if self.runner.cache is not None:
+            for request_id in cmd["ids"]:
+                self.runner.cache.free(request_id)
+        return {}
+
+    def stats(self, cmd: dict) -> dict:
+        cache = self.runner.cache
+        return {"compute_s": self.compute_s, "bytes": self.bytes, "steps": self.steps,
+                "kv_used": cache.used_fraction if cache is not None else None}
+
+
+def _die_with_parent() -> None:
+    """Locally spawned workers get SIGKILL when the driver dies (Linux); pods rely on the group restart policy."""
+    if os.environ.get("GIMLETC_PARENT_DEATH") != "1" or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compiler.runtime.worker", description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", required=True, help="the plan directory (gimletc compile --out DIR)")
+    args = parser.parse_args(argv)
+    _die_with_parent()
+    import torch
+    import torch.distributed as dist
+
+    from compiler.emit.topology import rank_from_env
+
+    torch.set_num_threads(int(os.environ.get("GIMLETC_THREADS", "1")))
+    plan_dir = open_plan_dir(args.plan)
+    rank = rank_from_env(plan_dir.plan)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo") if os.environ.get("MASTER_ADDR", "").startswith("127.") else None
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size(plan_dir.plan),
+                            timeout=datetime.timedelta(seconds=WORKER_TIMEOUT_S))
+    try:
+        groups = tp_groups(plan_dir.plan)
+        StageWorker(plan_dir, rank, groups).serve()
+    except Exception as e:  # report to the driver, then fail
+        traceback.print_exc()
+        try:
+            send_json({"ok": False, "error": f"{type(e).__name__}: {e}"}, 0, ACK)
+        except Exception:
+            pass
+        return 1
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
