@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 from compiler.cli import options
+from compiler.cli import run as run_command
 from compiler.cli.console import check_out_dir, progress_for, seconds, timings_line
 from compiler.ir.placement import OBJECTIVE_QUANTITIES, OBJECTIVES
 
 #: What compile writes into DIR (removed before a run, so none of them outlives a failed one).
-OUTPUTS = ("plan.json", "k8s")
+OUTPUTS = ("plan.json", "k8s", "stages", "weights", "onnx", "model", "manifest.json")
 MANIFEST_CHOICES = ("device-plugin", "dra", "none")
 #: Display units of each objective's quantity (`compiler.ir.placement.OBJECTIVE_QUANTITIES`).
 QUANTITY_UNITS = {"requests_per_s": "req/s", "requests_per_s_per_provisioned_w": "req/s per W provisioned",
@@ -38,6 +39,7 @@ def register(sub) -> None:
     p.add_argument("--manifests", choices=MANIFEST_CHOICES, default="device-plugin",
                    help="Kubernetes manifests in DIR/k8s/: device-plugin limits (default), Dynamic Resource "
                         "Allocation claims (dra), or none")
+    run_command.add_artifact_options(p)
     p.add_argument("--json", action="store_true", help="print plan.json instead of the summary")
     p.set_defaults(func=run)
 
@@ -57,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
                          progress=progress_for(args), timings=timings)
         with timings.step("write"):
             wrote += _write(result, out, args.manifests)
-            atomic_write_text(out / "plan.json", result.plan.dumps())
+            from compiler.emit.artifacts import write_plan_dir  # plan.json, stage programs, shards, manifest
+
+            write_plan_dir(result.plan, args.model, out, run_command.artifact_options(args))
             wrote.append("plan.json")
     if args.json:
         sys.stdout.write(result.plan.dumps())

@@ -75,7 +75,10 @@ def _config(model: str, weights_dir: str | None) -> tuple[dict[str, Any], Any]:
     from compiler.inputs.model_spec import load_hf_config, resolve_model
     from compiler.emit.weights import check_same_shape
 
-    config_obj = load_hf_config(resolve_model(model))
+    spec = resolve_model(model)
+    if spec.kind == "callable":
+        raise UnsupportedModel(f"model {model!r} is a module:callable; stage programs need a Hugging Face config")
+    config_obj = load_hf_config(spec)
     config = config_obj.to_dict()
     if weights_dir is not None:
         checkpoint = json.loads((Path(weights_dir) / "config.json").read_text())
@@ -87,14 +90,14 @@ def write_plan_dir(plan: Plan, model: str, out: str | Path, options: Options = O
     """Write every artifact of `plan` under `out`; return the plan as written to ``out/plan.json``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    config, config_obj = _config(model, options.weights_dir)
     try:
+        config, config_obj = _config(model, options.weights_dir)
         shape = shape_of(config)
         for pool in plan.pools:
             from compiler.emit.stage_programs import rank_slice
 
             rank_slice(shape, pool.tp, 0)
-    except UnsupportedModel as e:
+    except UnsupportedModel as e:  # the plan stands; it just cannot run here
         atomic_write_text(out / "plan.json", plan.dumps())
         write_manifest(out, runnable=False, reason=str(e))
         return plan

@@ -6,7 +6,7 @@
      "files": {"plan.json": {"bytes": 1234, "sha256": "..."}, "stages/pool0/s0_tp0.py": {...}, ...}}
 
 `write_manifest` hashes every file under the directory except the manifest
-itself (sorted paths, so equal directories give equal bytes). `verify_manifest`
+and ``status.json`` (sorted paths, so equal directories give equal bytes). `verify_manifest`
 re-hashes each listed file and raises `BadInput` naming the first file that is
 missing or changed, and the fix; a plan whose generated Python or weights were
 edited after compile therefore never executes. Standard library only.
@@ -21,6 +21,8 @@ from pathlib import Path
 from compiler.ir.errors import BadInput
 
 MANIFEST = "manifest.json"
+#: Files that change after compile by design (the CLI's run record), so they are not hashed.
+UNHASHED = (MANIFEST, "status.json")
 
 
 def sha256_of(path: Path) -> str:
@@ -33,7 +35,7 @@ def sha256_of(path: Path) -> str:
 
 def write_manifest(root: Path, *, runnable: bool, reason: str | None) -> dict:
     files = {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST):
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).as_posix() not in UNHASHED):
         rel = path.relative_to(root).as_posix()
         files[rel] = {"bytes": path.stat().st_size, "sha256": sha256_of(path)}
     manifest = {"schema_version": 1, "runnable": runnable, "reason": reason, "files": files}

@@ -1,0 +1,136 @@
+"""``gimletc run DIR``: execute a compiled plan on this machine: a driver and one worker process per stage instance.
+
+Prompts are token ids (``--prompt-ids 1,2,3`` or ``--requests FILE.jsonl``, one
+JSON object per line: ``prompt_ids``, optional ``max_new_tokens``,
+``temperature``, ``top_p``, ``seed``, ``ignore_eos``). Prints each request's
+tokens, then the measured wall time per stage and bytes per transfer kind
+next to the plan's predictions (`compiler.runtime.report`). Also here: the
+``compile`` options that shape the runnable artifacts (`add_artifact_options`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from compiler.cli import options
+from compiler.ir.errors import BadInput
+
+
+def add_artifact_options(p: argparse.ArgumentParser) -> None:
+    """``compile``'s options for stage programs, weight shards and ONNX (`compiler.emit.artifacts`)."""
+    p.add_argument("--weights", metavar="DIR", help="slice weights from this local Hugging Face checkpoint folder "
+                                                     "(default: random weights from the config, seed 0)")
+    p.add_argument("--run-dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="dtype of the emitted stage programs and shards (default fp32: CPU runs are checked "
+                        "against Hugging Face in fp32; the placement is costed at --dtype)")
+    p.add_argument("--no-onnx", action="store_true", help="skip the ONNX export of each stage")
+
+
+def artifact_options(args: argparse.Namespace):
+    from compiler.emit.artifacts import Options
+
+    return Options(weights_dir=args.weights, run_dtype=args.run_dtype, onnx=not args.no_onnx)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="execute a compiled plan here: driver + one worker process per stage",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("plan", metavar="DIR", help="plan directory written by gimletc compile --out DIR")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt-ids", metavar="1,2,3", help="one prompt as comma-separated token ids")
+    src.add_argument("--requests", metavar="FILE.jsonl", help="one request per line (prompt_ids, max_new_tokens, ...)")
+    p.add_argument("--max-new-tokens", type=options.positive_int, default=16, help="tokens to generate (default 16)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (request i uses seed + i)")
+    p.add_argument("--stage-timeout-s", type=options.positive_float, default=15.0,
+                   help="a stage that does not answer within this long fails the run (default 15)")
+    p.add_argument("--json", action="store_true", help="print results and measurements as JSON")
+    p.set_defaults(func=run)
+
+
+def _requests(args: argparse.Namespace) -> list:
+    from compiler.runtime.engine import Request
+
+    common = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
+    if args.prompt_ids is not None:
+        try:
+            ids = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
+        except ValueError:
+            raise BadInput(f"--prompt-ids {args.prompt_ids!r}: give comma-separated integers, e.g. 1,2,3") from None
+        return [Request(ids, seed=args.seed, **common)]
+    out = []
+    path = Path(args.requests)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise BadInput(f"--requests {path}: cannot read ({e.strerror})") from None
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            fields = {**common, **{k: obj[k] for k in ("max_new_tokens", "temperature", "top_p", "ignore_eos")
+                                   if k in obj}}
+            out.append(Request([int(t) for t in obj["prompt_ids"]], seed=int(obj.get("seed", args.seed + i)),
+                               **fields))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise BadInput(f"--requests {path}, line {i + 1}: {type(e).__name__} {e}; each line needs "
+                           f"{{\"prompt_ids\": [1, 2, 3]}} and optional max_new_tokens, temperature, top_p, seed") from None
+    if not out:
+        raise BadInput(f"--requests {path}: no requests in the file")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from compiler.runtime.engine import Engine
+    from compiler.runtime.report import run_report
+
+    requests = _requests(args)
+    engine = Engine(args.plan, stage_timeout_s=args.stage_timeout_s)
+    try:
+        engine.run(requests)
+        report = run_report(engine, requests)
+    finally:
+        engine.close()
+    if args.json:
+        json.dump(report, sys.stdout, indent=1, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        render(report)
+    return 0
+
+
+def render(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for line in report["execution"]:
+        console.print(f"[yellow]{line}[/yellow]")
+    for r in report["requests"]:
+        console.print(f"{r['id']}: prompt {r['prompt_tokens']} tokens -> {r['tokens']} ({r['finish_reason']}, "
+                      f"TTFT {r['ttft_ms']:.1f} ms)")
+    table = Table(title="stages: measured wall time here vs the plan's prediction", title_justify="left")
+    for col in ("stage", "role", "device", "execution", "prefill s", "decode s", "steps",
+                "predicted TTFT ms", "predicted TPOT ms"):
+        table.add_column(col, justify="left" if col in ("stage", "role", "device", "execution") else "right")
+    for s in report["stages"]:
+        table.add_row(s["stage"], s["role"], s["device"], s["execution"], f"{s['compute_s'].get('prefill', 0):.4f}",
+                      f"{s['compute_s'].get('decode', 0):.4f}", str(s["steps"]),
+                      "-" if s["predicted_ttft_ms"] is None else f"{s['predicted_ttft_ms']:.1f}",
+                      "-" if s["predicted_tpot_ms"] is None else f"{s['predicted_tpot_ms']:.1f}")
+    console.print(table)
+    bt = Table(title="transfers: measured bytes vs the plan's prediction", title_justify="left")
+    for col in ("kind", "measured bytes", "predicted bytes", "how predicted"):
+        bt.add_column(col, justify="left" if col in ("kind", "how predicted") else "right")
+    for t in report["transfers"]:
+        bt.add_row(t["kind"], f"{t['measured_bytes']:,}", "-" if t["predicted_bytes"] is None else
+                   f"{t['predicted_bytes']:,}", t["how"])
+    console.print(bt)
+    m = report["measured"]
+    console.print(f"measured here: {m['output_tokens']} tokens in {m['wall_s']:.2f} s "
+                  f"({m['output_tokens_per_s']:.1f} tokens/s); predictions are the plan's, for its devices")

@@ -1,0 +1,76 @@
+"""`gimletc serve` of a split plan: the official openai client streams HF's greedy tokens; /metrics parses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO
+from tests.runtime.conftest import NEW_TOKENS, PROMPTS, hf_reference
+
+
+def _wait_healthy(base: str, proc, timeout_s: float = 90) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError("server did not become healthy")
+
+
+@pytest.mark.timeout(240)
+def test_openai_client_streams_hf_tokens_and_metrics_parse(llama_split):
+    import httpx
+    from openai import OpenAI
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from compiler.runtime.launch import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "compiler.cli", "serve", str(llama_split), "--port", str(port)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(base, proc)
+        client = OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0, timeout=60)
+        assert client.models.list().data[0].id == "llama-tiny"
+        prompt = PROMPTS[3]
+        stream = client.completions.create(model="llama-tiny", prompt=prompt, max_tokens=NEW_TOKENS, temperature=0,
+                                           stream=True, stream_options={"include_usage": True})
+        got, usage = [], None
+        for chunk in stream:
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for choice in chunk.choices:
+                got += [int(t) for t in choice.text.split()]
+        want, _ = hf_reference(llama_split / "model", [prompt], NEW_TOKENS)[0]
+        assert got == want
+        assert usage.completion_tokens == NEW_TOKENS and usage.prompt_tokens == len(prompt)
+
+        chat = client.chat.completions.create(model="llama-tiny", temperature=0, max_tokens=4,
+                                              messages=[{"role": "user", "content": " ".join(map(str, prompt))}])
+        assert [int(t) for t in chat.choices[0].message.content.split()] == want[:4]
+
+        raw = httpx.post(f"{base}/v1/completions", json={"prompt": prompt, "max_tokens": 2, "stream": True,
+                                                         "temperature": 0}, timeout=60).text
+        assert raw.rstrip().endswith("data: [DONE]")
+
+        text = httpx.get(f"{base}/metrics", timeout=10).text
+        names = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+        assert "vllm:num_requests_waiting" in names and "gimletc_time_to_first_token_seconds_bucket" in names
+        assert any(n.startswith("gimletc_transfer_bytes") for n in names)
+        assert httpx.post(f"{base}/v1/completions", json={"prompt": "no tokenizer here"}, timeout=10).status_code == 400
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
