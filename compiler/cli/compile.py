@@ -13,7 +13,7 @@ from pathlib import Path
 
 from compiler.cli import options
 from compiler.cli import run as run_command
-from compiler.cli.console import check_out_dir, progress_for, seconds, timings_line
+from compiler.cli.console import check_out_dir, fitted_tables, progress_for, seconds, timings_line
 from compiler.ir.placement import OBJECTIVE_QUANTITIES, OBJECTIVES
 
 #: What compile writes into DIR (removed before a run, so none of them outlives a failed one).
@@ -88,7 +88,8 @@ def render(result, out: Path) -> None:
     budget = f"{plan.power_budget_w / 1e3:.0f}kW budget" if plan.power_budget_w else "no power budget"
     console.print(f"[bold]{plan.model}[/bold] on [bold]{plan.cluster}[/bold] ({budget}) for workload "
                   f"[bold]{plan.workload}[/bold], objective {plan.solver.objective}")
-    console.print(_pool_table(plan))
+    for table in _pool_tables(plan, console.width):
+        console.print(table)
     pr = plan.predicted
     console.print(
         f"predicted: {pr.requests_per_s:.2f} req/s, {pr.output_tokens_per_s:,.0f} output tokens/s, "
@@ -112,28 +113,21 @@ def render(result, out: Path) -> None:
                   soft_wrap=False)
 
 
-def _pool_table(plan):
-    from rich.table import Table
-
-    table = Table(title="pools (predicted)", title_justify="left")
-    widest_device = max((len(p.device) for p in plan.pools), default=6)
-    columns = (("pool", "left"), ("role", "left"), ("device", "left"), ("replicas x devices", "right"),
+def _pool_tables(plan, width: int) -> list:
+    """The pools, one row each: shape first, then predictions; split in two tables on a narrow terminal."""
+    columns = [("pool", "left"), ("role", "left"), ("device", "left"), ("replicas x devices", "right"),
                ("tp", "right"), ("pp", "right"), ("batch req", "right"), ("req/s", "right"), ("TTFT ms", "right"),
-               ("TPOT ms", "right"), ("power kW", "right"), ("blocks", "left"))
-    for col, justify in columns:
-        if col in ("pool", "device"):  # ids are never cut: other columns wrap first
-            table.add_column(col, justify=justify, no_wrap=True, min_width=widest_device if col == "device" else 4)
-        else:
-            table.add_column(col, justify=justify, overflow="fold")
+               ("TPOT ms", "right"), ("power kW", "right"), ("blocks", "left")]
+    rows = []
     for p in plan.pools:
         blocks = p.stages[0].blocks
         span = f"{blocks[0]} .. {p.stages[-1].blocks[-1]}" if blocks else "-"
-        table.add_row(p.name, p.role, p.device, f"{p.replicas} x {p.devices_per_replica}", str(p.tp), str(p.pp),
-                      str(p.batch), f"{p.predicted_requests_per_s:.2f}",
-                      "-" if p.predicted_ttft_ms is None else f"{p.predicted_ttft_ms:.0f}",
-                      "-" if p.predicted_tpot_ms is None else f"{p.predicted_tpot_ms:.1f}",
-                      f"{p.predicted_power_w / 1e3:.1f}", span)
-    return table
+        rows.append([p.name, p.role, p.device, f"{p.replicas} x {p.devices_per_replica}", str(p.tp), str(p.pp),
+                     str(p.batch), f"{p.predicted_requests_per_s:.2f}",
+                     "-" if p.predicted_ttft_ms is None else f"{p.predicted_ttft_ms:.0f}",
+                     "-" if p.predicted_tpot_ms is None else f"{p.predicted_tpot_ms:.1f}",
+                     f"{p.predicted_power_w / 1e3:.1f}", span])
+    return fitted_tables("pools (predicted)", columns, rows, width)
 
 
 def _baseline_table(plan):

@@ -61,13 +61,14 @@ def si(value: float, unit: str = "") -> str:
 
 
 def seconds(value: float) -> str:
-    """``0.0042`` -> ``4.2 ms``, ``7.976`` -> ``7.98 s``, ``95`` -> ``1 min 35 s``.
+    """``0.0042`` -> ``4.2 ms``, ``0.479`` -> ``479 ms``, ``7.976`` -> ``7.98 s``, ``95`` -> ``1 min 35 s``.
 
-    >>> seconds(0.0042), seconds(7.976), seconds(95)
-    ('4.2 ms', '7.98 s', '1 min 35 s')
+    >>> seconds(0.0042), seconds(0.479), seconds(7.976), seconds(95)
+    ('4.2 ms', '479 ms', '7.98 s', '1 min 35 s')
     """
     if value < 1:
-        return f"{value * 1e3:.2g} ms"
+        ms = value * 1e3
+        return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.2g} ms"
     if value < 60:
         return f"{value:.3g} s"
     return f"{int(value // 60)} min {round(value % 60)} s"
@@ -83,6 +84,34 @@ def timings_line(steps: Mapping[str, float]) -> str:
     """
     shown = [f"{name} {seconds(s)}" for name, s in steps.items() if s >= 1e-3]
     return f"times: {', '.join(shown) or 'none'} (total {seconds(sum(steps.values()))})"
+
+
+def fitted_tables(title: str, columns: list[tuple[str, str]], rows: list[list[str]], width: int,
+                  keys: int = 1) -> list[Any]:
+    """`rows` as one rich Table if it fits `width` columns, else as two whose first `keys` columns repeat.
+
+    Cells are never cut: ids stay whole, and a table too wide for the terminal
+    is split in two rather than squeezed (only the last column may wrap).
+    """
+    from rich.table import Table
+
+    def natural(cols: list[int]) -> int:
+        return sum(max(len(columns[c][0]), *(len(r[c]) for r in rows)) + 3 for c in cols) + 1
+
+    def table(cols: list[int], part: str) -> Any:
+        t = Table(title=f"{title}{part}", title_justify="left")
+        for i, c in enumerate(cols):
+            name, justify = columns[c]
+            t.add_column(name, justify=justify, no_wrap=i < len(cols) - 1, overflow="fold")
+        for r in rows:
+            t.add_row(*(r[c] for c in cols))
+        return t
+
+    everything = list(range(len(columns)))
+    if not rows or natural(everything) <= width:
+        return [table(everything, "")]
+    half = keys + (len(columns) - keys) // 2
+    return [table(everything[:half], " (1/2)"), table(everything[:keys] + everything[half:], " (2/2)")]
 
 
 def check_out_dir(path: str, flag: str = "--out") -> Path:

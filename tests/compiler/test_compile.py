@@ -129,7 +129,7 @@ def test_plan_loads_back_and_validates(compiled, tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps(broken))
     from compiler.ir.errors import BadInput
 
-    with pytest.raises(BadInput, match="pools.0.replicas"):
+    with pytest.raises(BadInput, match=r"field pools\[0\]\.replicas"):
         load_plan(tmp_path)
 
 
