@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from compiler.cli import options
-from compiler.cli.console import output
+from compiler.cli.console import fitted_tables, output
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,30 +52,25 @@ def _link_cell(link: dict[str, Any] | None) -> str:
 
 
 def render(rows: list[dict[str, Any]], console: Console | None = None) -> None:
-    """Render `rows` as one table (about 140 columns) with footnotes; `console` defaults to stdout."""
+    """Render `rows` as one table (about 140 columns; split in parts on a narrower terminal, device ids whole)
+    with footnotes; `console` defaults to stdout."""
     from rich import box
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
     console = console or Console()
-    table = Table(title="Device catalog: vendor datasheet peaks (dense, not derated), not measurements",
-                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  padding=(0, 0, 0, 1))
-    columns = (("device", "left"), ("form", "left"), ("TFLOPS\n" + "/".join(TABLE_DTYPES), "right"),
+    columns = [("device", "left"), ("form", "left"), ("TFLOPS\n" + "/".join(TABLE_DTYPES), "right"),
                ("memory\nGB@TB/s", "left"), ("TDP\nW", "right"), ("per\nnode", "right"),
                ("scale-up\nGB/s xN", "right"), ("scale-out\nGB/s", "right"), ("k8s resource", "left"),
-               ("run", "left"), ("assumed", "right"))
-    for name, justify in columns:
-        table.add_column(name, justify=justify, no_wrap=True)
-    for r in rows:
-        table.add_row(
-            escape(r["id"]), r["form"], "/".join(_num(r["peak_tflops"].get(d)) for d in TABLE_DTYPES),
-            _memory_cell(r["memory"]), _num(r["tdp_w"]), str(r["devices_per_node"]), _link_cell(r["scale_up"]),
-            _link_cell(r["scale_out"]), escape(r["k8s_resource"] or "none"), r["execution"],
-            f"{len(r['assumed'])}/{len(r['sources'])}",
-        )
-    console.print(table)
+               ("run", "left"), ("assumed", "right")]
+    cells = [[escape(r["id"]), r["form"], "/".join(_num(r["peak_tflops"].get(d)) for d in TABLE_DTYPES),
+              _memory_cell(r["memory"]), _num(r["tdp_w"]), str(r["devices_per_node"]), _link_cell(r["scale_up"]),
+              _link_cell(r["scale_out"]), escape(r["k8s_resource"] or "none"), r["execution"],
+              f"{len(r['assumed'])}/{len(r['sources'])}"] for r in rows]
+    title = "Device catalog: vendor datasheet peaks (dense, not derated), not measurements"
+    for table in fitted_tables(title, columns, cells, console.width, box=box.SIMPLE_HEAD, show_edge=False,
+                               pad_edge=False, padding=(0, 0, 0, 1)):
+        console.print(table)
     for r in rows:
         if r["k8s_resource"] is None:
             console.print(f"{r['id']}: no k8s resource ({r['k8s_note']})", style="dim", markup=False)

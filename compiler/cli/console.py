@@ -87,19 +87,27 @@ def timings_line(steps: Mapping[str, float]) -> str:
 
 
 def fitted_tables(title: str, columns: list[tuple[str, str]], rows: list[list[str]], width: int,
-                  keys: int = 1) -> list[Any]:
-    """`rows` as one rich Table if it fits `width` columns, else as two whose first `keys` columns repeat.
+                  keys: int = 1, **table_options: Any) -> list[Any]:
+    """`rows` as one rich Table if it fits `width` columns, else as several, each repeating the first `keys`.
 
     Cells are never cut: ids stay whole, and a table too wide for the terminal
-    is split in two rather than squeezed (only the last column may wrap).
+    is split rather than squeezed (only a table's last column may wrap).
+    `table_options` go to every `rich.table.Table` (box, padding, ...).
     """
     from rich.table import Table
 
-    def natural(cols: list[int]) -> int:
-        return sum(max(len(columns[c][0]), *(len(r[c]) for r in rows)) + 3 for c in cols) + 1
+    def cell(text: str) -> int:
+        return max((len(line) for line in text.split("\n")), default=0)
+
+    need = [max(cell(columns[c][0]), *(cell(r[c]) for r in rows)) + 3 if rows else 0 for c in range(len(columns))]
+    groups: list[list[int]] = [list(range(keys))]
+    for c in range(keys, len(columns)):
+        if len(groups[-1]) > keys and sum(need[i] for i in groups[-1]) + need[c] + 1 > width:
+            groups.append(list(range(keys)))
+        groups[-1].append(c)
 
     def table(cols: list[int], part: str) -> Any:
-        t = Table(title=f"{title}{part}", title_justify="left")
+        t = Table(title=f"{title}{part}", title_justify="left", **table_options)
         for i, c in enumerate(cols):
             name, justify = columns[c]
             t.add_column(name, justify=justify, no_wrap=i < len(cols) - 1, overflow="fold")
@@ -107,11 +115,9 @@ def fitted_tables(title: str, columns: list[tuple[str, str]], rows: list[list[st
             t.add_row(*(r[c] for c in cols))
         return t
 
-    everything = list(range(len(columns)))
-    if not rows or natural(everything) <= width:
-        return [table(everything, "")]
-    half = keys + (len(columns) - keys) // 2
-    return [table(everything[:half], " (1/2)"), table(everything[:keys] + everything[half:], " (2/2)")]
+    if len(groups) == 1:
+        return [table(groups[0], "")]
+    return [table(cols, f" ({i}/{len(groups)})") for i, cols in enumerate(groups, start=1)]
 
 
 def check_out_dir(path: str, flag: str = "--out") -> Path:

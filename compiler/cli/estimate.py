@@ -111,7 +111,7 @@ def render(r: dict[str, Any]) -> None:
         ("batch per replica (max that fits)", f"{r['batch']} ({r['max_batch']})"),
         ("memory per device", f"{r['memory_bytes'] / 1e9:.1f} of {r['memory_capacity_bytes'] / 1e9:.0f} GB"
                               + ("" if r["fits"] else "  (does NOT fit)")),
-        ("power (all devices)", f"{r['power_w'] / 1e3:.2f} kW"),
+        ("power (all devices)", f"{r['power_w'] / 1e3:.2f}kW"),
         ("energy per output token", f"{r['energy_j_per_token']:.3f} J"),
         ("bound by", f"prefill: {r['bound']['prefill']}, decode: {r['bound']['decode']}"),
     ]
