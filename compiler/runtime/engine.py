@@ -105,8 +105,10 @@ class Engine:
         except Exception as e:
             raise self._failure(what, rank, e) from None
 
-    def _failure(self, what: str, rank: int | None, error: Exception) -> RuntimeFailure:
-        time.sleep(0.3)  # let the watchdog see a death that caused this error
+    def _failure(self, what: str, rank: int | None, error: Exception | None, reported: str | None = None
+                 ) -> RuntimeFailure:
+        """The error to raise: a dead worker if there is one (the cause), else the stage that failed or hung."""
+        time.sleep(0.5)  # let the watchdog see a death that caused this error
         dead = self.workers.dead
         self._teardown()
         if dead is not None:
@@ -116,6 +118,9 @@ class Engine:
                                   f"{code} while {what}" + (f"; its log ends:\n{tail}" if tail else "")
                                   + f"\nlogs: {self.workers.log_dir}")
         name = self.table[rank].name if rank in self.table else "the workers"
+        if reported is not None:
+            return RuntimeFailure(f"stage {name} (rank {rank}) failed while {what}: {reported[:300]}; all workers "
+                                  f"were stopped; logs: {self.workers.log_dir}")
         return RuntimeFailure(f"stage {name} (rank {rank}) did not answer within {self.timeout_s:.0f} s while "
                               f"{what} ({type(error).__name__}: {str(error).splitlines()[0][:200]}); all workers "
                               f"were stopped; logs: {self.workers.log_dir}")
@@ -145,10 +150,7 @@ class Engine:
             with self._guard(f"running {what}", r):
                 reply = recv_json(r, ACK)
             if not reply.get("ok"):
-                failure = RuntimeFailure(f"stage {self.table[r].name} (rank {r}) failed while running {what}: "
-                                         f"{reply.get('error')}")
-                self._teardown()
-                raise failure
+                raise self._failure(f"running {what}", r, None, reported=reply.get("error"))
             replies.append(reply)
         return replies
 
