@@ -17,12 +17,13 @@ sys.path.insert(0, str(REPO))
 from compiler.emit.k8s import manifests, write_manifests  # noqa: E402
 from compiler.emit.plan import load_plan  # noqa: E402
 from compiler.inputs import load_cluster  # noqa: E402
+from tests.emit.test_k8s_manifests import golden_view  # noqa: E402
 
 GOLDEN = REPO / "tests" / "emit" / "k8s_golden"
 
 
 def main() -> int:
-    objects = manifests(load_plan(GOLDEN / "plan.json"), load_cluster(GOLDEN / "cluster.yaml"))
+    objects = golden_view(manifests(load_plan(GOLDEN / "plan.json"), load_cluster(GOLDEN / "cluster.yaml")))
     paths = write_manifests(objects, GOLDEN / "expected")
     print(f"wrote {len(paths)} files to {GOLDEN / 'expected'}")
     return 0

@@ -47,7 +47,6 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from compiler.cli.status import clear, recorded
     from compiler.driver import Timings, compile
-    from compiler.ir.files import atomic_write_text
 
     out = check_out_dir(args.out)
     clear(out, OUTPUTS)
@@ -58,25 +57,25 @@ def run(args: argparse.Namespace) -> int:
                          precision=options.precision_of(args), time_limit_s=args.time_limit,
                          progress=progress_for(args), timings=timings)
         with timings.step("write"):
-            wrote += _write(result, out, args.manifests)
             from compiler.emit.artifacts import write_plan_dir  # plan.json, stage programs, shards, manifest
 
-            write_plan_dir(result.plan, args.model, out, run_command.artifact_options(args))
+            final = write_plan_dir(result.plan, args.model, out, run_command.artifact_options(args))
             wrote.append("plan.json")
+            wrote += _write(final, result.prepared.cluster, out, args.manifests)
     if args.json:
-        sys.stdout.write(result.plan.dumps())
+        sys.stdout.write(final.dumps())
     else:
         render(result, out)
     return 0
 
 
-def _write(result, out: Path, mode: str) -> list[str]:
-    """The manifests (before plan.json, so a plan.json on disk always comes with its manifests)."""
+def _write(plan, cluster, out: Path, mode: str) -> list[str]:
+    """The manifests of the plan as written (a failure here removes plan.json too: `recorded`)."""
     if mode == "none":
         return []
     from compiler.emit.k8s import manifests, write_manifests
 
-    paths = write_manifests(manifests(result.plan, result.prepared.cluster, mode=mode), out / "k8s")
+    paths = write_manifests(manifests(plan, cluster, mode=mode), out / "k8s")
     return [str(p.relative_to(out)) for p in paths]
 
 

@@ -59,7 +59,7 @@ MASTER_PORT = 29500
 HTTP_PORT = 8000
 PLAN_DIR = "/plan"
 WORKER_COMMAND = ("python", "-m", "compiler.runtime.worker", "--plan", PLAN_DIR)
-DRIVER_COMMAND = ("gimletc", "serve", PLAN_DIR)
+DRIVER_COMMAND = ("gimletc", "serve", PLAN_DIR, "--host", "0.0.0.0", "--port", str(HTTP_PORT))
 #: For pools whose device has no vendor image in the catalog, and for the driver (it needs no accelerator).
 CPU_IMAGE = "python:3.11-slim"
 #: RFC 5737 TEST-NET-1: documentation-only, routes nowhere; stands in for missing external endpoints.
