@@ -303,3 +303,14 @@ def test_bad_mode_and_name_are_bad_input(golden):
         manifests(*golden, mode="helm")
     with pytest.raises(BadInput, match="manifest name"):
         manifests(*golden, name="Not_A_DNS_Label")
+
+
+def test_a_plan_too_big_for_a_config_map_comes_from_the_volume_alone(golden, tmp_path, monkeypatch):
+    import compiler.emit.k8s.manifests as module
+
+    monkeypatch.setattr(module, "CONFIG_MAP_LIMIT_BYTES", 1000)
+    files = read_back(manifests(*golden), tmp_path)
+    assert "configmap-gimletc-plan.yaml" not in files
+    for obj in files.values():
+        for pod in _pod_specs(obj):
+            assert [v["name"] for v in pod["volumes"]] == ["plan-dir"]

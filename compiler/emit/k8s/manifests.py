@@ -29,9 +29,12 @@ writes them. Same plan, same bytes.
   them (``k8s_resource``) gets ordinary pods instead.
 - The driver (rank 0, ``gimletc serve``) is a Deployment of one pod, behind a
   headless Service (rendezvous) and a ClusterIP Service (the HTTP API).
-- ``plan.json`` travels in a ConfigMap mounted over ``/plan/plan.json``; the
-  rest of the plan directory (stage programs, weight shards) comes from a
-  PersistentVolumeClaim the operator creates, named ``<name>-plan-dir``.
+- ``plan.json`` travels in a ConfigMap mounted over ``/plan/plan.json`` (past
+  the ConfigMap limit of about 1 MB it comes from the volume alone); the rest
+  of the plan directory (stage programs, weight shards, the artifact manifest
+  whose hashes the runtime checks) comes from a PersistentVolumeClaim the
+  operator creates and fills with the compiled directory, named
+  ``<name>-plan-dir``.
 - ``mode="dra"`` requests devices through Dynamic Resource Allocation
   (``resource.k8s.io/v1`` ResourceClaimTemplates of the backend's DeviceClass)
   instead of device-plugin limits.
@@ -103,6 +106,7 @@ class _Context:
     name: str
     mode: str
     world_size: int
+    plan_in_config_map: bool  # False past the ConfigMap size limit: plan.json then comes from the PVC alone
 
     def labels(self, component: str, pool: str | None = None) -> dict[str, str]:
         out = {"app.kubernetes.io/name": "gimletc", "app.kubernetes.io/instance": self.name,
@@ -133,11 +137,8 @@ def manifests(plan: Plan, cluster: Cluster | None = None, *, mode: str = "device
         raise BadInput(f"--manifests {mode!r}: choose one of {', '.join(MODES)}")
     if not re.fullmatch(r"[a-z]([-a-z0-9]{0,18}[a-z0-9])?", name):
         raise BadInput(f"manifest name {name!r}: use at most 20 lowercase letters, digits and '-'")
-    if len(plan.dumps().encode()) > CONFIG_MAP_LIMIT_BYTES:
-        raise BadInput(f"plan: plan.json is {len(plan.dumps().encode()):,} bytes, more than a ConfigMap holds "
-                       f"({CONFIG_MAP_LIMIT_BYTES:,}); deploy with --manifests none and mount the plan directory")
-    ctx = _Context(plan, name, mode, world_size(plan))
-    objs: list[dict[str, Any]] = [_plan_config_map(ctx), *_driver(ctx)]
+    ctx = _Context(plan, name, mode, world_size(plan), len(plan.dumps().encode()) <= CONFIG_MAP_LIMIT_BYTES)
+    objs: list[dict[str, Any]] = [*([_plan_config_map(ctx)] if ctx.plan_in_config_map else []), *_driver(ctx)]
     for d in pool_deployments(plan, cluster):
         build = {"external": _external_pool, "leader-worker-set": _lws_pool, "stateful-set": _stateful_pool}[d.kind]
         objs.extend(build(ctx, d))
@@ -186,9 +187,11 @@ def _plan_config_map(ctx: _Context) -> dict[str, Any]:
 
 def _volumes(ctx: _Context) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The plan directory (PVC) at /plan with plan.json from the ConfigMap over it: (volumes, mounts)."""
-    volumes = [k8s.claim_volume("plan-dir", f"{ctx.name}-plan-dir"), k8s.config_map_volume("plan", f"{ctx.name}-plan")]
-    mounts = [k8s.volume_mount("plan-dir", PLAN_DIR), k8s.volume_mount("plan", f"{PLAN_DIR}/plan.json",
-                                                                        sub_path="plan.json")]
+    volumes = [k8s.claim_volume("plan-dir", f"{ctx.name}-plan-dir")]
+    mounts = [k8s.volume_mount("plan-dir", PLAN_DIR)]
+    if ctx.plan_in_config_map:
+        volumes.append(k8s.config_map_volume("plan", f"{ctx.name}-plan"))
+        mounts.append(k8s.volume_mount("plan", f"{PLAN_DIR}/plan.json", sub_path="plan.json"))
     return volumes, mounts
 
 
