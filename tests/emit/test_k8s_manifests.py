@@ -306,7 +306,9 @@ def test_bad_mode_and_name_are_bad_input(golden):
 
 
 def test_a_plan_too_big_for_a_config_map_comes_from_the_volume_alone(golden, tmp_path, monkeypatch):
-    import compiler.emit.k8s.manifests as module
+    import importlib
+
+    module = importlib.import_module("compiler.emit.k8s.manifests")
 
     monkeypatch.setattr(module, "CONFIG_MAP_LIMIT_BYTES", 1000)
     files = read_back(manifests(*golden), tmp_path)
