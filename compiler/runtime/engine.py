@@ -64,6 +64,11 @@ class Request:
         return len(self.prompt) + len(self.tokens) - 1
 
 
+#: How long workers may take to import torch and load their plan before the rendezvous (a loaded 2-core machine
+#: takes seconds; the stage timeout starts counting only once every worker is ready).
+START_TIMEOUT_S = 120.0
+
+
 class Engine:
     def __init__(self, root: str | Path, *, stage_timeout_s: float = 15.0, log_dir: str | Path | None = None) -> None:
         import torch
@@ -87,6 +92,7 @@ class Engine:
         self.workers.start()
         torch.set_num_threads(1)
         with self._guard("starting", None):
+            self.workers.wait_ready(START_TIMEOUT_S)
             dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{self.workers.port}", rank=0,
                                     world_size=world_size(self.plan),
                                     timeout=datetime.timedelta(seconds=stage_timeout_s))
@@ -107,9 +113,14 @@ class Engine:
 
     def _failure(self, what: str, rank: int | None, error: Exception | None, reported: str | None = None
                  ) -> RuntimeFailure:
-        """The error to raise: a dead worker if there is one (the cause), else the stage that failed or hung."""
+        """The error to raise: a worker that died before this error surfaced (its cause), else the stage that failed
+        or hung. A worker dying after it (a peer of a hung stage whose connection the timeout closed) is not it."""
+        caught = time.monotonic()
         time.sleep(0.5)  # let the watchdog see a death that caused this error
         dead = self.workers.dead
+        timed_out = error is not None and "timed out" in str(error).lower()
+        if timed_out and dead is not None and self.workers.died_at > caught:
+            dead = None  # the stage hung; a peer died only when the timeout closed its connection
         self._teardown()
         if dead is not None:
             w, code = dead

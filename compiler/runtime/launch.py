@@ -37,6 +37,7 @@ class LocalWorkers:
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="gimletc-run-"))
         self.procs: dict[int, subprocess.Popen] = {}
         self.dead: tuple[Worker, int] | None = None
+        self.died_at = 0.0  # time.monotonic() when `dead` was recorded
         self.stopping = False
         self._watch = threading.Thread(target=self._watchdog, name="gimletc-watchdog", daemon=True)
 
@@ -58,6 +59,31 @@ class LocalWorkers:
             log.close()
         self._watch.start()
 
+    def wait_ready(self, timeout_s: float) -> None:
+        """Wait until every worker has imported torch and loaded its plan (its log says so), so the rendezvous
+        that follows takes milliseconds and the stage timeout only ever measures stages. A worker that dies
+        meanwhile ends the wait at once (the watchdog records it); one still not ready at `timeout_s` raises."""
+        from compiler.ir.errors import RuntimeFailure
+        from compiler.runtime.worker import READY_LINE
+
+        deadline = time.monotonic() + timeout_s
+        pending = list(self.workers)
+        while pending:
+            pending = [w for w in pending if READY_LINE not in self._log_text(w)]
+            if not pending or self.dead is not None:
+                return
+            if time.monotonic() > deadline:
+                w = pending[0]
+                raise RuntimeFailure(f"stage {w.name} (rank {w.rank}) was not ready within {timeout_s:.0f} s of "
+                                     f"starting; logs: {self.log_dir}")
+            time.sleep(0.05)
+
+    def _log_text(self, w: Worker) -> str:
+        try:
+            return self.log_file(w).read_text(errors="replace")
+        except OSError:
+            return ""
+
     def log_file(self, w: Worker) -> Path:
         return self.log_dir / f"rank{w.rank}.log"
 
@@ -73,6 +99,7 @@ class LocalWorkers:
             for w in self.workers:
                 code = self.procs[w.rank].poll()
                 if code is not None and not self.stopping:
+                    self.died_at = time.monotonic()
                     self.dead = (w, code)
                     self.kill_all()
                     return

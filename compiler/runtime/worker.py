@@ -181,6 +181,10 @@ def _die_with_parent() -> None:
         pass
 
 
+#: What a worker prints once it is ready to join the process group (`compiler.runtime.launch.LocalWorkers.wait_ready`).
+READY_LINE = "gimletc-worker: ready"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compiler.runtime.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--plan", required=True, help="the plan directory (gimletc compile --out DIR)")
@@ -195,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     plan_dir = open_plan_dir(args.plan)
     rank = rank_from_env(plan_dir.plan)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo") if os.environ.get("MASTER_ADDR", "").startswith("127.") else None
+    print(READY_LINE, flush=True)  # imports and plan loaded: only the rendezvous is left (the driver waits for this)
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size(plan_dir.plan),
                             timeout=datetime.timedelta(seconds=WORKER_TIMEOUT_S))
     try:
