@@ -15,6 +15,7 @@ tests/backends/test_registry.py for a dummy out-of-tree plugin).
 from __future__ import annotations
 
 from compiler.ir.device_spec import DeviceSpec
+from cost_models.roofline import compute_peak
 
 
 class Backend:
@@ -34,11 +35,18 @@ class Backend:
         return "native" if device.torch_device == "cpu" or (callable(available) and available()) else "emulated"
 
     def unsupported_reasons(self, device: DeviceSpec, dtype: str) -> list[str]:
-        """Why `device` cannot run a stage in `dtype`; empty if it can."""
-        reasons = []
-        if device.peak(dtype) is None:
-            reasons.append(f"{device.id} has no published {dtype} throughput (supports {', '.join(device.dtypes)})")
-        return reasons
+        """Why `device` cannot run a stage whose weights are `dtype`; empty if it can.
+
+        A device runs narrower weights than it computes at (weight-only quantisation, see
+        `cost_models.roofline.COMPUTE_FALLBACK`), but never wider ones: d-Matrix's block-floating-point
+        Corsair publishes no bf16 rate at all.
+        """
+        try:
+            compute_peak(device, dtype)
+        except ValueError:
+            return [f"{device.id} has no published {dtype} throughput, nor a wider dtype to compute it at "
+                    f"(supports {', '.join(device.dtypes)})"]
+        return []
 
     def launch_command(self, device: DeviceSpec) -> list[str]:
         """Command a stage worker container runs (the same worker program everywhere)."""

@@ -99,7 +99,7 @@ def block_graph(model: str | ModelSpec, *, phases: tuple[str, ...] = ("prefill",
 
 
 def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, precision: Precision, input_len: int,
-             output_len: int, batch: int | str | None, concurrency: int | None,
+             output_len: int, batch: int | str | None, concurrency: int | None, engine: str = "generic",
              graphs: dict[str, BlockGraph] | None = None) -> Estimate:
     """One deployment's `Estimate`; `graphs` memoises BlockGraphs across calls (scenario files)."""
     from compiler.cost.deployment import deployment
@@ -110,7 +110,7 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
         graphs[model] = block_graph(model)
     tp = tp or max(1, count // pp)
     _check_parallelism(model, graphs[model], tp, pp)
-    dep = deployment(device, count, tp, pp, precision)
+    dep = deployment(device, count, tp, pp, precision, engine)
     result = estimate_deployment(graphs[model], dep, input_len=input_len, output_len=output_len, batch=batch,
                                  concurrency=concurrency)
     if not result.fits:
@@ -234,8 +234,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     with timings.step("place"):
         sol = solve(prep.instance, objective, time_limit_s=time_limit_s)
         if not sol.feasible:
-            raise Infeasible(explain(prep.graph.model, prep.instance, sol, slo_ttft_ms=prep.workload.slo.ttft_ms,
-                                     slo_tpot_ms=prep.workload.slo.tpot_ms))
+            raise Infeasible(explain(prep.graph.model, prep.instance, sol))
     with timings.step("baselines"):
         base = solve_baselines(prep.instance, time_limit_s=time_limit_s) if baselines else []
     with timings.step("emit"):
@@ -265,7 +264,7 @@ def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w:
     timings = timings if timings is not None else Timings()
     prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, precision=precision,
                    progress=progress, timings=timings)
-    tpots = sorted(o.tpot_s for o in prep.options if o.tpot_s is not None)
+    tpots = sorted(s.curve[0][4] for o in prep.options if o.kind != "prefill" for s in o.classes)
     if not tpots:
         raise Infeasible(f"no device type in {prep.cluster.name} can decode {prep.graph.model}: no pool option "
                          "has a TPOT to sweep")
@@ -281,25 +280,26 @@ def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w:
 
 def _sweep(prep: Prepared, targets: list[float], time_limit_s: float, note: Progress, rows: list[dict]) -> None:
     """Append one row per (TPOT target, curve) that has a feasible placement."""
-    from compiler.cost.pool_options import with_slo
+    from compiler.emit.emit_plan import class_latencies
     from compiler.place.ilp import solve
 
-    options, base, workload = list(prep.options), prep.instance, prep.workload
-    ttft = workload.slo.ttft_ms / 1e3 if workload.slo.ttft_ms else None
-    types = [t for t, _ in base.inventory]
+    options, workload = list(prep.options), prep.workload
+    types = [t for t, _ in prep.instance.inventory]
     for i, target in enumerate(targets):
         note(f"TPOT target {target * 1e3:.1f} ms ({i + 1}/{len(targets)})")
-        marked = with_slo(options, ttft, target)
-        curves = [("heterogeneous", marked)] + [(f"homogeneous:{t}", [o for o in marked if set(o.device_types) == {t}])
-                                               for t in types]
+        base = prep.instance.with_slo(tpot_s=target)  # the options' latency curves are read against the new target
+        curves = [("heterogeneous", options)] + [(f"homogeneous:{t}", [o for o in options if set(o.device_types) == {t}])
+                                                for t in types]
         for curve, subset in curves:
             if not subset:
                 continue
-            sol = solve(base.with_options(subset), "tokens-per-watt", time_limit_s=time_limit_s, tie_break=False)
+            instance = base.with_options(subset)
+            sol = solve(instance, "tokens-per-watt", time_limit_s=time_limit_s, tie_break=False)
             if not sol.feasible or not sol.requests_per_s:
                 continue
-            worst = max(o.tpot_s for o, _ in sol.used(subset) if o.tpot_s is not None)
-            out_tps = sol.requests_per_s * workload.mean_output_len
+            worst = max((lat.tpot_p_s for lat in class_latencies(instance, sol).values() if lat.tpot_p_s),
+                        default=target)
+            out_tps = sum(rate * instance.target(c).output_len for c, rate in sol.class_requests_per_s)
             rows.append({"curve": curve, "tpot_target_ms": target * 1e3, "worst_tpot_ms": worst * 1e3,
                          "tokens_per_s_per_user": 1.0 / worst, "output_tokens_per_s": out_tps,
                          "provisioned_power_w": sol.provisioned_w, "power_w": sol.power_w,
@@ -309,14 +309,12 @@ def _sweep(prep: Prepared, targets: list[float], time_limit_s: float, note: Prog
 
 def _no_frontier(prep: Prepared, targets: list[float], time_limit_s: float) -> None:
     """No heterogeneous point: raise `Infeasible` with what binds at the loosest TPOT target."""
-    from compiler.cost.pool_options import with_slo
     from compiler.place.ilp import solve
     from compiler.place.infeasible import explain
 
     loosest = targets[-1]
-    ttft = prep.workload.slo.ttft_ms / 1e3 if prep.workload.slo.ttft_ms else None
-    instance = prep.instance.with_options(with_slo(list(prep.options), ttft, loosest))
+    instance = prep.instance.with_slo(tpot_s=loosest)
     sol = solve(instance, "tokens-per-watt", time_limit_s=time_limit_s, tie_break=False)
-    why = explain(prep.graph.model, instance, sol, slo_ttft_ms=prep.workload.slo.ttft_ms, slo_tpot_ms=loosest * 1e3)
+    why = explain(prep.graph.model, instance, sol)
     raise Infeasible(f"no point of the frontier is feasible ({len(targets)} TPOT targets, "
                      f"{targets[0] * 1e3:.1f} to {loosest * 1e3:.1f} ms); at the loosest: {why}")

@@ -84,6 +84,10 @@ ELEMENTWISE_OPS = frozenset({
     "_softmax", "softmax", "log_softmax", "floor", "ceil", "round", "_log_softmax", "fmod", "type_as",
     "to", "_to_copy", "_to_dtype",
 })
+#: Fused normalisations (LayerNorm in GPT-NeoX and GPT-2 style models, fused RMSNorm): ~8 FLOPs per element
+#: (mean, variance, normalise, scale, shift), reading the input and the scale/shift weights once.
+NORM_OPS = frozenset({"layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "group_norm"})
+NORM_FLOPS_PER_ELEMENT = 8
 REDUCTION_OPS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "var", "std", "norm", "logsumexp", "prod", "all", "any"})
 DATA_OPS = frozenset({
     "embedding", "index", "index_put", "index_select", "gather", "scatter", "scatter_add", "index_add", "sort", "argsort", "topk", "histc", "bincount", "cumsum",
@@ -181,6 +185,9 @@ def count_op(name: str, inputs: Sequence[TensorRef], outputs: Sequence[TensorRef
         w, kv, act = _io(inputs, outputs)
         flops = 0 if name in {"to", "_to_copy", "_to_dtype", "type_as", "cat"} else sum(t.numel for t in outputs)
         return OpCount("elementwise", flops, w, kv, act)
+    if name in NORM_OPS:
+        w, kv, act = _io(inputs, outputs[:1])  # the extra outputs (mean, rstd) are tiny and rarely kept
+        return OpCount("elementwise", NORM_FLOPS_PER_ELEMENT * outputs[0].numel, w, kv, act)
     if name in REDUCTION_OPS:
         w, kv, act = _io(inputs, outputs)
         return OpCount("reduction", sum(t.numel for t in inputs), w, kv, act)

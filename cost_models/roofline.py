@@ -14,19 +14,22 @@ with room, which the serving model decides.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
-from compiler.ir.block_graph import Block
+from compiler.ir.block_graph import Block, expert_touch_fraction
 from compiler.ir.device_spec import DeviceSpec
 from compiler.ir.precision import Precision
 from cost_models.derates import Derate
 
-#: Matmul dtype actually used when the weight dtype has no native throughput (e.g. fp4 on H100 upcasts to fp8).
-COMPUTE_FALLBACK = {"fp4": ("fp4", "fp8", "bf16", "fp16", "fp32"), "fp8": ("fp8", "int8", "bf16", "fp16", "fp32"),
+#: Matmul dtype actually used when the weight dtype has no native throughput: weight-only quantisation, the weights
+#: stored narrow and computed at the next dtype the device runs (fp4 on H100 computes at fp8, as Hopper engines run
+#: GPT-OSS's MXFP4 experts; fp8 on A100 at bf16, as W8A16 kernels do).
+COMPUTE_FALLBACK = {"fp4": ("fp4", "fp8", "bf16", "fp16", "fp32"), "fp8": ("fp8", "bf16", "fp16", "fp32"),
                     "bf16": ("bf16", "fp16", "fp32"), "fp16": ("fp16", "bf16", "fp32"), "fp32": ("fp32", "bf16")}
 
 
 def compute_peak(device: DeviceSpec, dtype: str) -> tuple[float, str]:
-    """(dense peak FLOP/s, dtype it runs at) for matmuls whose weights are `dtype`."""
+    """(dense peak FLOP/s, dtype it runs at) for matmuls whose weights are `dtype` (or that compute at `dtype`)."""
     for candidate in COMPUTE_FALLBACK.get(dtype, (dtype,)):
         peak = device.peak(candidate)
         if peak:
@@ -75,27 +78,53 @@ def block_time(block: Block, point: dict[str, float], device: DeviceSpec, *, pre
     memory totals are reported to say which resource dominates. `tiers` and
     `kv_tiers` say where weights and KV live (default: the fastest tier).
     """
-    peak, _ = compute_peak(device, precision.weights)
+    return step_block_time(((block, point),), device, precision=precision, derate=derate, shards=shards,
+                           tiers=tiers, kv_tiers=kv_tiers)
+
+
+def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: DeviceSpec, *, precision: Precision,
+                    derate: Derate, shards: int = 1, tiers: TierSplit | None = None,
+                    kv_tiers: TierSplit | None = None, attention_scale: Sequence[float] | None = None) -> BlockTime:
+    """One engine step that runs several batches through the same block, e.g. a colocated step's decodes
+    (a decode block at (B, L)) and prefill chunk (its prefill twin at (B, S)).
+
+    [Note: one weight read per step] The batches share every kernel: an op's
+    FLOPs, KV and activation bytes add up, but its weights are read once
+    (routed experts: the fraction all the step's tokens touch together). Each
+    merged op is then bound by compute or memory on its own, as in `block_time`.
+    `attention_scale` multiplies each part's attention FLOPs (a prefill chunk
+    attends to the context before it, which its (B, S) polynomial does not see).
+    """
+    peak, _ = compute_peak(device, precision.compute or precision.weights)
     tiers = tiers or fastest_tier(device)
     kv_tiers = kv_tiers or fastest_tier(device)
-    touched = block.touched_experts(**point)
+    tokens = sum(block.tokens(**point) for block, point in parts)
+    head = parts[0][0]
+    touched = expert_touch_fraction(tokens, head.experts, head.experts_per_token) if head.experts else 1.0
+    merged: dict[tuple[str, str, bool], list[float]] = {}
+    for i, (block, point) in enumerate(parts):
+        scale = attention_scale[i] if attention_scale else 1.0
+        seen = block.at(point)  # a sliding window caps what a decode step attends to
+        for op in block.ops:
+            w = op.work(precision, touched, **seen)
+            m = merged.setdefault((op.op, op.kind, op.expert_weights), [0.0, 0.0, 0.0, 0.0])
+            m[0] += w.flops * (scale if op.kind == "attention" else 1.0)
+            m[1] = max(m[1], w.weight_bytes)  # read once per step, however many batches use it
+            m[2] += w.kv_bytes
+            m[3] += w.act_bytes
     fast_bw = device.memory[0].bw_bytes_per_s * derate.mem_eff
     total = comp_total = mem_total = 0.0
-    for op in block.ops:
-        work = op.work(precision, touched, **point)
-        flops = work.flops / shards
-        weights = work.weight_bytes / shards
-        kv = work.kv_bytes / shards
-        act = work.act_bytes / shards
-        heavy = op.kind in ("matmul", "attention")
+    for (_op, kind, _expert), (flops, weights, kv, act) in merged.items():
+        heavy = kind in ("matmul", "attention")
         if not heavy:  # serving engines fuse norms, RoPE and activations into neighbouring kernels
             act *= derate.elementwise_traffic
         eff = derate.compute_eff if heavy else derate.vector_eff
-        comp = flops / (peak * eff) if flops else 0.0
-        mem = tiers.read_s(weights, device, derate) + kv_tiers.read_s(kv, device, derate) + act / fast_bw
+        comp = flops / shards / (peak * eff) if flops else 0.0
+        mem = (tiers.read_s(weights / shards, device, derate) + kv_tiers.read_s(kv / shards, device, derate)
+               + act / shards / fast_bw)
         comp_total += comp
         mem_total += mem
         total += max(comp, mem)
-    calls = block.dispatches or sum(op.count for op in block.ops)  # views and masks dispatch too
+    calls = max(block.dispatches or sum(op.count for op in block.ops) for block, _ in parts)  # views dispatch too
     overhead = derate.block_overhead_s + derate.op_overhead_s * calls
     return BlockTime(total + overhead, comp_total, mem_total, overhead)

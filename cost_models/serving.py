@@ -8,9 +8,10 @@ nothing is measured.
 Functions (each documented and tested on its own):
 - `memory_plan`: weights and KV per device, which tier holds them, how many tokens of KV fit.
 - `max_batch`: largest batch for a KV length distribution, paged (block size) vs contiguous.
-- `decode_step`: one decode step at (batch, context): blocks, TP all-reduces, PP hops, overheads.
-- `prefill_time`: a prompt, whole or in chunks.
-- `continuous_batching`: steady state with C requests in flight, prefill interference included.
+- `step`: one engine step carrying decodes and a prefill chunk together (weights read once): blocks,
+  TP all-reduces, PP hops, the engine's step and per-sequence overheads.
+- `decode_step`, `prefill_time`: the two pure cases of `step`.
+- `af_decode_step`: a decode step with attention and FFN on different pools.
 - `prefix_cached_tokens`: prompt tokens left to compute after prefix-cache hits.
 - `speculative_tpot`: time per output token with a draft model.
 - `moe_expert_parallel_step`: a MoE block's step split over expert-parallel devices.
@@ -27,7 +28,8 @@ from compiler.ir.device_spec import DeviceSpec
 from compiler.ir.precision import Precision
 from cost_models.comm import all_to_all_s, allreduce_s, p2p_s
 from cost_models.derates import Derate
-from cost_models.roofline import BlockTime, TierSplit, block_time
+from cost_models.engines import GENERIC, Engine
+from cost_models.roofline import BlockTime, TierSplit, block_time, step_block_time
 
 #: Share of the memory left after weights and runtime reserve that the KV cache takes
 #: (TensorRT-LLM's kv_cache_free_gpu_mem_fraction and vLLM's gpu_memory_utilization both default to 0.9).
@@ -46,6 +48,11 @@ class Deployment:
     tp: int = 1
     pp: int = 1
     precision: Precision = Precision.of("bf16")
+    engine: Engine = GENERIC  # its per-step and per-block overheads are already in `derate` (`Engine.applied_to`)
+
+    @property
+    def step_overhead_s(self) -> float:
+        return self.derate.step_overhead_s
 
     @property
     def replicas(self) -> int:
@@ -191,34 +198,92 @@ def blocks_time(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str,
     return BlockTime(total, comp, mem, over)
 
 
-def _phase_step(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str, float],
-                plan: MemoryPlan) -> StepTime:
-    link = dep.device.scale_up or dep.device.scale_out
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What one engine step carries: `decodes` sequences one token each, and prefill chunks.
+
+    ``prefill_tokens`` prompt tokens of ``prefill_requests`` requests are computed this step;
+    each prefill query attends to ``prefill_context`` keys on average (None: its own chunk,
+    the S x S convention of the traced prefill; more when a chunk follows earlier ones).
+    """
+
+    decodes: float = 0.0
+    context: float = 0.0
+    prefill_tokens: float = 0.0
+    prefill_requests: float = 1.0
+    prefill_context: float | None = None
+
+    @property
+    def sequences(self) -> float:
+        return self.decodes + (self.prefill_requests if self.prefill_tokens else 0.0)
+
+
+def _twins(graph: BlockGraph) -> dict[str, Block]:
+    """Prefill block by name: the prefill twin of each decode block (memoised with the block groups)."""
+    entry = _GROUPS.get(id(graph))
+    memo = entry[1] if entry is not None and entry[0] is graph else None
+    if memo is None:
+        block_groups(graph, "decode")
+        memo = _GROUPS[id(graph)][1]
+    if "twins" not in memo:
+        memo["twins"] = {b.name: b for b in graph.phase_blocks("prefill")}
+    return memo["twins"]
+
+
+def step(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan) -> StepTime:
+    """One engine step of one tp x pp replica carrying `batch`; see [Note: one weight read per step]."""
+    decode_point = {"B": batch.decodes, "L": batch.context}
+    prefill_point = None
+    scale = 1.0
+    if batch.prefill_tokens:
+        per_request = batch.prefill_tokens / batch.prefill_requests
+        prefill_point = {"B": batch.prefill_requests, "S": per_request}
+        scale = max(1.0, (batch.prefill_context or per_request) / per_request)
+    twins = _twins(graph) if batch.decodes and prefill_point else {}
+    comp = mem = over = total = 0.0
+    for b, n in block_groups(graph, "decode" if batch.decodes else "prefill"):
+        parts, scales = [], []
+        if batch.decodes:
+            parts.append((b, decode_point))
+            scales.append(1.0)
+        if prefill_point is not None:
+            parts.append((twins[b.name] if batch.decodes else b, prefill_point))
+            scales.append(scale)
+        t: BlockTime = step_block_time(parts, dep.device, precision=dep.precision, derate=dep.derate, shards=dep.tp,
+                                       tiers=plan.weight_tiers, kv_tiers=plan.kv_tiers, attention_scale=scales)
+        total, comp, mem, over = total + n * t.time_s, comp + n * t.compute_s, mem + n * t.memory_s, over + n * t.overhead_s
+    comm = _comm_s(graph, dep, batch, decode_point, prefill_point)
+    host = dep.step_overhead_s + dep.engine.seq_overhead_s * batch.sequences
+    return StepTime(total + comm + host, comp, mem, comm, over + host)
+
+
+def _comm_s(graph: BlockGraph, dep: Deployment, batch: Batch, decode_point: dict, prefill_point: dict | None) -> float:
+    """TP all-reduces of the residual stream each block hands on, and the PP hops between stages."""
+    residual = 0.0
+    for phase, point in (("decode", decode_point if batch.decodes else None), ("prefill", prefill_point)):
+        edge = graph.residual_edge(phase) if point is not None else None
+        residual += edge.act_bytes(**point) if edge is not None else 0.0
     comm = 0.0
-    bt = blocks_time(graph, dep, phase, point, plan)
-    total, comp, mem, over = bt.time_s, bt.compute_s, bt.memory_s, bt.overhead_s
+    link = dep.device.scale_up or dep.device.scale_out
     if dep.tp > 1 and link is not None:
         # Megatron-style TP all-reduces the residual stream each block hands on (embed, attention, FFN/MoE).
-        bw = link.bw_bytes_per_s * dep.derate.link_eff
-        for e in graph.edges:
-            if e.phase == phase and e.kind == "activation":
-                comm += allreduce_s(e.act_bytes(**point), dep.tp, bw_bytes_per_s=bw, latency_s=link.latency_s)
+        edges = sum(1 for e in graph.edges if e.phase == ("decode" if batch.decodes else "prefill")
+                    and e.kind == "activation")
+        comm += edges * allreduce_s(residual, dep.tp, bw_bytes_per_s=link.bw_bytes_per_s * dep.derate.link_eff,
+                                    latency_s=link.latency_s)
     if dep.pp > 1:
         up = dep.device.scale_up
         hop = up if up is not None and dep.group <= up.domain_devices else dep.device.scale_out
-        residual = graph.residual_edge(phase)
-        seam = residual.act_bytes(**point) if residual is not None else 0.0
-        comm += (dep.pp - 1) * p2p_s(seam, bw_bytes_per_s=hop.bw_bytes_per_s * dep.derate.link_eff,
+        comm += (dep.pp - 1) * p2p_s(residual, bw_bytes_per_s=hop.bw_bytes_per_s * dep.derate.link_eff,
                                      latency_s=hop.latency_s)
-    over += dep.derate.step_overhead_s
-    return StepTime(total + comm + dep.derate.step_overhead_s, comp, mem, comm, over)
+    return comm
 
 
 def decode_step(graph: BlockGraph, dep: Deployment, batch: float, context: float,
                 plan: MemoryPlan | None = None) -> StepTime:
     """One decode step: `batch` sequences, each with `context` cached tokens, one new token each."""
     plan = plan or memory_plan(graph, dep, graph.kv_bytes_per_sequence(context, dep.precision) * batch / dep.group)
-    return _phase_step(graph, dep, "decode", {"B": batch, "L": context}, plan)
+    return step(graph, dep, Batch(decodes=batch, context=context), plan)
 
 
 def af_decode_step(graph: BlockGraph, attn: Deployment, ffn: Deployment, batch: float, context: float, *,
@@ -246,10 +311,10 @@ def af_decode_step(graph: BlockGraph, attn: Deployment, ffn: Deployment, batch: 
                                         dep.derate.link_eff, latency_s=link.latency_s)
     seam = graph.residual_edge("decode").act_bytes(**point)
     comm += 2 * graph.num_layers * p2p_s(seam, bw_bytes_per_s=link_bw_bytes_per_s, latency_s=link_latency_s)
-    overhead = max(attn.derate.step_overhead_s, ffn.derate.step_overhead_s)
-    step = StepTime(ta.time_s + tf.time_s + comm + overhead, ta.compute_s + tf.compute_s, ta.memory_s + tf.memory_s,
-                    comm, ta.overhead_s + tf.overhead_s + overhead)
-    return step, plan_a, plan_f
+    overhead = max(attn.step_overhead_s, ffn.step_overhead_s) + attn.engine.seq_overhead_s * batch
+    af = StepTime(ta.time_s + tf.time_s + comm + overhead, ta.compute_s + tf.compute_s, ta.memory_s + tf.memory_s,
+                  comm, ta.overhead_s + tf.overhead_s + overhead)
+    return af, plan_a, plan_f
 
 
 def prefill_time(graph: BlockGraph, dep: Deployment, batch: float, prompt: float, *, chunk_tokens: int | None = None,
@@ -260,49 +325,11 @@ def prefill_time(graph: BlockGraph, dep: Deployment, batch: float, prompt: float
     (attention over earlier chunks is already in the S x S term).
     """
     plan = plan or memory_plan(graph, dep, graph.kv_bytes_per_sequence(prompt, dep.precision) * batch / dep.group)
-    whole = _phase_step(graph, dep, "prefill", {"B": batch, "S": prompt}, plan)
+    whole = step(graph, dep, Batch(prefill_tokens=batch * prompt, prefill_requests=batch), plan)
     if not chunk_tokens or chunk_tokens >= prompt * batch:
         return whole
-    extra = (math.ceil(prompt * batch / chunk_tokens) - 1) * dep.derate.step_overhead_s
+    extra = (math.ceil(prompt * batch / chunk_tokens) - 1) * dep.step_overhead_s
     return StepTime(whole.time_s + extra, whole.compute_s, whole.memory_s, whole.comm_s, whole.overhead_s + extra)
-
-
-@dataclass(frozen=True, slots=True)
-class SteadyState:
-    """Continuous batching with `concurrency` requests in flight (per replica)."""
-
-    ttft_s: float
-    tpot_s: float
-    step_s: float
-    decode_only_step_s: float
-    prefill_tokens_per_step: float
-
-    @property
-    def interference(self) -> float:
-        """How much longer a step takes because prefill chunks share it (1.0 = none)."""
-        return self.step_s / self.decode_only_step_s if self.decode_only_step_s else 1.0
-
-
-def continuous_batching(graph: BlockGraph, dep: Deployment, concurrency: int, input_len: int,
-                        output_len: int) -> SteadyState:
-    """Steady state of an engine that mixes prefill chunks into decode steps (chunked prefill).
-
-    On average `concurrency / output_len` requests finish per step, so the same
-    number start: each step prefills ``concurrency * input_len / output_len``
-    prompt tokens alongside ``concurrency`` decodes at mean context
-    ``input_len + output_len / 2``. A new request's TTFT is its own prefill at
-    that shared step rate plus one step it waits to join.
-    """
-    context = input_len + output_len / 2
-    decode = decode_step(graph, dep, concurrency, context)
-    per_step_tokens = concurrency * input_len / max(output_len, 1)
-    chunk = prefill_time(graph, dep, 1, max(per_step_tokens, 1.0)) if per_step_tokens else None
-    mixed = decode.time_s + (chunk.time_s - dep.derate.step_overhead_s if chunk else 0.0)
-    own_prefill = prefill_time(graph, dep, 1, input_len).time_s
-    steps_to_prefill = max(1.0, math.ceil(input_len / max(per_step_tokens, 1.0)))
-    ttft = min(own_prefill + mixed, steps_to_prefill * mixed) if per_step_tokens else own_prefill
-    ttft = max(ttft, own_prefill)
-    return SteadyState(ttft, mixed, mixed, decode.time_s, per_step_tokens)
 
 
 def prefix_cached_tokens(prompt: int, shared_prefix: int, hit_rate: float) -> float:

@@ -90,7 +90,7 @@ def medians(results: list[dict]) -> dict[str, float]:
 
 
 def fit(rows: list[dict], graphs: dict) -> dict:
-    from compiler.calibrate.fit import fit_derate
+    from compiler.calibrate.fit import fit_fields
     from cost_models.derates import DERATES, GENERIC
 
     fitted = {}
@@ -102,7 +102,7 @@ def fit(rows: list[dict], graphs: dict) -> dict:
             errs = [r["ape_pct"] for r in res if r["ape_pct"] == r["ape_pct"]]
             return (statistics.median(errs) + 0.05 * max(errs) if errs else float("inf")), candidate
 
-        fitted[fam] = fit_derate(evaluate, DERATES.get(fam, GENERIC), _params(), grid_points=3, restarts=2)
+        fitted[fam] = fit_fields(evaluate, DERATES.get(fam, GENERIC), _params(), grid_points=3, restarts=2)
     return fitted
 
 

@@ -1,10 +1,12 @@
-"""The one derate fitter: bounded efficiency parameters found by a coarse grid and Nelder-Mead.
+"""The one fitter of cost-model parameters: bounded fields found by a coarse grid and Nelder-Mead.
 
-Both fits in gimletc use it: the host CPU's (``gimletc calibrate``, on
-measured block times) and the accelerator families' (``tools/fidelity.py``,
-on published measurements). The caller supplies `evaluate`, which scores a
-candidate `Derate` and may complete it (the host fit solves its overheads
-in closed form for each candidate, see `robust_overheads`).
+Every fit in gimletc uses it: the host CPU's derate (``gimletc calibrate``, on
+measured block times), the accelerator families' derates (``tools/fidelity.py``,
+on published measurements) and the serving engines' scheduler costs
+(``tools/fidelity.py --sweeps``, on measured serving sweeps). The caller
+supplies `evaluate`, which scores a candidate (a frozen dataclass: a `Derate`
+or an `Engine`) and may complete it (the host fit solves its overheads in
+closed form for each candidate, see `robust_overheads`).
 
 [Note: derate fit] Every fitted parameter is a positive physical quantity with
 bounds (an efficiency in (0, 1], an overhead in seconds). The search runs in
@@ -23,15 +25,13 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-from cost_models.derates import Derate
-
 #: Scores a candidate derate: (loss, the candidate as it should be kept).
-Evaluate = Callable[[Derate], tuple[float, Derate]]
+Evaluate = Callable[[Any], tuple[float, Any]]
 
 
 @dataclass(frozen=True, slots=True)
 class Param:
-    """One fitted `Derate` field: bounds, and where its coarse grid starts (``grid_lo``, up to ``hi``)."""
+    """One fitted field: bounds, and where its coarse grid starts (``grid_lo``, up to ``hi``)."""
 
     name: str
     lo: float
@@ -47,11 +47,11 @@ class Param:
         return min(max(value, self.lo), self.hi)
 
 
-def fit_derate(evaluate: Evaluate, start: Derate, params: Sequence[Param], *, grid_points: int = 5,
-               restarts: int = 3) -> Derate:
-    """The derate `evaluate` scores best; see [Note: derate fit]."""
+def fit_fields(evaluate: Evaluate, start: Any, params: Sequence[Param], *, grid_points: int = 5,
+               restarts: int = 3) -> Any:
+    """The fields of `start` (a frozen dataclass) that `evaluate` scores best; see [Note: derate fit]."""
 
-    def at(values: Sequence[float]) -> tuple[float, Derate]:
+    def at(values: Sequence[float]) -> tuple[float, Any]:
         return evaluate(replace(start, **{p.name: p.clip(v) for p, v in zip(params, values)}))
 
     grids = [p.grid(grid_points) if p.in_grid else [p.clip(getattr(start, p.name))] for p in params]

@@ -36,7 +36,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from compiler.calibrate.fit import Param, fit_derate, robust_overheads
+from compiler.calibrate.fit import Param, fit_fields, robust_overheads
 from compiler.calibrate.measure import FULL, QUICK, Measurements, Note, Sample
 from compiler.ir.block_graph import Block
 from compiler.ir.calibration import Calibration, save_calibration
@@ -85,7 +85,7 @@ def fit_host_derate(cases: Sequence[Case], device: DeviceSpec, start: Derate, *,
         loss = float(np.mean(np.abs(np.log((roof + block_s + op_s * ops) / measured))))
         return loss, replace(bare, block_overhead_s=block_s, op_overhead_s=op_s)
 
-    return fit_derate(evaluate, start, EFF_PARAMS, grid_points=grid_points, restarts=restarts)
+    return fit_fields(evaluate, start, EFF_PARAMS, grid_points=grid_points, restarts=restarts)
 
 
 def micro_cases(micro: dict[str, Any]) -> list[tuple[str, Case]]:

@@ -35,7 +35,10 @@ def register(sub) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--batch", metavar="B|max", help="static batch of B requests, or max: the largest that fits")
     mode.add_argument("--concurrency", type=options.positive_int, metavar="C",
-                      help="continuous batching, C requests in flight")
+                      help="C closed-loop clients, each sending its next request when the previous one ends (what "
+                           "serving benchmarks measure)")
+    p.add_argument("--engine", choices=("generic", "trtllm", "vllm", "sglang"), default="generic",
+                   help="serving engine whose scheduler costs apply (default generic)")
     p.add_argument("--scenarios", metavar="FILE.csv", help="evaluate every row of a CSV (columns named like the flags)")
     p.add_argument("--out", metavar="FILE.csv", help="with --scenarios: write predictions here (default: stdout)")
     options.add_json(p, "the prediction (with --scenarios: the rows)")
@@ -56,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("estimate: give --batch B, --batch max or --concurrency C")
     result = estimate(args.model, device=args.device, count=args.count, tp=args.tp, pp=args.pp,
                       precision=options.precision_of(args), input_len=args.input_len, output_len=args.output_len,
-                      batch=batch(args.batch), concurrency=args.concurrency)
+                      batch=batch(args.batch), concurrency=args.concurrency, engine=args.engine)
     return output(result.to_json(), args.json, render)
 
 

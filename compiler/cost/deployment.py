@@ -13,12 +13,15 @@ from compiler.ir.block_graph import BlockGraph
 from compiler.ir.calibration import load_calibration
 from compiler.ir.errors import BadInput
 from compiler.ir.precision import Precision
+from cost_models import engines
 from cost_models.derates import derate_for
 from cost_models.serving import Deployment, devices_to_hold
 
 
-def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precision) -> Deployment:
-    """`count` devices of `device_id` as replicas of a `tp` x `pp` group, weights and KV at `precision`."""
+def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precision,
+               engine: str = "generic") -> Deployment:
+    """`count` devices of `device_id` as replicas of a `tp` x `pp` group, weights and KV at `precision`,
+    served by `engine` (`cost_models.engines`)."""
     spec = device(device_id)
     if count < 1 or tp < 1 or pp < 1:
         raise BadInput(f"count, tp and pp must be at least 1 (got count={count}, tp={tp}, pp={pp})")
@@ -27,7 +30,12 @@ def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precisio
     reasons = backend_of(spec).unsupported_reasons(spec, precision.weights)
     if reasons:
         raise BadInput(f"{device_id} cannot run {precision.weights}. Reasons: {'; '.join(reasons)}")
-    return Deployment(spec, count, derate_for(spec.family, load_calibration(spec.id)), tp, pp, precision)
+    try:
+        served_by = engines.engine(engine)
+    except ValueError as e:
+        raise BadInput(f"engine: {e}") from None
+    derate = served_by.applied_to(derate_for(spec.family, load_calibration(spec.id)))
+    return Deployment(spec, count, derate, tp, pp, precision, served_by)
 
 
 def devices_needed(graph: BlockGraph, dep: Deployment) -> int:

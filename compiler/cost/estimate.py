@@ -5,8 +5,10 @@ request shape (input and output length) with one of three batching modes:
 
 - ``batch=B``: B requests start together (static batch); ``batch="max"``: the
   largest B whose KV fits memory;
-- ``concurrency=C``: continuous batching with C requests in flight, prefill
-  chunks interleaved with decode steps (what a request sees, interference included).
+- ``concurrency=C``: C closed-loop clients, each sending its next request as
+  soon as the previous one finishes (what serving benchmarks measure): continuous
+  batching with prefill chunks inside decode steps, the engine's scheduler costs
+  and the wait for a prefill slot included (`cost_models.load.closed_loop`).
 
 After: an `Estimate` (`compiler.ir.estimate`). Every number is a prediction of
 the cost model, not a measurement.
@@ -26,9 +28,8 @@ from compiler.ir.errors import BadInput
 from compiler.ir.estimate import Estimate
 from compiler.cost.deployment import devices_needed
 from cost_models.power import energy_per_token_j, step_power_w
-from cost_models.serving import (
-    Deployment, MemoryPlan, StepTime, continuous_batching, decode_step, max_batch, memory_plan, prefill_time,
-)
+from cost_models.load import RequestShape, closed_loop
+from cost_models.serving import Deployment, MemoryPlan, StepTime, decode_step, max_batch, memory_plan, prefill_time
 
 #: Most sequences one replica schedules at once (TensorRT-LLM's default max batch size is 2048).
 MAX_BATCH_CAP = 2048
@@ -116,12 +117,12 @@ def _phases(graph: BlockGraph, dep: Deployment, plan: MemoryPlan, per_replica: i
         prefill = prefill_time(graph, dep, per_replica, input_len, plan=plan)
         e2e = prefill.time_s + (output_len - 1) * decode.time_s
         return _Phases(prefill.time_s, decode.time_s, prefill, decode, prefill.time_s / e2e)
-    steady = continuous_batching(graph, dep, per_replica, input_len, output_len)
+    loop = closed_loop(graph, dep, per_replica, RequestShape(input_len, output_len))
     prefill = prefill_time(graph, dep, 1, input_len, plan=plan)
-    e2e = steady.ttft_s + (output_len - 1) * steady.tpot_s
+    e2e = loop.ttft_s + (output_len - 1) * loop.tpot_s
     busy_prefill = prefill.time_s * per_replica / max(e2e, 1e-12)  # share of time spent on prefill work
-    return _Phases(steady.ttft_s, steady.tpot_s, prefill, decode, busy_prefill, steady.interference,
-                   steady.prefill_tokens_per_step)
+    return _Phases(loop.ttft_s, loop.tpot_s, prefill, decode, busy_prefill, loop.interference,
+                   loop.prefill_tokens_per_step)
 
 
 def _mean_power(dep: Deployment, phases: _Phases) -> float:

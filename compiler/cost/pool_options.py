@@ -1,29 +1,35 @@
-"""Candidate pools for the placement ILP, each costed by the serving model.
+"""Candidate pools for the placement ILP, each costed for every request class by the serving model.
 
-Before: a BlockGraph, a cluster (inventory, links), a workload (mean lengths,
-SLOs) and a `Precision`. After: a list of `PoolOption`s (`compiler.ir.pool_option`),
-one per way to run one replica of a role on some devices: ``colocated``
-(continuous batching with chunked prefill; interference included),
-``prefill``, ``decode``, and ``decode-af`` (attention and KV on one device
-type, FFN/MoE, embedding and head on another, hidden states crossing every layer).
+Before: a BlockGraph, a cluster (inventory, links, engines), a workload (request
+classes with their lengths and SLO percentiles) and a `Precision`. After: a list
+of `PoolOption`s (`compiler.ir.pool_option`), one per way to run one replica of
+a role on some devices: ``colocated`` (continuous batching with chunked prefill),
+``prefill``, ``decode``, and ``decode-af`` (attention and KV on one device type,
+FFN/MoE, embedding and head on another, hidden states crossing every layer).
 
-Each option records devices used per type, power (predicted draw, and the
-TDP the power budget must provision for), the request rate one replica
-sustains and the latency a request sees. The ILP (`compiler.place`) picks
-integer replica counts; which roles end up separate is its outcome.
-Options whose latency breaks an SLO are kept and marked (``slo_ok``) so an
-infeasible solve can name the SLO as the binding constraint.
+Each request class is costed on its own ([Note: request classes]): an option
+serves a class only if one replica holds that class's longest request, and for
+each class it serves it records the rate one replica sustains and a
+latency-versus-utilisation curve (`cost_models.load`). Options do not depend on
+the SLOs: the placement reads the curves against the targets.
 
-Steps: `_demand` (the workload as the numbers options are costed at), per
-device type `_shapes` (tp x pp groups worth trying) and `_replica_options`
-(decode, colocated and prefill options of one shape), then `_af_options`.
+[Note: request classes] A mix is never collapsed to a mean request. A class's
+prompt length, decode context (its input plus half its output) and output
+length cost its steps; its longest request decides where it fits, so a
+200K-token class limits only the pools it can be routed to. An option's batch
+is a number of sequences; every class it serves fits that batch on its own, so
+any mix of those classes fits too.
+
+Steps: `_classes` (the workload's classes as the numbers they are costed at);
+per device type `_shapes` (tp x pp groups worth trying) and `_replica_options`
+(decode, colocated and prefill options of one shape); then `_af_options`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from backends.registry import backend_of, device
 from compiler.cost.deployment import deployment
@@ -31,12 +37,14 @@ from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.errors import BadInput
-from compiler.ir.pool_option import PoolOption
+from compiler.ir.pool_option import ClassService, PoolOption
 from compiler.ir.precision import Precision
+from cost_models.load import (
+    RequestShape, StepTable, colocated_curve, decode_curve, decode_table, prefill_curve, prefill_table,
+)
 from cost_models.power import step_power_w
 from cost_models.serving import (
-    Deployment, StepTime, af_decode_step, continuous_batching, decode_step, devices_to_hold, max_batch, memory_plan,
-    prefill_time,
+    Deployment, StepTime, af_decode_step, decode_step, devices_to_hold, max_batch, memory_plan, prefill_time,
 )
 
 log = logging.getLogger(__name__)
@@ -46,39 +54,35 @@ PREFILL_BATCHES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True, slots=True)
-class _Demand:
-    """The workload as the numbers a pool is costed at (means over the request mix), and the SLOs in seconds."""
+class ClassDemand:
+    """One request class as the numbers it is costed at; `percentile` is its SLO percentile (0-1)."""
 
-    slo_ttft_s: float
-    slo_tpot_s: float
-    output_len: float
-    prefill_tokens: float  # prompt tokens computed per request after prefix-cache hits
-    decode_context: float  # mean context a decode step sees
-    kv_tokens: float  # mean tokens of KV one request holds
-    seq_kv_mean_bytes: float
-    seq_kv_max_bytes: float
+    name: str
+    shape: RequestShape
+    percentile: float
+    kv_mean_bytes: float  # one request's KV at the class's mean lengths
+    kv_max_bytes: float  # ... at its longest prompt and output
 
     @property
     def kv_bytes_per_token(self) -> float:
-        return self.seq_kv_mean_bytes / self.kv_tokens
+        return self.kv_mean_bytes / self.shape.kv_tokens
 
 
-def _demand(graph: BlockGraph, workload: Workload, precision: Precision) -> _Demand:
-    return _Demand(
-        slo_ttft_s=workload.slo.ttft_ms / 1e3 if workload.slo.ttft_ms else math.inf,
-        slo_tpot_s=workload.slo.tpot_ms / 1e3 if workload.slo.tpot_ms else math.inf,
-        output_len=workload.mean_output_len,
-        prefill_tokens=max(1.0, workload.mean_prefill_tokens),
-        decode_context=workload.mean_input_len + workload.mean_output_len / 2,
-        kv_tokens=workload.kv_tokens_per_request_mean,
-        seq_kv_mean_bytes=graph.kv_bytes_per_sequence(workload.kv_tokens_per_request_mean, precision),
-        seq_kv_max_bytes=graph.kv_bytes_per_sequence(workload.kv_tokens_per_request_max, precision))
+def class_demands(graph: BlockGraph, workload: Workload, precision: Precision) -> list[ClassDemand]:
+    out = []
+    for c in workload.classes:
+        shape = RequestShape(c.input_len.mean, c.output_len.mean, c.prefill_tokens_mean)
+        out.append(ClassDemand(
+            c.name, shape, workload.class_slo(c).percentile / 100,
+            graph.kv_bytes_per_sequence(shape.kv_tokens, precision),
+            graph.kv_bytes_per_sequence(c.input_len.max + c.output_len.max, precision)))
+    return out
 
 
 def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload,
                       precision: Precision) -> tuple[list[PoolOption], list[str]]:
     """All candidate pools for `graph` on `cluster` under `workload`; also the reasons types were skipped."""
-    demand = _demand(graph, workload, precision)
+    classes = class_demands(graph, workload, precision)
     options: list[PoolOption] = []
     skipped: list[str] = []
     for dev_id, count in sorted(cluster.inventory().items()):
@@ -91,8 +95,9 @@ def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload,
             skipped.append(f"{dev_id}: {count} devices cannot hold {graph.model} weights at {precision.weights}")
             continue
         for tp, pp in shapes:
-            options += _replica_options(graph, deployment(dev_id, tp * pp, tp, pp, precision), demand)
-    options += _af_options(graph, cluster, precision, demand)
+            dep = deployment(dev_id, tp * pp, tp, pp, precision, cluster.engine(dev_id))
+            options += _replica_options(graph, dep, classes)
+    options += _af_options(graph, cluster, precision, classes)
     if not options:
         raise BadInput(f"no device type in the cluster can hold {graph.model} at {precision.weights}: "
                        + "; ".join(skipped))
@@ -126,40 +131,57 @@ def _power(dep: Deployment, step: StepTime) -> float:
     return dep.group * step_power_w(dep.device, time_s=step.time_s, compute_s=step.compute_s, memory_s=step.memory_s)
 
 
-def _replica_options(graph: BlockGraph, dep: Deployment, demand: _Demand) -> list[PoolOption]:
-    """Decode, colocated and prefill options of one replica shape (none if it cannot hold the longest request)."""
+def _replica_options(graph: BlockGraph, dep: Deployment, classes: list[ClassDemand]) -> list[PoolOption]:
+    """Decode, colocated and prefill options of one replica shape, each serving the classes that fit it."""
     plan = memory_plan(graph, dep)
     replica_kv = plan.kv_capacity_bytes * dep.group
-    if replica_kv < demand.seq_kv_max_bytes:
-        return []  # cannot hold even one longest request
-    dev_id, shape = dep.device.id, f"{dep.device.id}:tp{dep.tp}:pp{dep.pp}"
-    tdp = dep.group * dep.device.tdp_w
+    fits = [c for c in classes if replica_kv >= c.kv_max_bytes]  # holds at least one longest request
+    if not fits:
+        return []
+    b_max = {c.name: max_batch(replica_kv, c.kv_bytes_per_token, [c.shape.kv_tokens]) for c in fits}
+    tables = {c.name: decode_table(graph, dep, tuple(b for b in BATCHES if b <= max(b_max[c.name], 1)), c.shape)
+              for c in fits}
+    shape = f"{dep.device.id}:tp{dep.tp}:pp{dep.pp}"
     out = []
-    b_max = max_batch(replica_kv, demand.kv_bytes_per_token, [demand.kv_tokens])
-    for b in [b for b in BATCHES if b <= b_max]:
-        kv_plan = memory_plan(graph, dep, demand.seq_kv_mean_bytes * b / dep.group)
-        step = decode_step(graph, dep, b, demand.decode_context, kv_plan)
-        out.append(PoolOption(
-            f"decode:{shape}:b{b}", "decode", ((dev_id, dep.group),), _power(dep, step), tdp,
-            b / (demand.output_len * step.time_s), None, step.time_s, dev_id, dep.tp, dep.pp, b,
-            step.time_s <= demand.slo_tpot_s, (("bound", step.bound),)))
-        steady = continuous_batching(graph, dep, b, round(demand.prefill_tokens), round(demand.output_len))
-        life = steady.ttft_s + (demand.output_len - 1) * steady.tpot_s
-        out.append(PoolOption(
-            f"colocated:{shape}:c{b}", "colocated", ((dev_id, dep.group),), _power(dep, step), tdp, b / life,
-            steady.ttft_s, steady.tpot_s, dev_id, dep.tp, dep.pp, b,
-            steady.ttft_s <= demand.slo_ttft_s and steady.tpot_s <= demand.slo_tpot_s,
-            (("interference", round(steady.interference, 4)),)))
-    for b in [b for b in PREFILL_BATCHES
-              if b * demand.prefill_tokens * demand.seq_kv_mean_bytes / demand.kv_tokens <= replica_kv]:
-        step = prefill_time(graph, dep, b, demand.prefill_tokens, plan=plan)
-        out.append(PoolOption(
-            f"prefill:{shape}:b{b}", "prefill", ((dev_id, dep.group),), _power(dep, step), tdp, b / step.time_s,
-            step.time_s, None, dev_id, dep.tp, dep.pp, b, step.time_s <= demand.slo_ttft_s, (("bound", step.bound),)))
+    for b in BATCHES:
+        served = [c for c in fits if b <= b_max[c.name]]
+        if not served:
+            break
+        decode = [ClassService(c.name, *decode_curve(tables[c.name], b, c.shape.output_len, c.percentile))
+                  for c in served]
+        colocated = [ClassService(c.name, *colocated_curve(graph, dep, b, c.shape, tables[c.name], c.percentile))
+                     for c in served]
+        step = _step_at(graph, dep, b, served[0])
+        out.append(_option(f"decode:{shape}:b{b}", "decode", dep, b, step, decode))
+        out.append(_option(f"colocated:{shape}:c{b}", "colocated", dep, b, step, colocated))
+    for k in PREFILL_BATCHES:
+        served = [c for c in fits if k * c.shape.computed_prompt * c.kv_bytes_per_token <= replica_kv]
+        if not served:
+            break
+        prefill = []
+        for c in served:
+            table = prefill_table(graph, dep, tuple(j for j in PREFILL_BATCHES if j <= k), c.shape, plan)
+            prefill.append(ClassService(c.name, *prefill_curve(table, k, dep.engine.request_overhead_s, c.percentile)))
+        step = prefill_time(graph, dep, k, served[0].shape.computed_prompt, plan=plan)
+        out.append(_option(f"prefill:{shape}:b{k}", "prefill", dep, k, step, prefill))
     return out
 
 
-def _af_options(graph: BlockGraph, cluster: Cluster, precision: Precision, demand: _Demand) -> list[PoolOption]:
+def _step_at(graph: BlockGraph, dep: Deployment, batch: int, c: ClassDemand) -> StepTime:
+    """The decode step whose utilisations set an option's power (the first class it serves, full batch)."""
+    kv_plan = memory_plan(graph, dep, c.kv_mean_bytes * batch / dep.group)
+    return decode_step(graph, dep, batch, c.shape.decode_context, kv_plan)
+
+
+def _option(key: str, kind: str, dep: Deployment, batch: int, step: StepTime,
+            services: list[ClassService]) -> PoolOption:
+    services = [s for s in services if s.rate_per_s > 0 and math.isfinite(s.rate_per_s)]
+    return PoolOption(key, kind, ((dep.device.id, dep.group),), _power(dep, step), dep.group * dep.device.tdp_w,
+                      dep.device.id, dep.tp, dep.pp, batch, tuple(services), (("bound", step.bound),))
+
+
+def _af_options(graph: BlockGraph, cluster: Cluster, precision: Precision,
+                classes: list[ClassDemand]) -> list[PoolOption]:
     """Attention on one type, FFN/MoE on another; smallest groups that hold each side."""
     inventory = cluster.inventory()
     attn_params = sum(b.weight_params for b in graph.phase_blocks("decode") if b.role == "attn")
@@ -177,28 +199,35 @@ def _af_options(graph: BlockGraph, cluster: Cluster, precision: Precision, deman
             (tpa, ppa), (tpf, ppf) = sa[-1 if len(sa) > 1 else 0], sf[0]
             if ppa > 1 or ppf > 1:
                 continue  # pipelining on top of attention/FFN disaggregation is not modelled
-            attn = deployment(ta, tpa, tpa, 1, precision)
-            ffn = deployment(tf, tpf, tpf, 1, precision)
-            bw, lat = cluster.link(ta, tf)
-            for b in BATCHES:
-                step, plan_a, plan_f = af_decode_step(graph, attn, ffn, b, demand.decode_context,
-                                                      link_bw_bytes_per_s=bw, link_latency_s=lat)
-                if plan_a.kv_capacity_bytes * attn.group < demand.seq_kv_mean_bytes * b or not plan_f.fits:
-                    break
-                power = _power(attn, step) + _power(ffn, step)
-                tdp = tpa * attn.device.tdp_w + tpf * ffn.device.tdp_w
-                out.append(PoolOption(
-                    f"decode-af:{ta}:tp{tpa}+{tf}:tp{tpf}:b{b}", "decode-af", ((ta, tpa), (tf, tpf)), power, tdp,
-                    b / (demand.output_len * step.time_s), None, step.time_s, ta, tpa, 1, b,
-                    step.time_s <= demand.slo_tpot_s, (("ffn_tp", tpf), ("bound", step.bound))))
+            attn = deployment(ta, tpa, tpa, 1, precision, cluster.engine(ta))
+            ffn = deployment(tf, tpf, tpf, 1, precision, cluster.engine(tf))
+            out += _af_pair(graph, cluster, attn, ffn, classes)
     return out
 
 
-def with_slo(options: list[PoolOption], ttft_s: float | None, tpot_s: float | None) -> list[PoolOption]:
-    """The same options re-marked against other SLOs (costs do not depend on them)."""
-
-    def ok(o: PoolOption) -> bool:
-        return ((ttft_s is None or o.ttft_s is None or o.ttft_s <= ttft_s)
-                and (tpot_s is None or o.tpot_s is None or o.tpot_s <= tpot_s))
-
-    return [replace(o, slo_ok=ok(o)) for o in options]
+def _af_pair(graph: BlockGraph, cluster: Cluster, attn: Deployment, ffn: Deployment,
+             classes: list[ClassDemand]) -> list[PoolOption]:
+    bw, lat = cluster.link(attn.device.id, ffn.device.id)
+    out = []
+    for b in BATCHES:
+        steps, served = {}, []
+        for c in classes:
+            step, plan_a, plan_f = af_decode_step(graph, attn, ffn, b, c.shape.decode_context,
+                                                  link_bw_bytes_per_s=bw, link_latency_s=lat)
+            if plan_a.kv_capacity_bytes * attn.group >= max(c.kv_mean_bytes * b, c.kv_max_bytes) and plan_f.fits:
+                steps[c.name] = step
+                served.append(c)
+        if not served:
+            break
+        services = []
+        for c in served:
+            table = StepTable(((float(b), steps[c.name].time_s),))  # one batch: the occupancy is not re-costed
+            services.append(ClassService(c.name, *decode_curve(table, b, c.shape.output_len, c.percentile)))
+        step = steps[served[0].name]
+        power = _power(attn, step) + _power(ffn, step)
+        tdp = attn.group * attn.device.tdp_w + ffn.group * ffn.device.tdp_w
+        out.append(PoolOption(
+            f"decode-af:{attn.device.id}:tp{attn.tp}+{ffn.device.id}:tp{ffn.tp}:b{b}", "decode-af",
+            ((attn.device.id, attn.group), (ffn.device.id, ffn.group)), power, tdp, attn.device.id, attn.tp, 1, b,
+            tuple(services), (("ffn_tp", ffn.tp), ("bound", step.bound))))
+    return out

@@ -8,9 +8,12 @@ validated value ``plan.json`` holds. Writing it is the caller's (the CLI's) job.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from importlib import metadata
 
-from compiler.emit.plan import Baseline, Plan, Pool, Predicted, SolverReport, Stage, Transfer
+from compiler.emit.plan import (
+    Baseline, ClassResult, Plan, Pool, PoolClass, Predicted, SolverReport, Stage, Transfer,
+)
 from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
 from compiler.ir.block_graph import BlockGraph
@@ -27,21 +30,64 @@ _PHASES_OF = {"colocated": ["prefill", "decode"], "prefill": ["prefill"], "decod
 def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision: Precision, inst: Instance,
               sol: Solution, baselines: list[BaselineSolution]) -> Plan:
     options = list(inst.options)
-    used = sol.used(options)
-    pools, pool_of = _pools(graph, used)
-    out_tps = sol.requests_per_s * workload.mean_output_len
+    used = sol.used()
+    pools, pool_of = _pools(graph, inst, sol, used)
+    latencies = class_latencies(inst, sol)
+    out_tps = sum(rate * inst.target(c).output_len for c, rate in sol.class_requests_per_s)
     return Plan(
         gimletc_version=_version(), model=graph.model, model_sha256=graph.config_sha256, dtype=precision.weights,
         kv_dtype=precision.kv, cluster=cluster.name, power_budget_w=inst.power_budget_w,
         inventory=dict(inst.inventory), workload=workload.name, mean_input_len=workload.mean_input_len,
         mean_output_len=workload.mean_output_len, slo_ttft_ms=workload.slo.ttft_ms, slo_tpot_ms=workload.slo.tpot_ms,
-        pools=pools, transfers=_kv_transfers(inst, sol, used, pool_of) + _activation_transfers(graph, used, pool_of),
-        predicted=_predicted(inst, sol, used, out_tps),
+        pools=pools, transfers=_kv_transfers(inst, sol, used, pool_of) + _activation_transfers(graph, sol, used, pool_of),
+        classes=[_class_result(workload, inst, sol, c, latencies.get(c.name), pool_of) for c in inst.classes],
+        predicted=_predicted(sol, latencies, out_tps),
         solver=SolverReport(status=sol.status, objective=sol.objective.name, objective_value=sol.objective.value,
                             bound=sol.objective.bound, gap=sol.objective.gap, variables=sol.variables,
                             constraints=sol.constraints, options=len(options)),
-        baselines=[_baseline(b, workload.mean_output_len, out_tps) for b in baselines],
+        baselines=[_baseline(b, inst, out_tps) for b in baselines],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ClassLatency:
+    """One class end to end, on the worst pool (or prefill -> decode path) it is routed to."""
+
+    ttft_p50_s: float
+    ttft_p_s: float
+    tpot_p50_s: float
+    tpot_p_s: float
+    options: tuple[str, ...]
+
+
+def class_latencies(inst: Instance, sol: Solution) -> dict[str, ClassLatency]:
+    """Each served class's predicted latency at the solved utilisations: colocated pools directly; a prefill ->
+    decode path as the prefill TTFT, plus the KV hand-off, plus the wait for a decode slot."""
+    by_key = {o.key: o for o in sol.options}
+    util = {o.key: sol.utilisation(o) for o, _n in sol.used()}
+    out: dict[str, ClassLatency] = {}
+    for c in inst.classes:
+        paths: list[tuple[float, float, float, float, tuple[str, ...]]] = []
+        for (cls, key), _rate in sol.served:
+            o = by_key[key]
+            if cls == c.name and o.kind == "colocated":
+                _u, t50, tp, p50, pp = o.service(cls).at(util[key])
+                paths.append((t50, tp, p50, pp, (key,)))
+        for (cls, p_key, t), _rate in sol.flows:
+            if cls != c.name:
+                continue
+            p = by_key[p_key]
+            _u, pf50, pfp, _x, _y = p.service(cls).at(util[p_key])
+            handoff = inst.handoff(cls, p.kv_device, t)
+            for (cls2, d_key), _r in sol.served:
+                d = by_key[d_key]
+                if cls2 == cls and d.receives_kv and d.kv_device == t:
+                    _u, w50, wp, p50, pp = d.service(cls).at(util[d_key])
+                    paths.append((pf50 + handoff + w50, pfp + handoff + wp, p50, pp, (p_key, d_key)))
+        if paths:
+            out[c.name] = ClassLatency(max(p[0] for p in paths), max(p[1] for p in paths), max(p[2] for p in paths),
+                                       max(p[3] for p in paths), tuple(sorted({k for p in paths for k in p[4]})))
+    return out
 
 
 def _version() -> str:
@@ -74,14 +120,21 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1e3
 
 
-def _pools(graph: BlockGraph, used: list[tuple[PoolOption, int]]) -> tuple[list[Pool], dict[str, list[str]]]:
+def _pools(graph: BlockGraph, inst: Instance, sol: Solution,
+           used: list[tuple[PoolOption, int]]) -> tuple[list[Pool], dict[str, list[str]]]:
     """One pool per used option (two for decode-af: attention and FFN), and each option's pool names."""
     pools: list[Pool] = []
     pool_of: dict[str, list[str]] = {}
     for i, (o, n) in enumerate(used):
         name = f"pool{i}"
-        common = dict(replicas=n, batch=o.batch, option=o.key, predicted_requests_per_s=o.rate_per_s * n,
-                      predicted_ttft_ms=_ms(o.ttft_s), predicted_tpot_ms=_ms(o.tpot_s))
+        util = sol.utilisation(o)
+        classes = _pool_classes(o, sol.served_on(o.key), util)
+        worst = lambda index: max((getattr(c, index) for c in classes if getattr(c, index) is not None),  # noqa: E731
+                                  default=None)
+        common = dict(replicas=n, batch=o.batch, option=o.key,
+                      predicted_requests_per_s=sum(sol.served_on(o.key).values()),
+                      predicted_ttft_ms=worst("ttft_slo_percentile_ms"), predicted_tpot_ms=worst("tpot_slo_percentile_ms"),
+                      predicted_utilisation=util, predicted_classes=classes)
         if o.kind == "decode-af":
             total = o.devices_per_replica
             for (suffix, role, roles), (dev, per) in zip(_AF_HALVES, o.devices):
@@ -99,42 +152,71 @@ def _pools(graph: BlockGraph, used: list[tuple[PoolOption, int]]) -> tuple[list[
     return pools, pool_of
 
 
-def _kv_transfers(inst: Instance, sol: Solution, used: list[tuple[PoolOption, int]],
-                  pool_of: dict[str, list[str]]) -> list[Transfer]:
-    """Each KV flow from a prefill option to a decode type, split over that type's decode pools by capacity."""
-    by_key = {o.key: o for o in inst.options}
+def _pool_classes(o: PoolOption, served: dict[str, float], util: float) -> list[PoolClass]:
     out = []
-    for (p_key, t), rate in sol.flows:
-        sinks = [(o, n) for o, n in used if o.receives_kv and o.kv_device == t]
-        capacity = sum(o.rate_per_s * n for o, n in sinks)
-        for o, n in sinks:
-            share = rate * o.rate_per_s * n / capacity
-            out.append(Transfer(kind="kv", src_pool=pool_of[p_key][0], dst_pool=pool_of[o.key][0],
-                                predicted_requests_per_s=share, predicted_bytes_per_s=share * inst.kv_bytes_per_request,
-                                predicted_latency_ms=inst.handoff(by_key[p_key].kv_device, t) * 1e3))
+    for c, rate in sorted(served.items()):
+        _u, t50, tp, p50, pp = o.service(c).at(util)
+        decodes = o.kind != "prefill"
+        out.append(PoolClass(name=c, requests_per_s=rate, ttft_p50_ms=t50 * 1e3, ttft_slo_percentile_ms=tp * 1e3,
+                             tpot_p50_ms=p50 * 1e3 if decodes else None,
+                             tpot_slo_percentile_ms=pp * 1e3 if decodes else None))
     return out
 
 
-def _activation_transfers(graph: BlockGraph, used: list[tuple[PoolOption, int]],
+def _kv_transfers(inst: Instance, sol: Solution, used: list[tuple[PoolOption, int]],
+                  pool_of: dict[str, list[str]]) -> list[Transfer]:
+    """Each class's KV flow from a prefill option to a decode type, split over the decode pools on that type in
+    proportion to the class's requests each decodes."""
+    by_key = {o.key: o for o in sol.options}
+    out: dict[tuple[str, str], list[float]] = {}
+    for (c, p_key, t), rate in sol.flows:
+        sinks = [(d_key, r) for (cc, d_key), r in sol.served if cc == c and by_key[d_key].receives_kv
+                 and by_key[d_key].kv_device == t]
+        decoded = sum(r for _k, r in sinks)
+        for d_key, r in sinks:
+            share = rate * r / decoded
+            entry = out.setdefault((p_key, d_key), [0.0, 0.0, 0.0])
+            entry[0] += share
+            entry[1] += share * inst.target(c).kv_bytes
+            entry[2] = max(entry[2], inst.handoff(c, by_key[p_key].kv_device, t))
+    return [Transfer(kind="kv", src_pool=pool_of[p][0], dst_pool=pool_of[d][0], predicted_requests_per_s=r,
+                     predicted_bytes_per_s=b, predicted_latency_ms=lat * 1e3)
+            for (p, d), (r, b, lat) in sorted(out.items())]
+
+
+def _activation_transfers(graph: BlockGraph, sol: Solution, used: list[tuple[PoolOption, int]],
                           pool_of: dict[str, list[str]]) -> list[Transfer]:
     """Hidden states to the FFN pool and back, every layer of every decode step of a decode-af option."""
     out = []
     seam = graph.residual_edge("decode")
     for o, n in used:
         if o.kind == "decode-af":
-            per_step = 2 * graph.num_layers * seam.act_bytes(B=o.batch, L=1)
-            steps_per_s = n / o.tpot_s
+            util = sol.utilisation(o)
+            step_s = o.classes[0].at(util)[3]
+            per_step = 2 * graph.num_layers * seam.act_bytes(B=max(1.0, util * o.batch), L=1)
             out.append(Transfer(kind="activation", src_pool=pool_of[o.key][0], dst_pool=pool_of[o.key][1],
-                                predicted_requests_per_s=o.rate_per_s * n, predicted_bytes_per_s=per_step * steps_per_s,
-                                predicted_latency_ms=0.0))
+                                predicted_requests_per_s=sum(sol.served_on(o.key).values()),
+                                predicted_bytes_per_s=per_step * n / step_s, predicted_latency_ms=0.0))
     return out
 
 
-def _predicted(inst: Instance, sol: Solution, used: list[tuple[PoolOption, int]], out_tps: float) -> Predicted:
-    by_key = {o.key: o for o in inst.options}
-    ttfts = [by_key[p].ttft_s + inst.handoff(by_key[p].kv_device, t) for (p, t), _rate in sol.flows]
-    ttfts += [o.ttft_s for o, _ in used if o.kind == "colocated"]
-    tpots = [o.tpot_s for o, _ in used if o.tpot_s is not None]
+def _class_result(workload: Workload, inst: Instance, sol: Solution, c, lat: ClassLatency | None,
+                  pool_of: dict[str, list[str]]) -> ClassResult:
+    slo = workload.class_slo(next(k for k in workload.classes if k.name == c.name))
+    ms = lambda s: None if s is None else s * 1e3  # noqa: E731
+    meets = lat is not None and (c.ttft_slo_s is None or lat.ttft_p_s <= c.ttft_slo_s * (1 + 1e-9)) and (
+        c.tpot_slo_s is None or lat.tpot_p_s <= c.tpot_slo_s * (1 + 1e-9))
+    return ClassResult(
+        name=c.name, share=c.share, requests_per_s=dict(sol.class_requests_per_s).get(c.name, 0.0),
+        slo_ttft_ms=slo.ttft_ms, slo_tpot_ms=slo.tpot_ms, slo_percentile=slo.percentile,
+        ttft_p50_ms=ms(lat.ttft_p50_s if lat else None), ttft_slo_percentile_ms=ms(lat.ttft_p_s if lat else None),
+        tpot_p50_ms=ms(lat.tpot_p50_s if lat else None), tpot_slo_percentile_ms=ms(lat.tpot_p_s if lat else None),
+        meets_slo=bool(meets), pools=sorted({name for k in (lat.options if lat else ()) for name in pool_of[k]}))
+
+
+def _predicted(sol: Solution, latencies: dict[str, ClassLatency], out_tps: float) -> Predicted:
+    ttfts = [lat.ttft_p_s for lat in latencies.values()]
+    tpots = [lat.tpot_p_s for lat in latencies.values() if lat.tpot_p_s]
     return Predicted(requests_per_s=sol.requests_per_s, output_tokens_per_s=out_tps, power_w=sol.power_w,
                      provisioned_power_w=sol.provisioned_w,
                      output_tokens_per_s_per_w=out_tps / sol.power_w if sol.power_w else 0.0,
@@ -142,7 +224,8 @@ def _predicted(inst: Instance, sol: Solution, used: list[tuple[PoolOption, int]]
                      worst_tpot_ms=max(tpots) * 1e3 if tpots else None)
 
 
-def _baseline(b: BaselineSolution, mean_output_len: float, plan_tps: float) -> Baseline:
-    tps = b.requests_per_s * mean_output_len
+def _baseline(b: BaselineSolution, inst: Instance, plan_tps: float) -> Baseline:
+    mean_out = sum(c.share * c.output_len for c in inst.classes)
+    tps = b.requests_per_s * mean_out
     return Baseline(name=b.name, output_tokens_per_s=tps, power_w=b.power_w,
                     plan_ratio=plan_tps / tps if tps else math.inf)

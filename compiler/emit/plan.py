@@ -98,6 +98,17 @@ class TransferDetail(_Frozen):
     pairs: list[HeadPair] = []
 
 
+class PoolClass(_Frozen):
+    """One request class on one pool, at the pool's predicted utilisation (predictions)."""
+
+    name: str
+    requests_per_s: float
+    ttft_p50_ms: float | None  # colocated, prefill: time to first token; decode: the wait for a decode slot
+    ttft_slo_percentile_ms: float | None
+    tpot_p50_ms: float | None
+    tpot_slo_percentile_ms: float | None
+
+
 class Pool(_Frozen):
     name: str
     role: Literal["colocated", "prefill", "decode", "decode-attention", "decode-ffn"]
@@ -111,9 +122,11 @@ class Pool(_Frozen):
     stages: list[Stage]
     option: str
     predicted_requests_per_s: float
-    predicted_ttft_ms: float | None = None
+    predicted_ttft_ms: float | None = None  # worst class, at the SLO percentile and the predicted utilisation
     predicted_tpot_ms: float | None = None
     predicted_power_w: float
+    predicted_utilisation: float = 0.0  # share of the replicas' capacity the routed classes use (< 1)
+    predicted_classes: list[PoolClass] = []
 
 
 class Transfer(_Frozen):
@@ -135,6 +148,24 @@ class Predicted(_Frozen):
     worst_ttft_ms: float | None
     worst_tpot_ms: float | None
     prediction: Literal[True] = True
+
+
+class ClassResult(_Frozen):
+    """One request class end to end: its rate, its SLO, and its predicted latency on the pools it is routed to
+    (the worst pool; disaggregated TTFT = prefill + KV hand-off + wait for a decode slot)."""
+
+    name: str
+    share: float
+    requests_per_s: float
+    slo_ttft_ms: float | None
+    slo_tpot_ms: float | None
+    slo_percentile: float
+    ttft_p50_ms: float | None
+    ttft_slo_percentile_ms: float | None
+    tpot_p50_ms: float | None
+    tpot_slo_percentile_ms: float | None
+    meets_slo: bool
+    pools: list[str]
 
 
 class SolverReport(_Frozen):
@@ -172,6 +203,7 @@ class Plan(_Frozen):
     slo_tpot_ms: float | None
     pools: list[Pool]
     transfers: list[Transfer]
+    classes: list[ClassResult] = []
     predicted: Predicted
     solver: SolverReport
     baselines: list[Baseline]

@@ -2,7 +2,8 @@
 
 - `model_spec`: a preset name, a Hugging Face ``config.json`` or ``module:callable`` -> `ModelSpec`
   (presets ship under ``presets/``).
-- `cluster`: the fleet (`Cluster`); `workload`: the traffic (`Workload`).
+- `cluster`: the fleet (`Cluster`); `workload`: the traffic (`Workload`); `trace`: request traces
+  binned into workload classes.
 - `yaml_file`: reading either file with one-line errors that name file, field and fix.
 
 Importing this package loads pydantic and the backend registry, not torch.
@@ -24,8 +25,24 @@ def load_cluster(path: str | Path) -> Cluster:
 
 
 def load_workload(path: str | Path) -> Workload:
-    """Read and validate a workload YAML file; any problem raises one-line `BadInput`."""
-    return load_yaml(Workload, path, "workload", "examples/workloads/")
+    """Read and validate a workload YAML file; any problem raises one-line `BadInput`.
+
+    A workload that names a ``trace`` comes back with the trace binned into classes
+    (`compiler.inputs.trace`) and, when the trace has timestamps and the file asks for
+    ``maximise``, the trace's arrival rate.
+    """
+    workload = load_yaml(Workload, path, "workload", "examples/workloads/")
+    if workload.trace is None:
+        return workload
+    from compiler.inputs.trace import bin_trace, read_trace
+
+    spec = workload.trace
+    trace_path = Path(spec.path) if Path(spec.path).is_absolute() else Path(path).parent / spec.path
+    classes, rate = bin_trace(read_trace(trace_path), spec.classes)
+    update: dict[str, Any] = {"classes": classes, "trace": None}
+    if rate is not None and spec.use_timestamps and workload.arrival_rate_per_s == "maximise":
+        update["arrival_rate_per_s"] = rate
+    return Workload.model_validate({**workload.model_dump(), **update})
 
 
 def schemas() -> dict[str, dict[str, Any]]:

@@ -49,6 +49,8 @@ class Inventory(Frozen):
     count: int = Field(ge=1, description="devices of this type (chips, cards or systems, per the catalog's form)")
     node_size: int | None = Field(
         default=None, ge=1, description="devices per node (scale-up domain); default: the catalog's devices_per_node")
+    engine: str = Field(default="generic", description="serving engine of this pool: generic, trtllm, vllm or sglang "
+                                                      "(its scheduler costs, cost_models/engines.py)")
     # Deployment (`compiler.emit.k8s`): none of these change the placement.
     node_selector: dict[str, str] | None = Field(
         default=None, description="node labels this pool's pods must match; default: the vendor's product label "
@@ -63,6 +65,17 @@ class Inventory(Frozen):
     endpoints: tuple[str, ...] = Field(
         default=(), description="IP addresses of the external systems that serve this pool (devices without a "
                                 "Kubernetes resource)")
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, name: str) -> str:
+        from cost_models.engines import ENGINES
+
+        if name not in ENGINES:
+            close = difflib.get_close_matches(name, list(ENGINES), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(f"{name!r} is not a known serving engine; {hint}use one of {', '.join(sorted(ENGINES))}")
+        return name
 
     @field_validator("device")
     @classmethod
@@ -167,6 +180,10 @@ class Cluster(Frozen):
     def inventory(self) -> dict[str, int]:
         """Device id -> count, in file order."""
         return {inv.device: inv.count for inv in self.devices}
+
+    def engine(self, device_id: str) -> str:
+        """The serving engine a pool of `device_id` runs (``generic`` unless the file names one)."""
+        return self._pool(device_id).engine
 
     def node_size(self, device_id: str) -> int:
         """Devices per node for a pool: the file's ``node_size``, else the catalog's."""

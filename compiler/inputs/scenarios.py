@@ -24,7 +24,7 @@ from compiler.ir.errors import BadInput
 from compiler.ir.precision import Precision
 
 INPUT_COLUMNS = ("id", "model", "device", "count", "tp", "pp", "dtype", "kv_dtype", "input_len", "output_len",
-                 "batch", "concurrency")
+                 "batch", "concurrency", "engine")
 #: Upper bounds that keep every later product finite: more than any fleet or context holds.
 MAX_DEVICES = 1_000_000
 MAX_TOKENS = 100_000_000
@@ -110,7 +110,7 @@ def scenario(row: dict[str | None, Any]) -> dict[str, Any]:
     return dict(model=model, device=device, count=_int(row, "count", 1, MAX_DEVICES),
                 tp=_int(row, "tp", None, MAX_DEVICES), pp=_int(row, "pp", 1, MAX_DEVICES), precision=precision,
                 input_len=_int(row, "input_len", 1024, MAX_TOKENS), output_len=_int(row, "output_len", 256, MAX_TOKENS),
-                batch=b, concurrency=concurrency)
+                batch=b, concurrency=concurrency, engine=_engine(row))
 
 
 def _int(row: dict[str | None, Any], key: str, default: int | None, high: int) -> int | None:
@@ -124,3 +124,12 @@ def _int(row: dict[str | None, Any], key: str, default: int | None, high: int) -
     if not 1 <= number <= high:
         raise BadInput(f"column {key!r}: {number} is out of range; give a whole number from 1 to {high:,}")
     return number
+
+
+def _engine(row: dict[str | None, Any]) -> str:
+    from cost_models.engines import ENGINES
+
+    name = (row.get("engine") or "generic").strip()
+    if name not in ENGINES:
+        raise BadInput(f"column 'engine': {name!r} is not a serving engine; use one of {', '.join(sorted(ENGINES))}")
+    return name

@@ -1,8 +1,15 @@
 """The workload file: what a provider serves. Request classes with length distributions and shares,
-prefix-cache reuse, an arrival rate (or ``maximise``), and latency targets.
+prefix-cache reuse, an arrival rate (or ``maximise``), and latency targets as percentiles.
 
 A frozen pydantic model that rejects unknown fields; `compiler.inputs.load_workload`
 turns every failure into one line naming file, field and fix.
+
+Lengths are a bare integer (every request that long), ``{mean, max}``, or a
+``{histogram: [[tokens, weight], ...]}``. Instead of ``classes`` a workload
+may name a request ``trace`` (CSV or JSONL, one request per line, like the
+public Azure LLM inference traces): `compiler.inputs.trace` bins it into
+classes by prompt length. SLOs are percentiles (``percentile``, default 90);
+a class may carry its own ``slo``, whose fields override the workload's.
 
 >>> w = Workload(name="chat", classes=[{"name": "chat", "share": 1, "input_len": 1024,
 ...                                     "output_len": {"mean": 256, "max": 1024}}])
@@ -19,23 +26,37 @@ from pydantic import Field, field_validator, model_validator
 
 from compiler.inputs.yaml_file import Frozen
 
-class Length(Frozen):
-    """A token-length distribution: its mean and its maximum. A bare integer means mean = max."""
 
-    mean: int = Field(ge=1, description="mean length in tokens")
+class TraceSpec(Frozen):
+    """A request trace to bin into classes (`compiler.inputs.trace`)."""
+
+    path: str = Field(description="CSV or JSONL, one request per line; relative to the workload file")
+    classes: int = Field(default=4, ge=1, le=16, description="classes to bin the requests into, by prompt length")
+    use_timestamps: bool = Field(default=True, description="take the arrival rate from the trace's timestamps")
+
+class Length(Frozen):
+    """A token-length distribution: its mean and its maximum. A bare integer means mean = max;
+    ``{histogram: [[tokens, weight], ...]}`` gives both from the histogram."""
+
+    mean: float = Field(ge=1, description="mean length in tokens")
     max: int = Field(ge=1, description="longest request in tokens (sizes KV capacity)")
 
     @model_validator(mode="before")
     @classmethod
-    def _bare_int(cls, value: Any) -> Any:
+    def _bare_int_or_histogram(cls, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return {"mean": value, "max": value}
+        if isinstance(value, dict) and "histogram" in value:
+            rest = set(value) - {"histogram"}
+            if rest:
+                raise ValueError(f"give a histogram or {{mean, max}}, not both (also got {', '.join(sorted(rest))})")
+            return _from_histogram(value["histogram"])
         return value
 
     @model_validator(mode="after")
     def _mean_at_most_max(self) -> Length:
         if self.mean > self.max:
-            raise ValueError(f"mean {self.mean} > max {self.max}; raise max to at least the mean")
+            raise ValueError(f"mean {self.mean:g} > max {self.max}; raise max to at least the mean")
         return self
 
     @classmethod
@@ -44,8 +65,39 @@ class Length(Frozen):
         return {"anyOf": [{"type": "integer", "minimum": 1, "description": "mean = max"}, as_object]}
 
 
+def _from_histogram(rows: Any) -> dict[str, float]:
+    """``[[tokens, weight], ...]`` -> ``{mean, max}``; a malformed histogram is a ValueError naming the row."""
+    if not isinstance(rows, (list, tuple)) or not rows:
+        raise ValueError("histogram: give a non-empty list of [tokens, weight] pairs")
+    total = weighted = 0.0
+    longest = 0
+    for i, row in enumerate(rows):
+        ok = isinstance(row, (list, tuple)) and len(row) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)
+        if not ok or row[0] < 1 or row[1] < 0 or row[0] != int(row[0]):
+            raise ValueError(f"histogram[{i}]: {row!r} is not [tokens >= 1 (whole), weight >= 0]")
+        total += row[1]
+        weighted += row[0] * row[1]
+        longest = max(longest, int(row[0])) if row[1] > 0 else longest
+    if total <= 0:
+        raise ValueError("histogram: the weights sum to zero; give at least one positive weight")
+    return {"mean": weighted / total, "max": longest}
+
+
+class Slo(Frozen):
+    """Latency targets at a percentile of requests; an absent target is not constrained."""
+
+    ttft_ms: float | None = Field(default=None, gt=0, description="time to first token, milliseconds")
+    tpot_ms: float | None = Field(default=None, gt=0, description="time per output token after the first, ms")
+    percentile: float | None = Field(default=None, gt=0, lt=100,
+                                     description="the percentile of requests the targets bind (default 90)")
+
+
+DEFAULT_PERCENTILE = 90.0
+
+
 class RequestClass(Frozen):
-    """One kind of request: its share of traffic, lengths and prefix-cache reuse."""
+    """One kind of request: its share of traffic, lengths, prefix-cache reuse and, optionally, its own SLO."""
 
     name: str
     share: float = Field(gt=0, description="relative weight; shares are normalised to sum to 1")
@@ -54,6 +106,7 @@ class RequestClass(Frozen):
     shared_prefix_len: int = Field(default=0, ge=0, description="tokens of a prefix shared across requests")
     prefix_hit_rate: float = Field(default=0.0, ge=0, le=1,
                                    description="fraction of requests whose shared prefix is already cached")
+    slo: Slo | None = Field(default=None, description="this class's targets; unset fields take the workload's")
 
     @model_validator(mode="after")
     def _prefix_fits_prompt(self) -> RequestClass:
@@ -69,13 +122,6 @@ class RequestClass(Frozen):
         return self.input_len.mean - cached
 
 
-class Slo(Frozen):
-    """Latency targets; an absent target is not constrained."""
-
-    ttft_ms: float | None = Field(default=None, gt=0, description="time to first token, milliseconds")
-    tpot_ms: float | None = Field(default=None, gt=0, description="time per output token after the first, ms")
-
-
 class Workload(Frozen):
     """The traffic to serve: request classes, arrival rate and SLOs.
 
@@ -84,14 +130,30 @@ class Workload(Frozen):
     """
 
     name: str
-    classes: tuple[RequestClass, ...] = Field(min_length=1)
+    classes: tuple[RequestClass, ...] = Field(default=(), description="request classes (or give a trace)")
+    trace: TraceSpec | None = Field(default=None, description="a request trace binned into classes instead")
     arrival_rate_per_s: Annotated[float, Field(gt=0)] | Literal["maximise"] = Field(
         default="maximise", description="requests per second, or 'maximise' for the highest sustainable rate")
     slo: Slo = Field(default_factory=Slo)
 
+    @model_validator(mode="after")
+    def _classes_or_trace(self) -> Workload:
+        if bool(self.classes) == (self.trace is not None):
+            raise ValueError("give either classes or a trace (a trace is binned into classes), and exactly one")
+        return self
+
+    def class_slo(self, c: RequestClass) -> Slo:
+        """`c`'s targets: its own where it sets them, else the workload's; the percentile defaults to 90."""
+        own = c.slo or Slo()
+        return Slo(ttft_ms=own.ttft_ms if own.ttft_ms is not None else self.slo.ttft_ms,
+                   tpot_ms=own.tpot_ms if own.tpot_ms is not None else self.slo.tpot_ms,
+                   percentile=own.percentile or self.slo.percentile or DEFAULT_PERCENTILE)
+
     @field_validator("classes")
     @classmethod
     def _normalise_shares(cls, classes: tuple[RequestClass, ...]) -> tuple[RequestClass, ...]:
+        if not classes:
+            return classes
         names = [c.name for c in classes]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -123,6 +185,12 @@ class Workload(Frozen):
     @property
     def mean_output_len(self) -> float:
         return self._mean(lambda c: c.output_len.mean)
+
+    @property
+    def decode_context_mean(self) -> float:
+        """Mean context a decode step attends to, weighted by output tokens (each class's decode steps)."""
+        tokens = self._mean(lambda c: c.output_len.mean)
+        return self._mean(lambda c: c.output_len.mean * (c.input_len.mean + c.output_len.mean / 2)) / tokens
 
     @property
     def max_input_len(self) -> int:

@@ -164,6 +164,12 @@ class Block:
         """Tokens processed by one step: B*S in prefill, B in decode."""
         return point["B"] * point["S"] if self.phase == "prefill" else point["B"]
 
+    def at(self, point: dict[str, float]) -> dict[str, float]:
+        """The point this block's ops see: a sliding-window decode block attends to at most its window."""
+        if self.window_tokens and self.phase == "decode" and point.get("L", 0) > self.window_tokens:
+            return {**point, "L": self.window_tokens}
+        return point
+
     def touched_experts(self, **point: float) -> float:
         """Fraction of this block's routed experts one step at `point` reads (1.0 for a dense block)."""
         return expert_touch_fraction(self.tokens(**point), self.experts, self.experts_per_token) \
@@ -172,6 +178,7 @@ class Block:
     def work(self, precision: Precision, **point: float) -> Work:
         """Evaluate the block's cost at `point` (B and S, or B and L)."""
         touched = self.touched_experts(**point)
+        point = self.at(point)
         return sum((op.work(precision, touched, **point) for op in self.ops), ZERO_WORK)
 
     def weight_bytes(self, precision: Precision) -> float:

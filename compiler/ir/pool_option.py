@@ -7,13 +7,21 @@ Standard library only. ``kind`` is one of `POOL_KINDS`:
 - ``decode``: token generation only, receiving KV from prefill pools;
 - ``decode-af``: decode with attention (and the KV cache) on one device type and FFN/MoE on another.
 
-Times are seconds, rates requests per second, power watts; every number is a
-prediction of the cost model.
+An option serves request classes (`ClassService`), each costed on its own: how
+many requests per second of that class one replica sustains at full load, and
+its latency-versus-load curve under Poisson arrivals ([Note: queueing model]).
+The curve makes the option independent of the SLO: the placement derives, for
+any target, the highest utilisation at which the class's percentile latency
+meets it (`ClassService.max_utilisation`). Times are seconds, rates requests
+per second, power watts; every number is a prediction of the cost model.
 
+>>> s = ClassService("chat", 10.0, ((0.5, 0.2, 0.3, 0.01, 0.012), (0.9, 0.4, 0.9, 0.012, 0.02)))
+>>> s.max_utilisation(ttft_s=0.6, tpot_s=None)
+0.7
 >>> o = PoolOption("decode:x:tp1:pp1:b8", "decode", (("x", 1),), power_w=400.0, provisioned_w=700.0,
-...                rate_per_s=2.5, ttft_s=None, tpot_s=0.02, kv_device="x", tp=1, pp=1, batch=8)
->>> o.uses("x"), o.device_types, o.devices_per_replica
-(1, ('x',), 1)
+...                kv_device="x", tp=1, pp=1, batch=8, classes=(s,))
+>>> o.uses("x"), o.devices_per_replica, o.service("chat").rate_per_s
+(1, 1, 10.0)
 """
 
 from __future__ import annotations
@@ -23,24 +31,74 @@ from typing import Any
 
 POOL_KINDS: tuple[str, ...] = ("colocated", "prefill", "decode", "decode-af")
 
+#: One point of a latency curve: (utilisation, TTFT p50, TTFT at the SLO percentile, TPOT p50, TPOT at the percentile).
+CurvePoint = tuple[float, float, float, float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class ClassService:
+    """One request class on one pool option: capacity and latency versus utilisation.
+
+    ``rate_per_s`` is what one replica sustains serving only this class at utilisation 1.
+    ``curve`` samples the class's latencies at increasing utilisation (TTFT is the whole
+    time to first token for colocated and prefill options, the wait for a decode slot for
+    decode options; TPOT is zero where the option does not decode).
+    """
+
+    name: str
+    rate_per_s: float
+    curve: tuple[CurvePoint, ...]
+
+    def at(self, utilisation: float) -> CurvePoint:
+        """Latencies at `utilisation`, linear between samples (the first sample below it, the last above)."""
+        pts = self.curve
+        if utilisation <= pts[0][0]:
+            return pts[0]
+        for lo, hi in zip(pts, pts[1:]):
+            if utilisation <= hi[0]:
+                w = (utilisation - lo[0]) / (hi[0] - lo[0])
+                return tuple(a + w * (b - a) for a, b in zip(lo, hi))  # type: ignore[return-value]
+        return pts[-1]
+
+    def max_utilisation(self, *, ttft_s: float | None, tpot_s: float | None) -> float:
+        """The highest utilisation whose percentile TTFT and TPOT meet the targets (0.0 if even light load misses)."""
+        def ok(p: CurvePoint) -> bool:
+            return (ttft_s is None or p[2] <= ttft_s) and (tpot_s is None or p[4] <= tpot_s)
+
+        best = 0.0
+        for lo, hi in zip((None, *self.curve), self.curve):
+            if ok(hi):
+                best = hi[0]
+                continue
+            if lo is not None and ok(lo):  # the target is crossed between two samples: interpolate
+                best = lo[0] + (hi[0] - lo[0]) * _crossing(lo, hi, ttft_s, tpot_s)
+            break
+        return best
+
+
+def _crossing(lo: CurvePoint, hi: CurvePoint, ttft_s: float | None, tpot_s: float | None) -> float:
+    """Where between `lo` (meets) and `hi` (misses) the first target is crossed, as a fraction."""
+    fractions = []
+    for index, target in ((2, ttft_s), (4, tpot_s)):
+        if target is not None and hi[index] > target >= lo[index] and hi[index] > lo[index]:
+            fractions.append((target - lo[index]) / (hi[index] - lo[index]))
+    return min(fractions, default=0.0)
+
 
 @dataclass(frozen=True, slots=True)
 class PoolOption:
-    """One replica of one role on specific devices, costed."""
+    """One replica of one role on specific devices, costed for each request class it can serve."""
 
     key: str
     kind: str
     devices: tuple[tuple[str, int], ...]  # (device id, devices per replica)
     power_w: float  # predicted mean draw of one replica while serving
     provisioned_w: float  # what the budget must reserve for it: the devices' TDP
-    rate_per_s: float
-    ttft_s: float | None
-    tpot_s: float | None
     kv_device: str  # the device type that holds the KV this option produces or consumes
     tp: int
     pp: int
     batch: int
-    slo_ok: bool = True
+    classes: tuple[ClassService, ...] = ()  # the classes whose longest request fits, in workload order
     detail: tuple[tuple[str, Any], ...] = ()
 
     def uses(self, device_id: str) -> int:
@@ -58,3 +116,6 @@ class PoolOption:
     def receives_kv(self) -> bool:
         """Decode-only options take their KV from a prefill pool."""
         return self.kind in ("decode", "decode-af")
+
+    def service(self, name: str) -> ClassService | None:
+        return next((c for c in self.classes if c.name == name), None)

@@ -6,8 +6,14 @@ dtype strings, so they cannot disagree. The default KV dtype follows the
 weights, except under fp4 weights, where serving engines keep the KV cache
 in fp8 (4-bit KV loses too much accuracy to be a default).
 
+Storage and compute are separate: ``compute`` (None by default) is the dtype
+matmuls run at. Unset, a device computes at the weight dtype, or at the next
+wider dtype it supports (weight-only quantisation: GPT-OSS's 4-bit experts
+on H100, AWQ/GPTQ W4A16 checkpoints); set, it forces one (``compute="bf16"``
+for W4A16).
+
 >>> Precision.of("fp4")
-Precision(weights='fp4', kv='fp8')
+Precision(weights='fp4', kv='fp8', compute=None)
 >>> Precision.of("bf16", kv="fp8").kv_bytes
 1
 >>> Precision.from_json(Precision.of("fp8").to_json()) == Precision.of("fp8")
@@ -43,13 +49,15 @@ class Precision:
 
     weights: str
     kv: str
+    compute: str | None = None
 
     def __post_init__(self) -> None:
-        dtype_bytes(self.weights), dtype_bytes(self.kv)  # unknown dtypes fail here, not deep in a cost model
+        # unknown dtypes fail here, not deep in a cost model
+        dtype_bytes(self.weights), dtype_bytes(self.kv), dtype_bytes(self.compute or self.weights)
 
     @staticmethod
-    def of(weights: str, kv: str | None = None) -> Precision:
-        return Precision(weights, kv or default_kv_dtype(weights))
+    def of(weights: str, kv: str | None = None, compute: str | None = None) -> Precision:
+        return Precision(weights, kv or default_kv_dtype(weights), compute)
 
     @property
     def weight_bytes(self) -> float:
@@ -62,8 +70,11 @@ class Precision:
         return dtype_bytes(self.kv)
 
     def to_json(self) -> dict[str, str]:
-        return {"weights": self.weights, "kv": self.kv}
+        out = {"weights": self.weights, "kv": self.kv}
+        if self.compute:
+            out["compute"] = self.compute
+        return out
 
     @staticmethod
     def from_json(d: dict[str, str]) -> Precision:
-        return Precision(d["weights"], d["kv"])
+        return Precision(d["weights"], d["kv"], d.get("compute"))

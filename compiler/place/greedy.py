@@ -1,7 +1,10 @@
 """A greedy placement: the heuristic the exact ILP is compared against (a baseline, never a solver hint).
 
 Fill the fleet with the self-contained (colocated) pool that serves the most
-requests per provisioned watt, then the next, while inventory and power last.
+requests of the workload's mix per provisioned watt, then the next, while
+inventory and power last. A replica serves the mix at the rate where the
+classes' loads, each within its SLO's utilisation cap, fill it:
+1 / sum over classes of share / (rate x cap).
 """
 
 from __future__ import annotations
@@ -9,6 +12,18 @@ from __future__ import annotations
 import math
 
 from compiler.ir.placement import Instance
+from compiler.ir.pool_option import PoolOption
+
+
+def mix_rate(inst: Instance, o: PoolOption) -> float:
+    """Requests/s of the workload's mix one replica of `o` serves within every class's SLO (0: some class can't)."""
+    load = 0.0
+    for c in inst.classes:
+        cap = inst.cap(o, c)
+        if cap <= 0:
+            return 0.0
+        load += c.share / (o.service(c.name).rate_per_s * cap)
+    return 1.0 / load if load else 0.0
 
 
 def greedy(inst: Instance) -> dict[str, int]:
@@ -16,8 +31,9 @@ def greedy(inst: Instance) -> dict[str, int]:
     inv = dict(inst.inventory)
     budget = inst.power_budget_w if inst.power_budget_w is not None else math.inf
     chosen: dict[str, int] = {}
-    pools = sorted((o for o in inst.options if o.kind == "colocated" and o.slo_ok and o.provisioned_w > 0),
-                   key=lambda o: (-o.rate_per_s / o.provisioned_w, o.key))
+    rates = {o.key: mix_rate(inst, o) for o in inst.options if o.kind == "colocated"}
+    pools = sorted((o for o in inst.options if rates.get(o.key) and o.provisioned_w > 0),
+                   key=lambda o: (-rates[o.key] / o.provisioned_w, o.key))
     for o in pools:
         k = min((inv[d] // n for d, n in o.devices), default=0)
         if math.isfinite(budget):
@@ -32,6 +48,6 @@ def greedy(inst: Instance) -> dict[str, int]:
 
 
 def greedy_rate(inst: Instance, replicas: dict[str, int]) -> float:
-    """Requests per second the `replicas` serve."""
-    rate = {o.key: o.rate_per_s for o in inst.options}
-    return sum(rate[k] * n for k, n in replicas.items())
+    """Requests/s of the mix the `replicas` serve."""
+    by_key = {o.key: o for o in inst.options}
+    return sum(mix_rate(inst, by_key[k]) * n for k, n in replicas.items())

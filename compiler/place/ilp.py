@@ -1,37 +1,44 @@
-"""Exact placement with CP-SAT: how many replicas of which pools serve the most requests.
+"""Exact placement with CP-SAT: how many replicas of which pools serve the most requests, and which request
+class goes where.
 
-Before: an `Instance` (`compiler.ir.placement`): costed `PoolOption`s, the
-inventory, power budget, links between device types and the KV bytes a request
-hands from prefill to decode. After: a `Solution`: replicas per option, KV flows
-between pools, the objective with its unit, bound and status, and, when
-infeasible, the named constraint families that make it so
+Before: an `Instance` (`compiler.ir.placement`): costed `PoolOption`s with a
+latency curve per request class, the classes' shares and SLOs, the inventory,
+power budget, links between device types and each class's KV hand-off. After:
+a `Solution`: replicas per option, the requests/s of each class on each option
+and the KV flows between pools, the objective with its unit, bound and status,
+and, when infeasible, the named constraint families that make it so
 (`compiler.place.infeasible`).
 
-Variable families (all integers; one scaling helper, `_scaled`):
+Variable families (integers; rates in milli-requests/s, one scaling helper, `scaled`):
 - ``n[o]``: replicas of pool option o; ``use[o]``: whether o has any.
-- ``flow[p,t]``: requests per second (x RATE_SCALE) whose KV prefill option p
-  hands to decode pools on device type t.
-- ``lam``: requests per second served (x RATE_SCALE).
+- ``x[c,o]``: class c's requests/s served end to end by colocated option o.
+- ``f[c,p,t]``: class c's requests/s prefilled by option p whose KV goes to decode pools on device type t.
+- ``y[c,d]``: class c's requests/s decoded by decode (or decode-af) option d.
+- ``lam``: all requests/s served.
 
 Constraints (each family behind an assumption literal so an infeasible
 instance names its binding families):
 - ``inventory[t]``: devices of type t used by all replicas <= inventory.
 - ``power``: sum of replicas' provisioned power (device TDP) <= budget. A budget
   provisions for peak draw; the predicted mean draw is reported beside it.
-- ``slo``: options whose own TTFT or TPOT breaks the SLO get no replicas; a KV
-  flow p -> t is allowed only if p's TTFT plus the KV hand-off over the link
-  meets the TTFT SLO.
-- ``prefill_capacity[p]``: flows out of p <= n[p] x rate[p].
-- ``decode_capacity[t]``: flows into t <= replicas of decode options on t x rates.
+- ``utilisation[o]``: the load of o (each class's requests/s over o's capacity for
+  that class) <= n[o]; a replica never runs past its capacity.
+- ``slo``: ``utilisation[o] <= cap[o,c] x n[o]`` for every class c routed to o,
+  where cap is the utilisation at which c's percentile latency meets its SLO
+  (`Instance.cap`, from o's latency curve; see [Note: class caps]); a class no
+  option serves within its SLO gets none; a KV flow p -> t carries class c
+  only if p's TTFT at its cap, the hand-off over the link and the wait for a
+  decode slot meet c's TTFT SLO.
+- ``decode_balance[c,t]``: what prefill options hand class c's KV to type t equals what decode options on t decode.
 - ``link[t1,t2]``: KV bytes per second from type t1 to t2 <= link bandwidth.
-- ``demand``: lam >= the arrival rate (or >= one request per 1000 s when maximising).
-- ``served``: lam = colocated replicas x rates + all flows.
+- ``demand``: each class is served at least its share of lam, and lam >= the
+  arrival rate (>= one request per 1000 s when maximising).
 
 Objectives: ``throughput`` (max lam, then min power), ``power`` (min power
 at the arrival rate), ``tokens-per-watt`` (max lam / power by Dinkelbach's
-method), ``latency`` (min worst TPOT of used pools at the arrival rate).
-Ties break on fewest devices, then option order, so the same inputs give the
-same solution byte for byte.
+method), ``latency`` (min worst TPOT, at their caps, of the used options at the
+arrival rate). Ties break on fewest devices, then option order, so the same
+inputs give the same solution byte for byte.
 """
 
 from __future__ import annotations
@@ -42,10 +49,25 @@ from dataclasses import replace
 from typing import Sequence
 
 from compiler.ir.errors import BadInput, Infeasible
-from compiler.ir.placement import FAMILIES, OBJECTIVES, Instance, Objective, Solution
+from compiler.ir.placement import FAMILIES, OBJECTIVES, SLO_SHARE_ADMISSION, Instance, Objective, Solution
 from compiler.ir.pool_option import PoolOption
 
 RATE_SCALE = 1000  # requests/s are modelled in milli-requests/s
+LOAD_SCALE = 10**9  # a replica's capacity in load units: fine enough that rounding a class's cost up costs < 0.1%
+SHARE_SCALE = 1000  # class shares in thousandths
+
+
+def _integer_shares(shares: Sequence[float], total: int) -> list[int]:
+    """Shares as integers summing to `total` (largest remainders); every positive share stays at least 1.
+
+    >>> _integer_shares([0.6, 0.25, 0.15], 1000)
+    [600, 250, 150]
+    """
+    raw = [s * total for s in shares]
+    out = [max(1, math.floor(r)) if s > 0 else 0 for r, s in zip(raw, shares)]
+    for i in sorted(range(len(raw)), key=lambda i: (out[i] - raw[i], i))[:max(0, total - sum(out))]:
+        out[i] += 1
+    return out
 
 
 def scaled(value: float, scale: float = RATE_SCALE) -> int:
@@ -70,12 +92,16 @@ class PlacementModel:
         self.prefill = [o for o in self.opts if o.kind == "prefill"]
         self.decode_types = sorted({o.kv_device for o in self.opts if o.receives_kv})
         self.lit = {f: self.m.new_bool_var(f"assume[{f}]") for f in FAMILIES}
+        self.caps = {(c.name, o.key): inst.cap(o, c) for o in self.opts for c in inst.classes if o.service(c.name)}
+        self.slo_binds = "slo" in families
+        self.decoders = {c.name: {o.kv_device for o in self.opts if o.receives_kv and (c.name, o.key) in self.caps
+                                  and (self.caps[(c.name, o.key)] > 0 or not self.slo_binds)} for c in inst.classes}
         self._replicas()
         self._inventory()
         self._power()
-        self._slo_own_latency()
-        self._flows_with_slo_and_prefill_capacity()
-        self._decode_capacity()
+        self._class_flows()
+        self._utilisation_and_slo()
+        self._decode_balance()
         self._link()
         self._served_and_demand()
         self._objective_terms()
@@ -94,7 +120,7 @@ class PlacementModel:
             self.use[o.key] = self.m.new_bool_var(f"use[{o.key}]")
             self.m.add(self.n[o.key] <= ub * self.use[o.key])
             self.m.add(self.n[o.key] >= self.use[o.key])
-        self.max_rate = sum(scaled(o.rate_per_s) * self.ub[o.key] for o in self.opts) + 1
+        self.max_rate = sum(scaled(s.rate_per_s) * self.ub[o.key] for o in self.opts for s in o.classes) + 1
 
     def _inventory(self) -> None:
         """``inventory[t]``: devices of type t used by all replicas <= inventory."""
@@ -109,57 +135,121 @@ class PlacementModel:
         if self.inst.power_budget_w is not None:
             self.m.add(self.power <= scaled(self.inst.power_budget_w, 1)).only_enforce_if(self.lit["power"])
 
-    def _slo_own_latency(self) -> None:
-        """``slo``: an option whose own TTFT or TPOT breaks the SLO gets no replicas."""
+    def _class_flows(self) -> None:
+        """``x[c,o]``, ``f[c,p,t]``, ``y[c,d]``; a KV flow is refused (``slo``) when p's TTFT at its cap, the
+        hand-off to t and the wait for a decode slot miss c's TTFT SLO."""
+        self.x, self.f, self.y = {}, {}, {}
+        for c in self.inst.classes:
+            for o in self.opts:
+                if (c.name, o.key) not in self.caps:
+                    continue
+                if o.kind == "colocated":
+                    self.x[(c.name, o.key)] = self.m.new_int_var(0, self.max_rate, f"x[{c.name},{o.key}]")
+                elif o.receives_kv:
+                    self.y[(c.name, o.key)] = self.m.new_int_var(0, self.max_rate, f"y[{c.name},{o.key}]")
+                else:
+                    for t in self.decode_types:
+                        if t not in self.decoders[c.name]:
+                            continue  # no decode option on t serves c: nothing could go there
+                        too_slow = c.ttft_slo_s is not None and self._prefill_ttft(c, o) + self.inst.handoff(
+                            c.name, o.kv_device, t) + SLO_SHARE_ADMISSION * c.ttft_slo_s > c.ttft_slo_s
+                        if too_slow and self.slo_binds:
+                            continue  # the slo family forbids it anyway
+                        f = self.f[(c.name, o.key, t)] = self.m.new_int_var(0, self.max_rate, f"f[{c.name},{o.key},{t}]")
+                        if too_slow:
+                            self.m.add(f == 0).only_enforce_if(self.lit["slo"])
+
+    def _prefill_ttft(self, c, o) -> float:
+        """Class c's percentile TTFT on prefill option o when o runs at c's cap."""
+        return o.service(c.name).at(self.caps[(c.name, o.key)])[2]
+
+    def flow(self, cls: str, key: str):
+        """Class `cls`'s requests/s through option `key` (its prefill flows summed over decode types)."""
+        if (cls, key) in self.x:
+            return self.x[(cls, key)]
+        if (cls, key) in self.y:
+            return self.y[(cls, key)]
+        return sum(self.f.get((cls, key, t), 0) for t in self.decode_types)
+
+    def _utilisation_and_slo(self) -> None:
+        """``utilisation[o]`` <= n[o]; ``slo``: each class's load counted against its own cap, sum <= n[o].
+
+        [Note: class caps] With one cap per class, o may run at most at the cap of
+        the strictest class it serves. The linear form (each class's load over its
+        cap, summed) is exact when the classes on o share a cap, and would let a mix
+        run above the strictest one otherwise; so `solve` first splits every option
+        whose classes' caps differ into one option per class (`split_by_class`: the
+        same replica serving that class alone, at its own cap). Replicas of one
+        pool then serve one class each, which costs the placement the little a
+        shared replica would gain by mixing.
+        """
         for o in self.opts:
-            if not o.slo_ok:
-                self.m.add(self.n[o.key] == 0).only_enforce_if(self.lit["slo"])
+            terms = [(c.name, self.flow(c.name, o.key), o.service(c.name).rate_per_s, self.caps[(c.name, o.key)])
+                     for c in self.inst.classes if (c.name, o.key) in self.caps]
+            if not terms:
+                continue
+            load = sum(flow * math.ceil(LOAD_SCALE / (RATE_SCALE * rate)) for _c, flow, rate, _cap in terms)
+            self.m.add(load <= LOAD_SCALE * self.n[o.key])  # never above the replicas' capacity
+            for c, flow, _rate, cap in terms:
+                if cap <= 0:
+                    self.m.add(flow == 0).only_enforce_if(self.lit["slo"])
+            usable = [(c, flow, rate, cap) for c, flow, rate, cap in terms if cap > 0]
+            if not usable:
+                continue
+            capped = sum(flow * math.ceil(LOAD_SCALE / (RATE_SCALE * rate * cap)) for _c, flow, rate, cap in usable)
+            self.m.add(capped <= LOAD_SCALE * self.n[o.key]).only_enforce_if(self.lit["slo"])
 
-    def _flows_with_slo_and_prefill_capacity(self) -> None:
-        """``flow[p,t]``; ``slo`` on p's TTFT plus the hand-off to t; ``prefill_capacity[p]``: flows out of p <= its rate."""
-        self.flow = {}
-        for p in self.prefill:
+
+    def _decode_balance(self) -> None:
+        """``decode_balance[c,t]``: KV handed to type t for class c == class c decoded on type t."""
+        for c in self.inst.classes:
             for t in self.decode_types:
-                f = self.flow[(p.key, t)] = self.m.new_int_var(0, self.max_rate, f"flow[{p.key},{t}]")
-                ttft = p.ttft_s + self.inst.handoff(p.kv_device, t)
-                if self.inst.ttft_slo_s is not None and ttft > self.inst.ttft_slo_s:
-                    self.m.add(f == 0).only_enforce_if(self.lit["slo"])
-            self.m.add(sum(self.flow[(p.key, t)] for t in self.decode_types) <= self.n[p.key] * scaled(p.rate_per_s))
+                handed = [v for (cc, _p, tt), v in self.f.items() if cc == c.name and tt == t]
+                decoded = [v for (cc, key), v in self.y.items() if cc == c.name and self._kv_device(key) == t]
+                if handed or decoded:
+                    self.m.add(sum(handed) == sum(decoded))
 
-    def _decode_capacity(self) -> None:
-        """``decode_capacity[t]``: flows into t <= replicas of decode options on t x their rates."""
-        for t in self.decode_types:
-            self.m.add(sum(self.flow[(p.key, t)] for p in self.prefill)
-                       <= sum(self.n[o.key] * scaled(o.rate_per_s) for o in self.opts
-                              if o.receives_kv and o.kv_device == t))
+    def _kv_device(self, key: str) -> str:
+        return next(o.kv_device for o in self.opts if o.key == key)
 
     def _link(self) -> None:
-        """``link[t1,t2]``: KV bytes per second from type t1 to t2 <= the link's bandwidth."""
+        """``link[t1,t2]``: KV bytes per second from type t1 to t2 <= the link's bandwidth (KB, rounded up)."""
         inst = self.inst
+        kv_kb = {c.name: math.ceil(c.kv_bytes / 1e3) for c in inst.classes}
         for t1 in sorted({p.kv_device for p in self.prefill}):
             for t2 in self.decode_types:
                 bw = inst.link_bw(t1, t2) if t1 != t2 else math.inf
-                if math.isfinite(bw) and inst.kv_bytes_per_request > 0:
-                    cap = scaled(bw / inst.kv_bytes_per_request)
-                    self.m.add(sum(self.flow[(p.key, t2)] for p in self.prefill if p.kv_device == t1) <= cap
-                               ).only_enforce_if(self.lit["link"])
+                terms = [v * kv_kb[c] for (c, p, t), v in self.f.items() if t == t2 and self._kv_device(p) == t1]
+                if math.isfinite(bw) and terms:
+                    self.m.add(sum(terms) <= scaled(bw / 1e3)).only_enforce_if(self.lit["link"])
 
     def _served_and_demand(self) -> None:
-        """``served``: lam = colocated replicas x rates + all flows; ``demand``: lam >= the arrival rate."""
+        """``demand``: each class at least its share of lam; lam >= the arrival rate."""
         self.lam = self.m.new_int_var(0, self.max_rate, "lam")
-        self.m.add(self.lam == sum(self.n[o.key] * scaled(o.rate_per_s) for o in self.opts if o.kind == "colocated")
-                   + sum(self.flow.values()))
+        self.class_rate = {}
+        shares = _integer_shares([c.share for c in self.inst.classes], SHARE_SCALE)
+        for c, share in zip(self.inst.classes, shares):
+            entry = [v for (cc, _k), v in self.x.items() if cc == c.name] + \
+                    [v for (cc, _p, _t), v in self.f.items() if cc == c.name]
+            self.class_rate[c.name] = served = sum(entry)
+            self.m.add(SHARE_SCALE * served >= share * self.lam)
         need = scaled(self.inst.arrival_rate_per_s) if self.inst.arrival_rate_per_s else 1
         self.m.add(self.lam >= need).only_enforce_if(self.lit["demand"])
 
     def _objective_terms(self) -> None:
-        """Expressions the objectives and tie-breaks use: devices, option order, worst TPOT of used options."""
+        """Expressions the objectives and tie-breaks use: devices, option order, worst TPOT (at the caps) of the
+        used options."""
         self.devices = sum(self.n[o.key] * o.devices_per_replica for o in self.opts)
         self.order = sum(self.n[o.key] * i for i, o in enumerate(self.opts))
         self.tpot_us = self.m.new_int_var(0, 10**12, "worst_tpot_us")
         for o in self.opts:
-            if o.tpot_s is not None:
-                self.m.add(self.tpot_us >= scaled(o.tpot_s, 1e6)).only_enforce_if(self.use[o.key])
+            if o.kind == "prefill":
+                continue
+            for c in self.inst.classes:
+                cap = self.caps.get((c.name, o.key), 0.0)
+                if cap > 0:
+                    tpot = o.service(c.name).at(cap)[4]
+                    self.m.add(self.tpot_us >= scaled(tpot, 1e6)).only_enforce_if(self.use[o.key])
 
     def solve(self, objective, sense: str, time_limit_s: float, workers: int, **params):
         """Optimise `objective` (None: any feasible point)."""
@@ -178,26 +268,12 @@ class PlacementModel:
         status = solver.solve(self.m)
         return solver, status
 
-    def solve_hard(self, objective, sense: str, time_limit_s: float, workers: int):
-        """The main objective, with a small portfolio in time slices.
-
-        [Note: solver portfolio] Which CP-SAT setting proves these models fast
-        varies by instance: the default search proved 8B/chat in 1.6 s but 70B/chat
-        in 23 s, where linearization_level=2 took 0.3 s (and 15-19 s on others).
-        Short slices of each, then the default for the rest of the time limit,
-        find the optimum early in every case we measured. Only the proven
-        optimal value passes to later stages, so the result does not depend on
-        which slice proved it.
-        """
-        deadline = time.perf_counter() + time_limit_s
-        for params, slice_s in (({}, 3.0), ({"linearization_level": 2}, 5.0)):
-            left = deadline - time.perf_counter()
-            if left <= slice_s:
-                break
-            solver, status = self.solve(objective, sense, slice_s, workers, **params)
-            if status in (self.cp.OPTIMAL, self.cp.INFEASIBLE):
-                return solver, status
-        return self.solve(objective, sense, deadline - time.perf_counter(), workers)
+    def hint_from(self, solver) -> None:
+        """Start the next stage from `solver`'s placement (complete and feasible, so the hint is too)."""
+        self.m.clear_hints()
+        for i in range(len(self.m.Proto().variables)):
+            var = self.m.get_int_var_from_proto_index(i)
+            self.m.add_hint(var, solver.value(var))
 
     def fix(self, expr, value: int, sense: str) -> None:
         """Keep an earlier objective's optimum while a later one breaks ties."""
@@ -220,10 +296,40 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
         raise BadInput(f"--objective {objective} needs a target: set arrival_rate_per_s in the workload file")
     start = time.perf_counter()
     full = inst
+    inst = inst.with_options(split_by_class(inst.options, _mixed_caps(inst)))  # [Note: class caps]
     if "slo" in families and objective != "latency":
         inst = replace(inst, options=prune(inst))
     model = PlacementModel(inst, families)
-    deadline = start + time_limit_s
+    outcome = _solve_model(model, objective, start + time_limit_s, workers, tie_break)
+    if outcome is None:
+        return Solution("infeasible", Objective(objective, 0.0, 0.0), binding=binding_families(full, families),
+                        wall_s=time.perf_counter() - start)
+    return _solution(model, *outcome, objective, start)
+
+
+def _mixed_caps(inst: Instance) -> set[str]:
+    """Options whose classes meet their SLOs at different utilisations (more than 1% apart)."""
+    out = set()
+    for o in inst.options:
+        caps = [inst.cap(o, c) for c in inst.classes if o.service(c.name) is not None]
+        if len(caps) > 1 and max(caps) - min(caps) > 0.01:
+            out.add(o.key)
+    return out
+
+
+def split_by_class(options: Sequence[PoolOption], keys: set[str]) -> list[PoolOption]:
+    """`options` with each one named in `keys` replaced by one option per class it serves (``key|class``)."""
+    out = []
+    for o in options:
+        if o.key in keys and len(o.classes) > 1:
+            out += [replace(o, key=f"{o.key}|{s.name}", classes=(s,)) for s in o.classes]
+        else:
+            out.append(o)
+    return sorted(out, key=lambda o: o.key)
+
+
+def _solve_model(model: PlacementModel, objective: str, deadline: float, workers: int, tie_break: bool):
+    """Run the lexicographic stages; None if infeasible, else (solver, proven, first-stage value and bound)."""
     cp = model.cp
     stages = _stages(model, objective, deadline, workers)
     if tie_break:
@@ -231,21 +337,35 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     proven, first = True, (0.0, 0.0)
     solver = None
     for i, (expr, sense) in enumerate(stages):
-        run = model.solve_hard if i == 0 else model.solve
-        solver, status = run(expr, sense, deadline - time.perf_counter(), workers)
+        if i == 0:
+            solver, status = model.solve(expr, sense, deadline - time.perf_counter(), workers)
+        else:  # [Note: deterministic tie-breaks]
+            model.hint_from(solver)
+            tie, status = model.solve(expr, sense, deadline - time.perf_counter(), 1,
+                                      max_deterministic_time=TIE_BREAK_DETERMINISTIC_S)
+            if status not in (cp.OPTIMAL, cp.FEASIBLE):
+                break  # no better tie-break within its budget: keep the previous stage's placement
+            solver = tie
         if status == cp.INFEASIBLE:
-            return Solution("infeasible", Objective(objective, 0.0, 0.0), binding=binding_families(full, families),
-                            wall_s=time.perf_counter() - start)
+            return None
         if status not in (cp.OPTIMAL, cp.FEASIBLE):
-            raise Infeasible(f"the solver found no placement within {time_limit_s:.0f} s; raise --time-limit")
+            raise Infeasible("the solver found no placement within the time limit; raise --time-limit")
         if i == 0:
             first = (solver.objective_value, solver.best_objective_bound)
             proven = status == cp.OPTIMAL
-        if status != cp.OPTIMAL:
-            break  # out of time: keep the best found so far
+            if not proven:
+                break  # out of time: keep the best found so far
         model.fix(expr, round(solver.objective_value), sense)
-        workers = 1  # later stages only break ties: keep them deterministic
-    return _solution(model, solver, objective, proven, first, start)
+    return solver, proven, first
+
+
+#: [Note: deterministic tie-breaks] Stages after the first only choose among
+#: equally good placements (least power, fewest devices, option order). Each
+#: runs single-threaded with a deterministic-time budget (CP-SAT's count of
+#: work, not wall seconds), so the same inputs stop at the same incumbent on
+#: any machine and the plan stays byte-identical even when a tie-break is
+#: not proven optimal; the value it reached is fixed before the next stage.
+TIE_BREAK_DETERMINISTIC_S = 2.0
 
 
 def _stages(model: PlacementModel, objective: str, deadline: float, workers: int) -> list[tuple]:
@@ -259,7 +379,7 @@ def _stages(model: PlacementModel, objective: str, deadline: float, workers: int
     }[objective]
 
 
-def _solution(model: PlacementModel, solver, objective: str, proven: bool, first: tuple[float, float],
+def _solution(model: PlacementModel, solver, proven: bool, first: tuple[float, float], objective: str,
               start: float) -> Solution:
     replicas = {o.key: solver.value(model.n[o.key]) for o in model.opts}
     lam, power = solver.value(model.lam), solver.value(model.power)
@@ -269,13 +389,24 @@ def _solution(model: PlacementModel, solver, objective: str, proven: bool, first
     else:
         unit = {"throughput": RATE_SCALE, "power": 1.0, "latency": 1e3}[objective]
         value, bound = first[0] / unit, first[1] / unit
+    served = {}
+    for o in model.opts:
+        for c in model.inst.classes:
+            if (c.name, o.key) in model.caps:
+                rate = solver.value(model.flow(c.name, o.key))
+                if rate:
+                    served[(c.name, o.key)] = rate / RATE_SCALE
     proto = model.m.Proto()
     return Solution(
         status="optimal" if proven else "feasible", objective=Objective(objective, value, bound),
         replicas=tuple(sorted((k, n) for k, n in replicas.items() if n)),
-        flows=tuple(sorted((k, solver.value(v) / RATE_SCALE) for k, v in model.flow.items() if solver.value(v))),
+        flows=tuple(sorted((k, solver.value(v) / RATE_SCALE) for k, v in model.f.items() if solver.value(v))),
+        served=tuple(sorted(served.items())),
+        class_requests_per_s=tuple((c.name, solver.value(model.class_rate[c.name]) / RATE_SCALE)
+                                   for c in model.inst.classes),
         requests_per_s=lam / RATE_SCALE, power_w=float(solver.value(model.draw)), provisioned_w=float(power),
-        wall_s=time.perf_counter() - start, variables=len(proto.variables), constraints=len(proto.constraints))
+        wall_s=time.perf_counter() - start, variables=len(proto.variables), constraints=len(proto.constraints),
+        options=tuple(model.opts))
 
 
 def _dinkelbach(model: PlacementModel, deadline: float, workers: int):
@@ -298,30 +429,61 @@ def _dinkelbach(model: PlacementModel, deadline: float, workers: int):
 
 
 def prune(inst: Instance) -> tuple[PoolOption, ...]:
-    """Drop options no throughput, power or tokens-per-watt optimum needs.
+    """Keep, per group of interchangeable options, the best one for each class; drop the rest.
 
-    Options that break their own SLO can get no replicas. Options on the same
-    devices (same kind, inventory use and provisioned power) are interchangeable
-    except for their rate and, for prefill, which decode types their KV can
-    reach within the TTFT SLO: an option is dropped when another in its group
-    serves at least as many requests per second and reaches every decode type
-    it reaches. (The latency objective keeps everything.)
+    Options on the same devices (same kind, inventory use and provisioned
+    power) differ only in what each class gets from a replica: the requests/s
+    it serves within the class's SLO (rate x cap) and, for prefill, which
+    decode types its KV reaches within the TTFT SLO. Serving a class on the
+    group's best option for it takes no more devices or watts than on any
+    other, so only those are kept (ties: the wider reach, then the key). An
+    option no class can use within its SLO is dropped, and so is a larger
+    replica that m smaller ones of the same kind match on the same devices
+    (`_scales`). (The latency objective keeps everything.)
     """
     decode_types = sorted({o.kv_device for o in inst.options if o.receives_kv})
 
-    def reach(o: PoolOption) -> frozenset:
-        if o.kind != "prefill" or inst.ttft_slo_s is None:
-            return frozenset(decode_types)
-        return frozenset(t for t in decode_types if o.ttft_s + inst.handoff(o.kv_device, t) <= inst.ttft_slo_s)
+    def value(o: PoolOption, c) -> tuple[float, int]:
+        cap = inst.cap(o, c)
+        if cap <= 0:
+            return 0.0, 0
+        rate = o.service(c.name).rate_per_s * cap
+        if o.kind != "prefill" or c.ttft_slo_s is None:
+            return rate, len(decode_types)
+        ttft = o.service(c.name).at(cap)[2]
+        reach = sum(ttft + inst.handoff(c.name, o.kv_device, t) + SLO_SHARE_ADMISSION * c.ttft_slo_s <= c.ttft_slo_s
+                    for t in decode_types)
+        return (rate if reach else 0.0), reach
 
-    groups: dict[tuple, list[tuple[PoolOption, frozenset]]] = {}
-    for o in inst.options:
-        if o.slo_ok:
-            groups.setdefault((o.kind, o.devices, o.kv_device, o.pp, o.provisioned_w), []).append((o, reach(o)))
-    kept = []
+    values = {o.key: [value(o, c) for c in inst.classes] for o in inst.options}
+    alive = [o for o in inst.options if any(v[0] > 0 for v in values[o.key])]
+    alive = [o for o in alive if not any(_scales(o2, o, values) for o2 in alive if o2 is not o)]
+    groups: dict[tuple, list[PoolOption]] = {}
+    for o in alive:
+        groups.setdefault((o.kind, o.devices, o.kv_device, o.pp, o.provisioned_w), []).append(o)
+    kept: set[str] = set()
     for members in groups.values():
-        for o, r in members:
-            beaten = any(r2 >= r and (o2.rate_per_s, o2.key) > (o.rate_per_s, o.key) for o2, r2 in members if o2 is not o)
-            if not beaten:
-                kept.append(o)
-    return tuple(sorted(kept, key=lambda o: o.key))
+        for i, c in enumerate(inst.classes):
+            best = max(members, key=lambda o: (values[o.key][i][1] > 0, values[o.key][i][0], values[o.key][i][1],
+                                               _neg_key(o.key)))
+            if values[best.key][i][0] > 0:
+                kept.add(best.key)
+    return tuple(o for o in sorted(inst.options, key=lambda o: o.key) if o.key in kept)
+
+
+def _scales(small: PoolOption, big: PoolOption, values: dict) -> bool:
+    """Whether m replicas of `small` (same kind and device types, m times fewer devices each) do at least what
+    one replica of `big` does for every class, on the same devices and watts: then `big` is never needed."""
+    if small.kind != big.kind or small.device_types != big.device_types or small.kv_device != big.kv_device:
+        return False
+    m, rem = divmod(big.devices_per_replica, small.devices_per_replica)
+    if m < 2 or rem or any(kb != m * ks for (_d, kb), (_d2, ks) in zip(big.devices, small.devices)):
+        return False
+    if m * small.provisioned_w > big.provisioned_w * (1 + 1e-9):
+        return False
+    return all(m * vs[0] >= vb[0] and vs[1] >= vb[1] for vs, vb in zip(values[small.key], values[big.key]))
+
+
+def _neg_key(key: str) -> tuple[int, ...]:
+    """Sorts keys in reverse, so that max() breaks ties towards the smallest key."""
+    return tuple(-ord(ch) for ch in key)

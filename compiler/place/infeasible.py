@@ -36,15 +36,14 @@ def _feasible(inst: Instance, families: Sequence[str]) -> bool:
     return status in (model.cp.OPTIMAL, model.cp.FEASIBLE)
 
 
-def explain(model_name: str, inst: Instance, sol: Solution, *, slo_ttft_ms: float | None,
-            slo_tpot_ms: float | None) -> str:
+def explain(model_name: str, inst: Instance, sol: Solution) -> str:
     """Name each binding constraint family of `sol` with the number that would make it feasible."""
     reasons: list[str] = []
     for family in sol.binding:
         if family == "power" and inst.power_budget_w is not None:
             reasons.append(_power(model_name, inst, sol))
         elif family == "slo":
-            reasons += _slo(inst, slo_ttft_ms, slo_tpot_ms)
+            reasons += _slo(inst)
         elif family == "demand" and inst.arrival_rate_per_s is not None:  # when maximising, demand is "serve any"
             free = solve(replace(inst, arrival_rate_per_s=None), "throughput",
                          families=["inventory", "power", "slo", "link"], tie_break=False)
@@ -67,18 +66,24 @@ def _power(model_name: str, inst: Instance, sol: Solution) -> str:
             f"cheapest pools that fit{within}")
 
 
-def _slo(inst: Instance, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> list[str]:
+def _slo(inst: Instance) -> list[str]:
+    """Per class with no way to be served within its SLO: the fastest TTFT and TPOT any pool gives it (nearly
+    idle), against its targets. A class is served by a colocated pool, or by a prefill pool and a decode pool."""
     reasons = []
-    tpots = [o for o in inst.options if o.tpot_s is not None]
-    ttfts = [o for o in inst.options if o.ttft_s is not None]
-    if slo_tpot_ms and tpots:
-        best = min(tpots, key=lambda o: o.tpot_s)
-        if best.tpot_s * 1e3 > slo_tpot_ms:
-            reasons.append(f"TPOT SLO {slo_tpot_ms:g} ms < {best.tpot_s * 1e3:.1f} ms, the fastest any pool achieves "
-                           f"({best.key})")
-    if slo_ttft_ms and ttfts:
-        best = min(ttfts, key=lambda o: o.ttft_s)
-        if best.ttft_s * 1e3 > slo_ttft_ms:
-            reasons.append(f"TTFT SLO {slo_ttft_ms:g} ms < {best.ttft_s * 1e3:.1f} ms, the fastest any pool achieves "
-                           f"({best.key})")
+    for c in inst.classes:
+        served = [(o, o.service(c.name)) for o in inst.options if o.service(c.name) is not None]
+        if not served:
+            reasons.append(f"class {c.name}: no pool holds its longest request; add memory or shorten the requests")
+            continue
+        usable = {o.kind for o, _s in served if inst.cap(o, c) > 0}
+        if "colocated" in usable or ("prefill" in usable and usable & {"decode", "decode-af"}):
+            continue
+        for label, index, target, kinds in (("TPOT", 4, c.tpot_slo_s, ("colocated", "decode", "decode-af")),
+                                             ("TTFT", 2, c.ttft_slo_s, ("colocated", "prefill"))):
+            curves = [(s.curve[0][index], o.key) for o, s in served if o.kind in kinds]
+            if target is not None and curves:
+                best, key = min(curves)
+                if best > target:
+                    reasons.append(f"class {c.name}: {label} SLO {target * 1e3:g} ms < {best * 1e3:.1f} ms, the "
+                                   f"fastest any pool achieves ({key})")
     return reasons or ["SLO: no combination of pools meets TTFT and TPOT together (KV hand-off included)"]

@@ -15,10 +15,10 @@ fallback: it cannot trace Hugging Face decoder code.
 
 [Note: example sizes] Example dimensions are distinct values no weight
 dimension uses (B=3, S=17, L=19), so export's duck sizing cannot merge them
-with each other or with a constant. For models with sliding-window layers the
-decode example context is longer than the window, so the sliding layers' cache
-is a constant-size ring and only full-attention layers read O(L) KV: decode
-costs of such models hold for contexts at least as long as the window.
+with each other or with a constant. Decode is traced with every layer's cache
+growing with L, sliding-window layers included: one graph serves every context
+length, and a sliding block's cost is clamped to its window where it is
+evaluated (`Block.at`), so short contexts are not charged a whole window.
 """
 
 from __future__ import annotations
@@ -144,15 +144,15 @@ def count_params(module, experts: int, per_token: int) -> tuple[int, int, int]:
 
 
 def trace(spec: ModelSpec, phases: tuple[str, ...] = ("prefill", "decode"), *, model=None,
-          fold: bool = True, sliding_kv: str = "ring") -> TracedModel:
+          fold: bool = True, sliding_kv: str = "full") -> TracedModel:
     """Export the requested phases of `spec` (built on meta unless `model` is given).
 
     With `fold`, identical decoder layers are traced once; see [Note: depth folding].
-    `sliding_kv` picks the decode cache of sliding-window layers: ``ring`` (the
-    model's own cache, which keeps the last window of tokens: what costs are
-    counted on) or ``full`` (every token kept, the window applied by the mask:
-    one decode graph then serves every context length, which execution needs
-    because transformers bakes a ring's fill level into the cache structure).
+    `sliding_kv` picks the decode cache of sliding-window layers: ``full`` (every
+    token kept, the window applied by the mask: one decode graph serves every
+    context length; costs clamp to the window, see [Note: example sizes]) or
+    ``ring`` (the model's own cache, which keeps the last window of tokens and
+    bakes its fill level into the cache structure).
     """
     import torch
 
@@ -164,7 +164,8 @@ def trace(spec: ModelSpec, phases: tuple[str, ...] = ("prefill", "decode"), *, m
     total, active, embed = count_params(model, experts, per_token)
     window = getattr(config, "sliding_window", None) if config is not None else None
     layer_types = tuple(getattr(config, "layer_types", None) or ()) if config is not None else ()
-    if window and layer_types and "sliding_attention" not in layer_types:
+    if window and (getattr(config, "use_sliding_window", True) is False
+                   or (layer_types and "sliding_attention" not in layer_types)):
         window = None  # a config default that no layer uses
     traced = TracedModel(spec, {}, total, active, embed, experts, per_token, window, layer_types)
     if example_inputs is not None:  # a plain nn.Module from module:callable: prefill only

@@ -33,7 +33,7 @@ _ATTN_WORDS = ("attn", "attention", "input_layernorm", "ln_1", "q_norm", "k_norm
 _FFN_WORDS = ("mlp", "moe", "feed_forward", "ffn", "experts", "post_attention_layernorm", "ln_2",
               "pre_feedforward_layernorm", "post_feedforward_layernorm", "router", "gate")
 _EMBED_WORDS = ("embed_tokens", "wte", "word_embeddings", "tok_embeddings")
-_HEAD_WORDS = ("lm_head", "norm", "ln_f", "final_layernorm", "final_norm", "output")
+_HEAD_WORDS = ("lm_head", "norm", "ln_f", "final_layernorm", "final_layer_norm", "final_norm", "output", "embed_out")
 
 
 def is_routed_expert(fqn: str) -> bool:
@@ -52,11 +52,13 @@ def module_path(node) -> str:
     return list(stack.values())[-1][0]
 
 
-def _role_of_path(path: str) -> tuple[str, int | None] | None:
+def _role_of_path(path: str, sandwich: bool = False) -> tuple[str, int | None] | None:
     """(role, layer) a module path names, or None for glue. See [Note: which block owns a node]."""
     m = _LAYER_RE.search(path)
     if m:
         layer, child = int(m.group(1)), m.group(2) or ""
+        if sandwich and child.startswith("post_attention_layernorm"):
+            return "attn", layer
         if any(w in child for w in _FFN_WORDS):  # first: "post_attention_layernorm" names attention
             return "ffn", layer
         if any(w in child for w in _ATTN_WORDS):
@@ -81,10 +83,13 @@ def block_order(role: str, layer: int | None) -> int:
 def assign_blocks(program) -> dict[str, tuple[str, int | None]]:
     """Map each call_function node name of `program` to its (role, layer). See [Note: which block owns a node]."""
     owner: dict[str, tuple[str, int | None]] = {}
+    # Gemma-2 style layers norm the attention output ("post_attention_layernorm") and have their own pre-FFN
+    # norm: there the post-attention norm belongs to attention, not to the FFN it precedes in Llama.
+    sandwich = any("pre_feedforward_layernorm" in module_path(n) for n in program.graph.nodes if n.op == "call_function")
     for node in program.graph.nodes:
         if node.op != "call_function":
             continue
-        found = _role_of_path(module_path(node))
+        found = _role_of_path(module_path(node), sandwich)
         if found is None:
             producers = [owner[a.name] for a in node.all_input_nodes if a.name in owner]
             found = max(producers, key=lambda k: block_order(*k)) if producers else ("embed", None)

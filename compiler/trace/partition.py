@@ -306,16 +306,30 @@ def _expand_layers(traced: TracedModel, phase: str, blocks: list[Block], edges: 
                    unaccounted: list[UnaccountedOp]):
     """Expand blocks of the traced (folded) layers to every model layer. See [Note: depth folding].
 
-    The traced blocks must form a chain (each block's only activation edge goes to
-    the next block), which holds for sequential decoders; anything else is refused
-    so the caller can trace at full depth.
+    Every traced edge must come from the destination's own layer or from the
+    block just before that layer (the previous layer's last block, or embed):
+    true of sequential decoders and of parallel-residual ones (GPT-NeoX), whose
+    layer input reaches both attention and FFN. Each model layer gets its
+    representative's edges with those sources renamed; any other edge is refused.
     """
     order = sorted(blocks, key=lambda b: _edge_order(b.name))
-    out_edge = {e.src: e for e in edges}
-    chain = len(out_edge) == len(edges) == len(order) - 1 and all(
-        out_edge.get(a.name) is not None and out_edge[a.name].dst == b.name for a, b in zip(order, order[1:]))
-    if not chain:
-        raise UnsupportedModel(f"{traced.spec.name}: {phase} blocks do not form a chain; trace without folding")
+    by_name = {b.name: b for b in order}
+    position = {b.name: i for i, b in enumerate(order)}
+
+    def layer_start(b: Block) -> int:  # position of the first block of b's layer (head: itself)
+        return min(position[x.name] for x in order if x.layer == b.layer) if b.layer is not None else position[b.name]
+
+    relative: dict[str, list[tuple[str | None, Edge]]] = defaultdict(list)  # dst -> (src role in its layer | prev)
+    for e in edges:
+        src, dst = by_name[e.src], by_name[e.dst]
+        if src.layer is not None and src.layer == dst.layer:
+            relative[e.dst].append((e.src.split(".", 1)[1], e))
+        elif position[e.src] == layer_start(dst) - 1:
+            relative[e.dst].append((None, e))
+        else:
+            raise UnsupportedModel(
+                f"{traced.spec.name}: in {phase}, block {e.dst} reads {e.src}, which is neither in its layer nor the "
+                f"block before it; gimletc partitions decoders whose layers run one after another")
     by_layer: dict[int | None, list[Block]] = defaultdict(list)
     for b in order:
         by_layer[b.layer].append(b)
@@ -326,10 +340,15 @@ def _expand_layers(traced: TracedModel, phase: str, blocks: list[Block], edges: 
             expanded.append(replace(b, name=f"L{i}.{b.name.split('.', 1)[1]}", layer=i,
                                     attention=attention, window_tokens=window))
     expanded += [b for b in by_layer[None] if b.role == "head"]
-    rep_name = {}
-    for b in expanded:
-        rep_name[b.name] = b.name if b.layer is None else f"L{traced.layer_map[b.layer]}.{b.name.split('.', 1)[1]}"
-    new_edges = [replace(out_edge[rep_name[a.name]], src=a.name, dst=b.name) for a, b in zip(expanded, expanded[1:])]
+    new_edges = []
+    before_layer: Block | None = None  # the last expanded block of the previous layer
+    for k, b in enumerate(expanded):
+        rep = b.name if b.layer is None else f"L{traced.layer_map[b.layer]}.{b.name.split('.', 1)[1]}"
+        if k == 0 or expanded[k - 1].layer != b.layer:
+            before_layer = expanded[k - 1] if k else None
+        for role, e in relative.get(rep, ()):
+            src = before_layer.name if role is None else f"L{b.layer}.{role}"
+            new_edges.append(replace(e, src=src, dst=b.name))
     new_missing = []
     for u in unaccounted:
         if u.block in ("embed", "head"):
@@ -352,10 +371,16 @@ def _is_dispatch(node) -> bool:
 
 
 def _attention_kind(traced: TracedModel, layer: int) -> tuple[str, int | None]:
+    """``mla`` (DeepSeek's latent KV), ``sliding`` with its window, or ``full``. Without per-layer types, a
+    config's ``sliding_window`` applies to every layer (Mistral, Phi-3)."""
     config = traced.spec.config
     if config.get("kv_lora_rank"):
         return "mla", None
-    if traced.layer_types and layer < len(traced.layer_types) and traced.layer_types[layer] == "sliding_attention":
+    if traced.layer_types and layer < len(traced.layer_types):
+        if traced.layer_types[layer] == "sliding_attention":
+            return "sliding", traced.sliding_window
+        return "full", None
+    if traced.sliding_window:
         return "sliding", traced.sliding_window
     return "full", None
 

@@ -1,5 +1,6 @@
 """Structure of the BlockGraph on the tiny zoo: blocks, edges, weights, KV, folding."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -104,3 +105,47 @@ def test_moe_charges_only_touched_experts(tiny_graph):
     # One token reads k of E experts' weights; thousands of tokens read all of them.
     assert moe.work(BF16, B=1, L=8).weight_bytes == pytest.approx(dense_bytes + expert_bytes * k / experts)
     assert moe.work(BF16, B=4096, L=8).weight_bytes == pytest.approx(dense_bytes + expert_bytes)
+
+
+ODD_CONFIGS = {
+    # Mistral / Phi-3 style: a sliding window on every layer, no per-layer types
+    "mistral": {"model_type": "mistral", "sliding_window": 32},
+    # Gemma-2: alternating sliding and full layers, norms around attention and FFN ("sandwich")
+    "gemma2": {"model_type": "gemma2", "sliding_window": 32, "num_hidden_layers": 4, "head_dim": 16},
+    # GPT-NeoX: attention and MLP read the same layer input (parallel residual)
+    "gpt_neox": {"model_type": "gpt_neox", "use_parallel_residual": True},
+}
+
+
+def _odd_config(tmp_path, name: str):
+    config = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512, **ODD_CONFIGS[name]}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", sorted(ODD_CONFIGS))
+def test_odd_architectures_fold_and_equal_a_full_depth_trace(tmp_path, name):
+    from compiler.inputs.model_spec import resolve_model
+    from compiler.trace.export import quiet_export_logs, trace
+    from compiler.trace.partition import partition
+
+    spec = resolve_model(_odd_config(tmp_path, name))
+    with quiet_export_logs():
+        folded, full = partition(trace(spec)), partition(trace(spec, fold=False))
+    assert replace(full, trace=()) == replace(folded, trace=())
+
+
+def test_sliding_window_decode_and_kv_follow_the_window(tmp_path):
+    """Mistral-style: every layer attends to at most 32 tokens, so decode reads and keeps at most 32 per layer."""
+    from compiler.driver import block_graph
+
+    g = block_graph(_odd_config(tmp_path, "mistral"))
+    attn = [b for b in g.phase_blocks("decode") if b.role == "attn"]
+    assert {b.attention for b in attn} == {"sliding"} and {b.window_tokens for b in attn} == {32}
+    per_token = attn[0].kv_elems_per_token * 2  # bytes of one token's K and V in one layer, bf16
+    read = lambda L: attn[0].work(BF16, B=1, L=L).kv_bytes  # noqa: E731
+    assert read(16) < read(32) == read(100) == read(1000)  # grows up to the window, then stays
+    assert read(1000) >= 32 * per_token
+    assert g.kv_bytes_per_sequence(1000, BF16) == g.kv_bytes_per_sequence(32, BF16) == 32 * per_token * len(attn)

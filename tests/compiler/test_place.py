@@ -1,4 +1,4 @@
-"""The placement ILP against exhaustive enumeration on small random instances."""
+"""The placement ILP against exhaustive enumeration on small random instances, and its class routing."""
 
 from __future__ import annotations
 
@@ -9,66 +9,84 @@ import random
 import networkx as nx
 import pytest
 
-from compiler.ir.placement import Instance
-from compiler.ir.pool_option import PoolOption
+from compiler.ir.placement import SLO_SHARE_ADMISSION, ClassTarget, Instance
+from compiler.ir.pool_option import ClassService, PoolOption
 from compiler.place.greedy import greedy, greedy_rate
-from compiler.place.ilp import RATE_SCALE, scaled, solve
+from compiler.place.ilp import LOAD_SCALE, RATE_SCALE, scaled, solve
 
 TYPES = ("a", "b")
 
 
-def _option(rng: random.Random, i: int) -> PoolOption:
+def _curve(rng: random.Random, kind: str) -> tuple:
+    """A latency curve that rises with utilisation: TTFT for colocated/prefill (admission wait for decode)."""
+    ttft0 = rng.uniform(0.1, 1.2) if kind != "decode" else 0.0
+    tpot0 = rng.uniform(0.01, 0.06) if kind != "prefill" else 0.0
+    return tuple((u, ttft0 * (1 + u), ttft0 * (1 + 2 * u), tpot0 * (1 + u / 2), tpot0 * (1 + u))
+                 for u in (0.05, 0.5, 0.95))
+
+
+def _option(rng: random.Random, i: int, cls: str = "c") -> PoolOption:
     kind = rng.choice(("colocated", "prefill", "decode"))
     dev = rng.choice(TYPES)
     per = rng.choice((1, 2))
     return PoolOption(
         key=f"{kind}:{dev}:{i}", kind=kind, devices=((dev, per),), power_w=rng.uniform(100, 900),
-        provisioned_w=rng.choice((300, 500, 700, 1000)) * per, rate_per_s=rng.uniform(0.5, 20),
-        ttft_s=rng.uniform(0.1, 2.0) if kind != "decode" else None,
-        tpot_s=rng.uniform(0.01, 0.1) if kind != "prefill" else None, kv_device=dev, tp=per, pp=1, batch=8,
-        slo_ok=rng.random() > 0.15)
+        provisioned_w=rng.choice((300, 500, 700, 1000)) * per, kv_device=dev, tp=per, pp=1, batch=8,
+        classes=(ClassService(cls, rng.uniform(0.5, 20), _curve(rng, kind)),))
 
 
 def random_instance(seed: int) -> Instance:
     rng = random.Random(seed)
     options = tuple(_option(rng, i) for i in range(rng.randint(2, 4)))
     inventory = tuple((t, rng.randint(1, 4)) for t in TYPES)
-    handoff = tuple(((x, y), rng.uniform(0.0, 0.8)) for x in TYPES for y in TYPES)
-    return Instance(options, inventory, rng.choice((None, 1500.0, 3000.0)), kv_bytes_per_request=1e6,
-                    link_bw_bytes_per_s=((("a", "b"), rng.choice((5e6, 2e7, 1e9))),), handoff_s=handoff,
-                    ttft_slo_s=rng.choice((None, 1.5)))
+    target = ClassTarget("c", 1.0, rng.choice((None, 1.5, 2.5)), rng.choice((None, 0.05)), 1e6, 100.0)
+    handoff = tuple((("c", x, y), rng.uniform(0.0, 0.8)) for x in TYPES for y in TYPES)
+    return Instance(options, inventory, rng.choice((None, 1500.0, 3000.0)), (target,),
+                    link_bw_bytes_per_s=((("a", "b"), rng.choice((5e6, 2e7, 1e9))),), handoff_s=handoff)
+
+
+def _capacity(inst: Instance, o: PoolOption, replicas: int) -> int:
+    """The most milli-requests/s `replicas` of `o` may serve within the class's cap, as the ILP counts load."""
+    c = inst.classes[0]
+    cap = inst.cap(o, c)
+    if cap <= 0 or not replicas:
+        return 0
+    rate = o.classes[0].rate_per_s
+    per_request = math.ceil(LOAD_SCALE / (RATE_SCALE * rate * cap))
+    return min(LOAD_SCALE * replicas // per_request, LOAD_SCALE * replicas // math.ceil(LOAD_SCALE / (RATE_SCALE * rate)))
 
 
 def brute_force(inst: Instance) -> int:
-    """Best served rate (scaled) over every replica vector, KV flows by max-flow."""
+    """Best served rate (scaled) over every replica vector, KV flows by max-flow, caps from the curves."""
     inv = dict(inst.inventory)
+    c = inst.classes[0]
     ranges = [range(min(inv[d] // k for d, k in o.devices) + 1) for o in inst.options]
     best = -1
     for n in itertools.product(*ranges):
-        if any(sum(c * o.uses(t) for c, o in zip(n, inst.options)) > inv[t] for t in inv):
+        if any(sum(k * o.uses(t) for k, o in zip(n, inst.options)) > inv[t] for t in inv):
             continue
         if inst.power_budget_w is not None and sum(
-                c * scaled(o.provisioned_w, 1) for c, o in zip(n, inst.options)) > scaled(inst.power_budget_w, 1):
+                k * scaled(o.provisioned_w, 1) for k, o in zip(n, inst.options)) > scaled(inst.power_budget_w, 1):
             continue
-        if any(c and not o.slo_ok for c, o in zip(n, inst.options)):
-            continue
-        served = sum(c * scaled(o.rate_per_s) for c, o in zip(n, inst.options) if o.kind == "colocated")
+        served = sum(_capacity(inst, o, k) for k, o in zip(n, inst.options) if o.kind == "colocated")
         g = nx.DiGraph()
-        for c, o in zip(n, inst.options):
-            if o.kind == "prefill" and c:
-                g.add_edge("src", o.key, capacity=c * scaled(o.rate_per_s))
+        for k, o in zip(n, inst.options):
+            if o.kind == "prefill" and _capacity(inst, o, k):
+                g.add_edge("src", o.key, capacity=_capacity(inst, o, k))
+                ttft = o.classes[0].at(inst.cap(o, c))[2]
                 for t in TYPES:
-                    if inst.ttft_slo_s is not None and o.ttft_s + inst.handoff(o.kv_device, t) > inst.ttft_slo_s:
+                    if c.ttft_slo_s is not None and ttft + inst.handoff("c", o.kv_device, t) + \
+                            SLO_SHARE_ADMISSION * c.ttft_slo_s > c.ttft_slo_s:
                         continue
                     if o.kv_device != t:
-                        cap = scaled(inst.link_bw(o.kv_device, t) / inst.kv_bytes_per_request)
+                        cap = scaled(inst.link_bw(o.kv_device, t) / 1e3) // math.ceil(c.kv_bytes / 1e3)
                         g.add_edge(o.key, ("link", o.kv_device, t))
                         g.add_edge(("link", o.kv_device, t), ("dec", t), capacity=cap)
                     else:
                         g.add_edge(o.key, ("dec", t))
-            if o.kind == "decode" and c:
+            if o.kind == "decode" and _capacity(inst, o, k):
                 prev = g.edges[("dec", o.kv_device), "sink"]["capacity"] if g.has_edge(("dec", o.kv_device), "sink") else 0
-                g.add_edge(("dec", o.kv_device), "sink", capacity=prev + c * scaled(o.rate_per_s))
+                g.add_edge(("dec", o.kv_device), "sink", capacity=prev + _capacity(inst, o, k))
         flow = nx.maximum_flow_value(g, "src", "sink") if g.has_node("src") and g.has_node("sink") else 0
         best = max(best, served + flow)
     return best
@@ -79,16 +97,46 @@ def test_ilp_optimum_matches_exhaustive_enumeration(seed):
     inst = random_instance(seed)
     want = brute_force(inst)
     sol = solve(inst, "throughput", time_limit_s=20, workers=1)
-    if want < 1:  # nothing can be served: the ILP must say infeasible (demand binds)
-        assert sol.status == "infeasible" and "demand" in sol.binding or sol.binding
+    if want < 1:  # nothing can be served: the ILP must say infeasible
+        assert sol.status == "infeasible" and sol.binding
         return
     assert sol.status == "optimal"
     assert round(sol.requests_per_s * RATE_SCALE) == want
 
 
+def test_no_pool_runs_above_the_cap_of_a_class_it_serves():
+    for seed in range(20):
+        inst = random_instance(seed)
+        sol = solve(inst, time_limit_s=20, workers=1)
+        for o, _n in sol.used():
+            for c in sol.served_on(o.key):
+                assert sol.utilisation(o) <= inst.cap(o, inst.target(c)) + 1e-3 < 1
+
+
+def test_two_classes_with_different_caps_never_share_a_replica_above_the_stricter_cap():
+    """Chat has a tight TTFT SLO, documents a loose one: a replica serving both must stay under chat's cap."""
+    curve = tuple((u, 0.2 + u, 0.2 + 2 * u, 0.01, 0.01) for u in (0.05, 0.3, 0.6, 0.95))  # TTFT p90 = 0.2 + 2u
+    pool = PoolOption("colocated:a:0", "colocated", (("a", 1),), 500.0, 700.0, "a", 1, 1, 8,
+                      (ClassService("chat", 10.0, curve), ClassService("docs", 10.0, curve)))
+    chat = ClassTarget("chat", 0.5, 0.8, None, 1e6, 100.0)  # cap where 0.2 + 2u = 0.8: u = 0.3
+    docs = ClassTarget("docs", 0.5, 5.0, None, 1e6, 100.0)  # cap 0.95
+    inst = Instance((pool,), (("a", 4),), None, (chat, docs), (), ())
+    sol = solve(inst, time_limit_s=20, workers=1)
+    assert sol.status == "optimal"
+    for o, _n in sol.used():
+        for c in sol.served_on(o.key):
+            assert sol.utilisation(o) <= inst.cap(o, inst.target(c)) + 1e-3
+    # four replicas: chat's half of the requests may use at most 0.3 of the replicas it runs on
+    rates = dict(sol.class_requests_per_s)
+    assert rates["chat"] == pytest.approx(rates["docs"], rel=1e-3)
+    assert sol.requests_per_s < 4 * 10 * 0.95
+
+
 def test_infeasible_names_the_power_budget():
-    opt = PoolOption("colocated:a:0", "colocated", (("a", 4),), 2000.0, 2800.0, 5.0, 0.5, 0.03, "a", 4, 1, 8)
-    inst = Instance((opt,), (("a", 8),), 1000.0, 1e6, (), ())
+    curve = ((0.05, 0.5, 0.5, 0.03, 0.03), (0.95, 0.6, 0.7, 0.03, 0.04))
+    opt = PoolOption("colocated:a:0", "colocated", (("a", 4),), 2000.0, 2800.0, "a", 4, 1, 8,
+                     (ClassService("c", 5.0, curve),))
+    inst = Instance((opt,), (("a", 8),), 1000.0, (ClassTarget("c", 1.0, None, None, 1e6, 100.0),), (), ())
     sol = solve(inst)
     assert sol.status == "infeasible" and "power" in sol.binding and "inventory" not in sol.binding
 
@@ -99,14 +147,14 @@ def test_greedy_is_feasible_and_never_beats_the_optimum():
         hint = greedy(inst)
         sol = solve(inst, time_limit_s=20, workers=1)
         if sol.status == "optimal":
-            # the ILP floors each replica's rate to whole milli-requests/s
-            assert greedy_rate(inst, hint) <= sol.requests_per_s + sum(hint.values()) / RATE_SCALE + 1e-9
+            # the ILP rounds each replica's capacity down to whole milli-requests/s
+            assert greedy_rate(inst, hint) <= sol.requests_per_s + 2 * sum(hint.values()) / RATE_SCALE + 1e-9
 
 
 def test_solution_is_deterministic():
     inst = random_instance(7)
     a, b = solve(inst), solve(inst)
-    assert (a.replicas, a.flows, a.requests_per_s) == (b.replicas, b.flows, b.requests_per_s)
+    assert (a.replicas, a.flows, a.served, a.requests_per_s) == (b.replicas, b.flows, b.served, b.requests_per_s)
 
 
 def test_objectives_need_what_they_need():

@@ -89,17 +89,6 @@ def test_memory_plan_and_not_fitting(graphs):
         estimate(g, _dep("nvidia-h100-sxm", 1, 1), input_len=128, output_len=128, batch=1)
 
 
-def test_continuous_batching_prefill_interference(graphs):
-    from cost_models.serving import continuous_batching
-
-    g = graphs["llama-3.1-8b"]
-    dep = _dep("nvidia-h100-sxm", 1, 1)
-    light = continuous_batching(g, dep, 4, 1024, 256)
-    heavy = continuous_batching(g, dep, 4, 8192, 64)  # prefill-heavy: more prompt tokens per decode step
-    assert light.interference >= 1.0 and heavy.interference > light.interference
-    assert heavy.tpot_s > light.tpot_s
-
-
 def test_comm_formulas():
     assert p2p_s(1e9, bw_bytes_per_s=1e9, latency_s=1e-3) == pytest.approx(1.001)
     # Ring all-reduce of n bytes over p devices moves 2(p-1)/p * n per device.

@@ -1,0 +1,291 @@
+"""Serving under load: what a request of one class sees on one replica at an operating point.
+
+Two kinds of load, one step model (`cost_models.serving.step`, weights read once per step):
+
+- **Closed loop** (`closed_loop`): C clients, each sending its next request as
+  soon as the previous one finishes: what serving benchmarks measure and
+  ``gimletc estimate --concurrency C`` predicts.
+- **Open loop** (`decode_curve`, `prefill_curve`, `colocated_curve`): Poisson
+  arrivals at a utilisation rho of a replica's capacity: what a deployed pool
+  sees and what the placement plans for, as latency-versus-utilisation curves
+  built from a few costed steps (`StepTable`). Waits follow [Note: queueing model].
+
+[Note: serving calibration] Step times are physics (roofline of the traced
+blocks on the device, `cost_models.roofline`); what an engine adds is four
+fitted numbers (`cost_models.engines.Engine`): a fixed time per step, a time
+per running sequence per step, a front-end latency before a request reaches
+the scheduler, and, for closed-loop benchmarks only, the share of requests
+that arrive in lock-step waves. Waves happen when C clients with identical
+request lengths start together: they finish together and come back
+together, so each wave's prompts are prefilled back to back before anyone
+decodes (what SGLang's TTFT, which grows linearly with C, shows). A fifth,
+also closed-loop only, is the share of the time between two completions that
+a new request waits to be admitted: TensorRT-LLM's TTFT at low concurrency is
+the prefill plus about cycle / C, the mean time to the next completion, so it
+grows with the output length at fixed C. Poisson traffic has neither waves
+nor completion-triggered arrivals, so the open-loop model ignores both.
+
+Chunked prefill: each step carries every running decode plus prompt tokens up
+to the engine's token budget; prompts arrive at rate lambda x prompt tokens,
+so the prefill "server" is busy rho_pf = tokens per step / budget left, and a
+prompt waits for the ones ahead of it (M/D/1 on that server) before its own
+chunks run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from statistics import NormalDist
+
+from compiler.ir.block_graph import BlockGraph
+from cost_models.derates import Derate
+from cost_models.engines import Engine
+from cost_models.queueing import MAX_UTILISATION, mdc_mean_wait_s, wait_percentile_s
+from cost_models.serving import Batch, Deployment, MemoryPlan, StepTime, block_groups, memory_plan, step
+
+
+@dataclass(frozen=True, slots=True)
+class RequestShape:
+    """One request class as a replica sees it (token counts are means over the class)."""
+
+    input_len: float  # prompt tokens in the context (KV, decode context)
+    output_len: float
+    prefill_tokens: float | None = None  # prompt tokens computed after prefix-cache hits (default: all)
+
+    @property
+    def computed_prompt(self) -> float:
+        return self.input_len if self.prefill_tokens is None else max(1.0, self.prefill_tokens)
+
+    @property
+    def decode_context(self) -> float:
+        """Mean context a decode step attends to, over the request's output tokens."""
+        return self.input_len + self.output_len / 2
+
+    @property
+    def kv_tokens(self) -> float:
+        return self.input_len + self.output_len
+
+
+def _occupancy(mean: float, slots: float, percentile: float) -> float:
+    """Busy slots at a percentile: Poisson(mean) by its normal approximation, at least 1, at most `slots`."""
+    if percentile <= 0.5:
+        return min(slots, max(1.0, mean))
+    z = NormalDist().inv_cdf(percentile)
+    return min(slots, max(1.0, mean + z * math.sqrt(max(mean, 0.0))))
+
+
+# ------------------------------------------------------------------------------------------ closed loop
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoop:
+    """Steady state of C closed-loop clients on one replica."""
+
+    ttft_s: float
+    tpot_s: float
+    step_s: float
+    decode_only_step_s: float
+    prefill_tokens_per_step: float
+    active: float  # sequences running (the rest wait for a slot)
+
+    @property
+    def interference(self) -> float:
+        """How much longer a step takes because prefill chunks share it (1.0 = none)."""
+        return self.step_s / self.decode_only_step_s if self.decode_only_step_s else 1.0
+
+    def requests_per_s(self, output_len: float) -> float:
+        """Little's law: clients / time per request."""
+        return self.active / (self.ttft_s + (output_len - 1) * self.tpot_s)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSteps:
+    """The physics of a closed loop, before any engine overhead: step times on the device, and what they carry.
+
+    `assemble` adds an engine's four numbers in closed form, so a fit re-scores
+    thousands of candidates without re-costing a step ([Note: serving calibration]).
+    """
+
+    concurrency: float
+    active: float
+    output_len: float
+    mixed_s: float  # a decode step carrying the prompt tokens arriving per step
+    mixed_sequences: float
+    prefill_tokens_per_step: float
+    decode_s: float  # a decode step with no prefill
+    own_steps: int  # steps a prompt's own chunks take
+    prefill_rho: float  # share of the per-step prefill budget the arriving prompts use
+    wave_s: float  # one budget-sized step of a wave's back-to-back prefill
+    wave_sequences: float
+    wave_steps: int
+    blocks: int  # blocks a step runs through (each pays the per-block overhead)
+
+
+def loop_steps(graph: BlockGraph, dep: Deployment, concurrency: float, shape: RequestShape,
+               slots: float | None = None) -> LoopSteps:
+    """Cost the steps of C closed-loop clients on one replica of `dep`, without its engine's overheads."""
+    bare = replace(dep, derate=replace(dep.derate, step_overhead_s=0.0, block_overhead_s=0.0),
+                   engine=replace(dep.engine, seq_overhead_s=0.0))
+    budget = dep.engine.prefill_budget_tokens
+    active = min(concurrency, slots or dep.engine.max_batch)
+    prompt, out = shape.computed_prompt, max(shape.output_len, 1.0)
+    room = max(1.0, budget - active)
+    mixed = _mixed_step(graph, bare, active, shape, active * prompt / out)
+    wave_tokens = active * prompt
+    wave_steps = max(1, math.ceil(wave_tokens / budget))
+    wave_batch = Batch(prefill_tokens=wave_tokens / wave_steps, prefill_requests=max(1.0, active / wave_steps))
+    wave = step(graph, bare, wave_batch, memory_plan(graph, bare))
+    blocks = sum(n for _b, n in block_groups(graph, "decode"))
+    return LoopSteps(concurrency, active, out, mixed.step.time_s, mixed.batch.sequences, mixed.batch.prefill_tokens,
+                     _decode(graph, bare, active, shape).time_s, math.ceil(prompt / room),
+                     active * prompt / out / room, wave.time_s, wave_batch.sequences, wave_steps, blocks)
+
+
+def assemble(steps: LoopSteps, engine: Engine, derate: Derate) -> ClosedLoop:
+    """TTFT and TPOT of the loop once the overheads are added: `derate`'s per step and per block (the engine's
+    own where it has them, `Engine.applied_to`) and `engine`'s per sequence; see [Note: serving calibration]."""
+    derate = engine.applied_to(derate)
+    per_step = derate.step_overhead_s + derate.block_overhead_s * steps.blocks
+    host = lambda sequences: per_step + engine.seq_overhead_s * sequences  # noqa: E731
+    mixed = steps.mixed_s + host(steps.mixed_sequences)
+    decode = steps.decode_s + host(steps.active)
+    service = steps.own_steps * mixed
+    cycle = steps.output_len * mixed + service  # one request's life: its prefill chunks and its decode steps
+    admission = engine.admission_fraction * cycle / steps.active  # waiting for the next completion to be admitted
+    ttft_desync = engine.request_overhead_s + admission + 0.5 * mixed + service
+    if steps.prefill_rho < 1:
+        ttft_desync += mdc_mean_wait_s(1, steps.prefill_rho, service)
+    else:  # prefill-bound: requests start only as fast as the budget prefills them (Little's law for the rest)
+        rate = steps.active / (steps.prefill_rho * steps.output_len * mixed)  # = budget / prompt per step
+        ttft_desync = max(ttft_desync, steps.active / rate - (steps.output_len - 1) * mixed)
+    ttft_wave = engine.request_overhead_s + (steps.wave_s + host(steps.wave_sequences)) * (steps.wave_steps + 1) / 2
+    s = engine.sync_fraction
+    ttft = (1 - s) * ttft_desync + s * ttft_wave
+    tpot = (1 - s) * mixed + s * decode
+    if steps.concurrency > steps.active:  # clients beyond the engine's slots wait for one to free (Little's law)
+        ttft += (steps.concurrency - steps.active) * (ttft + (steps.output_len - 1) * tpot) / steps.active
+    return ClosedLoop(ttft, tpot, mixed, decode, steps.prefill_tokens_per_step, steps.active)
+
+
+def closed_loop(graph: BlockGraph, dep: Deployment, concurrency: float, shape: RequestShape, *,
+                slots: float | None = None) -> ClosedLoop:
+    """C clients on one replica; see [Note: serving calibration] for the wave share."""
+    return assemble(loop_steps(graph, dep, concurrency, shape, slots), dep.engine, dep.derate)
+
+
+def _decode(graph: BlockGraph, dep: Deployment, decodes: float, shape: RequestShape) -> StepTime:
+    kv = graph.kv_bytes_per_sequence(shape.kv_tokens, dep.precision) * decodes / dep.group
+    return step(graph, dep, Batch(decodes=decodes, context=shape.decode_context), memory_plan(graph, dep, kv))
+
+
+@dataclass(frozen=True, slots=True)
+class _Mixed:
+    step: StepTime
+    batch: Batch
+
+
+def _mixed_step(graph: BlockGraph, dep: Deployment, decodes: float, shape: RequestShape,
+                demand_tokens_per_step: float) -> _Mixed:
+    """A step carrying `decodes` and the prompt tokens arriving per step, within the budget left after decodes."""
+    prompt = shape.computed_prompt
+    room = max(1.0, dep.engine.prefill_budget_tokens - decodes)
+    per_step = min(demand_tokens_per_step, room)
+    chunked = prompt > room
+    batch = Batch(decodes=decodes, context=shape.decode_context, prefill_tokens=per_step,
+                  prefill_requests=1.0 if chunked else max(1.0, per_step / prompt),
+                  prefill_context=(prompt + room) / 2 if chunked else None)
+    kv = graph.kv_bytes_per_sequence(shape.kv_tokens, dep.precision) * max(decodes, 1.0) / dep.group
+    return _Mixed(step(graph, dep, batch, memory_plan(graph, dep, kv)), batch)
+
+
+# ------------------------------------------------------------------------------------------ open loop
+
+#: Utilisations at which a pool's latency curve is sampled (the placement interpolates between them).
+UTILISATIONS = (0.05, 0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, MAX_UTILISATION)
+
+
+@dataclass(frozen=True, slots=True)
+class StepTable:
+    """A step's time at a few batch sizes; between them, linear in the batch (steps are affine in it to first
+    order: weights once, KV and FLOPs per sequence)."""
+
+    points: tuple[tuple[float, float], ...]  # (batch, seconds), batches increasing
+
+    def at(self, batch: float) -> float:
+        pts = self.points
+        if len(pts) == 1 or batch <= pts[0][0]:
+            return pts[0][1]
+        for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
+            if batch <= b1:
+                return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
+        (b0, t0), (b1, t1) = pts[-2], pts[-1]
+        return t1 + (t1 - t0) * (batch - b1) / (b1 - b0)
+
+
+def decode_table(graph: BlockGraph, dep: Deployment, batches: tuple[int, ...], shape: RequestShape) -> StepTable:
+    return StepTable(tuple((float(b), _decode(graph, dep, b, shape).time_s) for b in batches))
+
+
+def prefill_table(graph: BlockGraph, dep: Deployment, batches: tuple[int, ...], shape: RequestShape,
+                  plan: MemoryPlan) -> StepTable:
+    return StepTable(tuple((float(b), step(graph, dep, Batch(prefill_tokens=b * shape.computed_prompt,
+                                                              prefill_requests=b), plan).time_s) for b in batches))
+
+
+Curve = tuple[tuple[float, float, float, float, float], ...]
+
+
+def decode_curve(table: StepTable, batch: int, output_len: float, percentile: float) -> tuple[float, Curve]:
+    """A decode replica holding `batch` sequences: its capacity, and per utilisation the wait for a slot
+    (M/D/batch, service = a request's decode) and the TPOT at the busy slots' median and percentile."""
+    full = table.at(batch)
+    rate = batch / (output_len * full)
+    curve = []
+    for rho in UTILISATIONS:
+        t50 = table.at(_occupancy(rho * batch, batch, 0.5))
+        tp = table.at(_occupancy(rho * batch, batch, percentile))
+        curve.append((rho, wait_percentile_s(batch, rho, output_len * t50, 0.5),
+                      wait_percentile_s(batch, rho, output_len * tp, percentile), t50, tp))
+    return rate, tuple(curve)
+
+
+def prefill_curve(table: StepTable, batch: int, request_overhead_s: float, percentile: float) -> tuple[float, Curve]:
+    """A prefill replica batching up to `batch` prompts: capacity, and TTFT per utilisation (front end, the wait
+    for a batch slot (M/D/batch), the batch that holds the busy slots)."""
+    full = table.at(batch)
+    curve = []
+    for rho in UTILISATIONS:
+        ttft = [request_overhead_s + wait_percentile_s(batch, rho, full, p) + table.at(_occupancy(rho * batch, batch, p))
+                for p in (0.5, percentile)]
+        curve.append((rho, ttft[0], ttft[1], 0.0, 0.0))
+    return batch / full, tuple(curve)
+
+
+def colocated_curve(graph: BlockGraph, dep: Deployment, slots: int, shape: RequestShape, table: StepTable,
+                    percentile: float) -> tuple[float, Curve]:
+    """A continuous-batching replica with `slots` requests in flight: capacity (the closed loop of `slots`
+    clients without waves), and per utilisation its TTFT and TPOT under Poisson arrivals.
+
+    The prefill tokens a step carries grow with the arrival rate, so the extra time they add to a decode step
+    scales with utilisation; a prompt waits behind the prompts ahead (M/D/1 on the prefill budget) and for a
+    slot (M/D/slots, service = a request's life).
+    """
+    poisson = replace(dep, engine=replace(dep.engine, sync_fraction=0.0, admission_fraction=0.0))
+    full = closed_loop(graph, poisson, slots, shape, slots=slots)
+    rate = full.requests_per_s(shape.output_len)
+    extra = max(0.0, full.step_s - full.decode_only_step_s)
+    room = max(1.0, dep.engine.prefill_budget_tokens - slots)
+    own_steps = math.ceil(shape.computed_prompt / room)
+    curve = []
+    for rho in UTILISATIONS:
+        point = []
+        for p in (0.5, percentile):
+            step_s = table.at(_occupancy(rho * slots, slots, p)) + extra * rho
+            service = own_steps * step_s
+            prefill_rho = rho * full.prefill_tokens_per_step / room
+            ttft = dep.engine.request_overhead_s + 0.5 * step_s + wait_percentile_s(1, prefill_rho, service, p) + service
+            life = ttft + (shape.output_len - 1) * step_s
+            point.append((ttft + wait_percentile_s(slots, rho, life, p), step_s))
+        curve.append((rho, point[0][0], point[1][0], point[0][1], point[1][1]))
+    return rate, tuple(curve)

@@ -1,0 +1,86 @@
+"""Serving under load: queueing, latency curves and the closed loop, against independent arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from compiler.ir.precision import Precision
+from cost_models.queueing import erlang_c, mdc_mean_wait_s, wait_percentile_s
+
+
+def test_erlang_c_matches_the_closed_form_for_two_servers():
+    # M/M/2 with offered load a: P(wait) = a^2 / (2 + a) / (1 + a + a^2 / (2 + a)) ... equivalently 2 rho^2 / (1 + rho).
+    for rho in (0.1, 0.5, 0.9):
+        assert erlang_c(2, 2 * rho) == pytest.approx(2 * rho**2 / (1 + rho), rel=1e-12)
+
+
+def test_md1_mean_wait_is_the_pollaczek_khinchine_value():
+    for rho in (0.2, 0.6, 0.95):
+        assert mdc_mean_wait_s(1, rho, 2.0) == pytest.approx(rho * 2.0 / (2 * (1 - rho)), rel=1e-12)
+
+
+def test_waits_rise_with_utilisation_and_grow_without_bound():
+    waits = [wait_percentile_s(4, rho, 1.0, 0.9) for rho in (0.3, 0.6, 0.8, 0.9, 0.99, 0.999)]
+    assert all(a <= b for a, b in zip(waits, waits[1:])) and waits[-1] > 100 * max(waits[2], 1e-3)
+    assert math.isinf(wait_percentile_s(4, 1.0, 1.0, 0.9))
+
+
+@pytest.fixture(scope="module")
+def graph():
+    from compiler.driver import block_graph
+
+    return block_graph("llama-3.1-8b")
+
+
+def _dep(device="nvidia-h100-sxm", engine="generic"):
+    from compiler.cost.deployment import deployment
+
+    return deployment(device, 1, 1, 1, Precision.of("bf16"), engine)
+
+
+@pytest.mark.parametrize("engine", ["generic", "vllm"])
+def test_colocated_tpot_at_concurrency_one_is_the_decode_only_batch_one_tpot(graph, engine):
+    """A colocated step reads the weights once: one client's TPOT is a batch-1 decode step, not two weight reads."""
+    from cost_models.load import RequestShape, closed_loop
+    from cost_models.serving import decode_step
+
+    dep = _dep(engine=engine)
+    shape = RequestShape(1024, 256)
+    loop = closed_loop(graph, dep, 1, shape)
+    alone = decode_step(graph, dep, 1, shape.decode_context)
+    assert loop.tpot_s == pytest.approx(alone.time_s, rel=0.05)
+
+
+def test_interference_follows_the_prefill_tokens_per_step(graph):
+    """More prompt tokens per output token means more prefill work in each decode step."""
+    from cost_models.load import RequestShape, closed_loop
+
+    dep = _dep()
+    light = closed_loop(graph, dep, 32, RequestShape(512, 512))   # 32 prompt tokens per step
+    heavy = closed_loop(graph, dep, 32, RequestShape(4096, 128))  # 1,024 prompt tokens per step
+    assert light.prefill_tokens_per_step == pytest.approx(32) and heavy.prefill_tokens_per_step == pytest.approx(1024)
+    assert 1.0 <= light.interference < 1.1 < heavy.interference
+
+
+@pytest.mark.parametrize("kind", ["colocated", "prefill", "decode"])
+def test_latency_curves_rise_with_utilisation(graph, kind):
+    from cost_models.load import (
+        RequestShape, colocated_curve, decode_curve, decode_table, prefill_curve, prefill_table,
+    )
+    from cost_models.serving import memory_plan
+
+    dep, shape = _dep(), RequestShape(2048, 256)
+    table = decode_table(graph, dep, (1, 8, 64), shape)
+    if kind == "colocated":
+        rate, curve = colocated_curve(graph, dep, 64, shape, table, 0.9)
+    elif kind == "decode":
+        rate, curve = decode_curve(table, 64, shape.output_len, 0.9)
+    else:
+        rate, curve = prefill_curve(prefill_table(graph, dep, (1, 2, 4), shape, memory_plan(graph, dep)), 4, 0.0, 0.9)
+    assert rate > 0
+    for index in (1, 2, 3, 4):  # TTFT p50, TTFT p90, TPOT p50, TPOT p90
+        values = [point[index] for point in curve]
+        assert all(a <= b * (1 + 1e-12) for a, b in zip(values, values[1:])), (kind, index, values)
+    assert all(p[2] >= p[1] and p[4] >= p[3] for p in curve)  # the 90th percentile is never below the median

@@ -1,0 +1,202 @@
+"""How wrong are predictions under load? The closed-loop serving model against measured serving sweeps.
+
+Runs `cost_models.load.closed_loop` (what ``gimletc estimate --concurrency C``
+predicts) on every row of ../shared/reference/serving_sweeps.csv: C
+closed-loop clients on one replica of ``tp`` devices, fixed input and output
+lengths, the row's engine (TensorRT-LLM, vLLM, SGLang). Prints median APE of
+TTFT and TPOT by model, device and engine group.
+
+    .venv/bin/python tools/fidelity_sweeps.py [--fit] [--loo] [--json] [--worst N]
+
+``--fit`` fits each engine's scheduler costs (`cost_models.engines.Engine`:
+step_overhead_s, block_overhead_s, seq_overhead_s, request_overhead_s, and the closed-loop
+sync_fraction and admission_fraction; bounds in
+`PARAMS`) on all rows of that engine with the shared fitter
+(`compiler.calibrate.fit.fit_fields`) and prints them to paste into
+cost_models/engines.py. ``--loo`` reports leave-one-group-out error: each
+model x device x engine group is predicted with everything fitted on the
+other groups only. The fit has two levels: the step costs (per step, per
+block, per running sequence) are shared by all engines, fitted on all rows;
+each engine's front end and closed-loop dynamics are fitted on its own rows. Only this file's rows are used: the other
+rows of its source are held out to measure the model (see
+../shared/reference/serving_sweeps.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+DEFAULT_CSV = REPO.parent / "shared" / "reference" / "serving_sweeps.csv"
+ENGINE_OF = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
+
+
+def step_params():
+    """What the step time depends on, shared by every engine (CUDA graphs, kernel launches, sampling on the GPU):
+    fitted once on all rows, with physical bounds (lower bounds stand for "none")."""
+    from compiler.calibrate.fit import Param
+
+    return (Param("step_overhead_s", 1e-5, 20e-3, grid_lo=1e-4),  # host time per step: 0.1-20 ms
+            Param("block_overhead_s", 1e-7, 100e-6, grid_lo=1e-6),  # per block per step: up to 0.1 ms
+            Param("seq_overhead_s", 1e-8, 200e-6, grid_lo=1e-7))  # per running sequence per step: up to 0.2 ms
+
+
+def engine_params():
+    """What differs between engines' schedulers and front ends: fitted per engine."""
+    from compiler.calibrate.fit import Param
+
+    return (Param("request_overhead_s", 1e-4, 1.0, grid_lo=1e-3),  # front end: up to a second
+            Param("sync_fraction", 0.01, 1.0, grid_lo=0.05),  # closed-loop waves: a share in (0, 1]
+            Param("admission_fraction", 0.01, 1.0, grid_lo=0.05))  # closed loop: wait for the next completion
+
+
+def params():
+    return step_params() + engine_params()
+
+
+def load_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def group(row: dict) -> tuple[str, str, str]:
+    return row["model"], row["device"], row["backend"]
+
+
+def physics(rows: list[dict]) -> list:
+    """Each row's engine-independent `LoopSteps` (the step times on the device): costed once per row."""
+    from compiler.cost.deployment import deployment
+    from compiler.driver import block_graph
+    from compiler.ir.precision import Precision
+    from cost_models.derates import derate_for
+    from cost_models.load import RequestShape, loop_steps
+
+    graphs: dict = {}
+    out = []
+    for r in rows:
+        if r["model"] not in graphs:
+            graphs[r["model"]] = block_graph(r["model"])
+        tp = int(r["tp"])
+        dep = deployment(r["device"], tp, tp, 1, Precision.of(r["dtype"]), ENGINE_OF[r["backend"]])
+        shape = RequestShape(int(r["input_len"]), int(r["output_len"]))
+        family = derate_for(dep.device.family)  # the engine's own overheads are what the fit varies
+        out.append((loop_steps(graphs[r["model"]], dep, int(r["concurrency"]), shape), family))
+    return out
+
+
+def predict(steps, family, engine) -> tuple[float, float]:
+    """(TTFT ms, TPOT ms) of one row's steps under `engine` on a device of derate `family`."""
+    from cost_models.load import assemble
+
+    loop = assemble(steps, engine, family)
+    return loop.ttft_s * 1e3, loop.tpot_s * 1e3
+
+
+def errors(rows: list[dict], phys: list, engines: dict) -> list[dict]:
+    out = []
+    for r, (steps, family_step) in zip(rows, phys):
+        ttft, tpot = predict(steps, family_step, engines[ENGINE_OF[r["backend"]]])
+        m_ttft, m_tpot = float(r["ttft_ms"]), float(r["tpot_ms"])
+        out.append({"id": r["id"], "group": " / ".join(group(r)), "tp": r["tp"], "concurrency": r["concurrency"],
+                    "input_len": r["input_len"], "output_len": r["output_len"],
+                    "ttft_ms": m_ttft, "ttft_pred_ms": ttft, "ttft_ape": abs(ttft - m_ttft) / m_ttft * 100,
+                    "tpot_ms": m_tpot, "tpot_pred_ms": tpot, "tpot_ape": abs(tpot - m_tpot) / m_tpot * 100})
+    return out
+
+
+def _loss(rows: list[dict], phys: list, engines: dict) -> float:
+    """Mean |log| error of TTFT plus twice that of TPOT (TPOT is what physics pins down)."""
+    loss = 0.0
+    for r, (steps, family) in zip(rows, phys):
+        ttft, tpot = predict(steps, family, engines[ENGINE_OF[r["backend"]]])
+        loss += abs(math.log(ttft / float(r["ttft_ms"]))) + 2 * abs(math.log(tpot / float(r["tpot_ms"])))
+    return loss / len(rows)
+
+
+def fit(rows: list[dict], phys: list, start: dict) -> dict:
+    """Engines fitted on `rows` in two levels: the step costs shared by all engines, then each engine's own."""
+    from compiler.calibrate.fit import fit_fields
+
+    names = sorted({ENGINE_OF[r["backend"]] for r in rows})
+    shared = fit_fields(lambda c: (_loss(rows, phys, {n: replace(start[n], **_step_fields(c)) for n in names}), c),
+                        start[names[0]], step_params(), grid_points=4, restarts=2)
+    engines = {n: replace(start[n], **_step_fields(shared)) for n in names}
+    for n in names:
+        idx = [i for i, r in enumerate(rows) if ENGINE_OF[r["backend"]] == n]
+        sub_rows, sub_phys = [rows[i] for i in idx], [phys[i] for i in idx]
+        engines[n] = fit_fields(lambda c, n=n: (_loss(sub_rows, sub_phys, {n: c}), c), engines[n], engine_params(),
+                                grid_points=4, restarts=2)
+    return {**start, **engines}
+
+
+def _step_fields(engine) -> dict:
+    return {p.name: getattr(engine, p.name) for p in step_params()}
+
+
+def summary(errs: list[dict]) -> dict:
+    groups: dict[str, list[dict]] = {}
+    for e in errs:
+        groups.setdefault(e["group"], []).append(e)
+    by = {g: {"rows": len(v), "ttft_median_ape": statistics.median(x["ttft_ape"] for x in v),
+              "tpot_median_ape": statistics.median(x["tpot_ape"] for x in v)} for g, v in sorted(groups.items())}
+    return {"rows": len(errs), "ttft_median_ape": statistics.median(e["ttft_ape"] for e in errs),
+            "tpot_median_ape": statistics.median(e["tpot_ape"] for e in errs), "groups": by}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    parser.add_argument("--fit", action="store_true", help="fit each engine on all its rows and print the values")
+    parser.add_argument("--loo", action="store_true", help="leave-one-group-out error (fits per held-out group)")
+    parser.add_argument("--worst", type=int, default=5, help="worst groups to list (default 5)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    from cost_models.engines import ENGINES
+
+    rows = load_rows(args.csv)
+    phys = physics(rows)
+    engines = dict(ENGINES)
+    report: dict = {}
+    if args.fit:
+        engines = fit(rows, phys, engines)
+        report["fitted"] = {name: {p.name: getattr(engines[name], p.name) for p in params()}
+                            for name in sorted({ENGINE_OF[r["backend"]] for r in rows})}
+    report["in_sample"] = summary(errors(rows, phys, engines))
+    if args.loo:
+        held: list[dict] = []
+        for g in sorted({group(r) for r in rows}):
+            train = [i for i, r in enumerate(rows) if group(r) != g]
+            test = [i for i, r in enumerate(rows) if group(r) == g]
+            fitted = fit([rows[i] for i in train], [phys[i] for i in train], dict(ENGINES))
+            held += errors([rows[i] for i in test], [phys[i] for i in test], fitted)
+        report["leave_one_group_out"] = summary(held)
+    if args.json:
+        print(json.dumps(report, indent=1, sort_keys=True))
+        return
+    if "fitted" in report:
+        for name, values in report["fitted"].items():
+            print(f"{name}: " + ", ".join(f"{k}={v:.4g}" for k, v in values.items()))
+    for key in ("in_sample", "leave_one_group_out"):
+        if key not in report:
+            continue
+        s = report[key]
+        print(f"\n{key.replace('_', ' ')}: {s['rows']} rows, median APE TTFT {s['ttft_median_ape']:.1f}%, "
+              f"TPOT {s['tpot_median_ape']:.1f}%")
+        for g, v in s["groups"].items():
+            print(f"  {g:50s} {v['rows']:4d} rows  TTFT {v['ttft_median_ape']:6.1f}%  TPOT {v['tpot_median_ape']:6.1f}%")
+        worst = sorted(s["groups"].items(), key=lambda kv: -(kv[1]["ttft_median_ape"] + kv[1]["tpot_median_ape"]))
+        print("  worst: " + "; ".join(f"{g} (TTFT {v['ttft_median_ape']:.0f}%, TPOT {v['tpot_median_ape']:.0f}%)"
+                                       for g, v in worst[:args.worst]))
+
+
+if __name__ == "__main__":
+    main()
