@@ -219,7 +219,7 @@ class Compilation:
 def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
             objective: str = "throughput", slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
             precision: Precision = Precision.of("bf16"), time_limit_s: float = 60.0, baselines: bool = True,
-            progress: Progress | None = None, timings: Timings | None = None) -> Compilation:
+            analyse: bool = True, progress: Progress | None = None, timings: Timings | None = None) -> Compilation:
     """Trace, cost, place and emit: the whole of ``gimletc compile``. Infeasible inputs raise `Infeasible`."""
     from compiler.emit.emit_plan import emit_plan
     from compiler.place.baselines import baselines as solve_baselines
@@ -237,9 +237,65 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
             raise Infeasible(explain(prep.graph.model, prep.instance, sol))
     with timings.step("baselines"):
         base = solve_baselines(prep.instance, time_limit_s=time_limit_s) if baselines else []
+    with timings.step("sensitivity"):
+        moved = sensitivity(prep, sol, objective, progress=progress) if analyse else []
     with timings.step("emit"):
-        plan = emit_plan(prep.graph, prep.cluster, prep.workload, precision, prep.instance, sol, base)
+        plan = emit_plan(prep.graph, prep.cluster, prep.workload, precision, prep.instance, sol, base, moved)
     return Compilation(plan, sol, prep, timings)
+
+
+#: How far `sensitivity` moves each assumed efficiency factor, both ways.
+SENSITIVITY_CHANGE = 0.2
+SENSITIVITY_FIELDS = ("compute_eff", "mem_eff")
+SENSITIVITY_TIE_BREAK_S = 0.5  # deterministic seconds per tie-break stage of each sensitivity solve
+
+
+def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Progress | None = None) -> list:
+    """Which assumed efficiencies would change the plan: each factor of a device family that fewer than two
+    measurements pin down (`Derate.assumed`), moved by +-20%, re-costs that family's options and solves again.
+
+    Returns a `Sensitivity` per (factor, direction); the plan lists them, and the summary names those that
+    change the chosen pools. Solves without the tie-break stages, so a change in pools is a change in what the
+    objective prefers, not in which of equal placements is picked.
+    """
+    from dataclasses import replace as with_fields
+
+    from backends.registry import device
+    from compiler.cost.pool_options import enumerate_options
+    from compiler.ir.placement import Sensitivity
+    from compiler.place.ilp import solve
+    from cost_models.derates import derate_for
+
+    note = progress or _quiet
+    families: dict[str, set[str]] = {}
+    for dev_id in prep.cluster.inventory():
+        spec = device(dev_id)
+        if derate_for(spec.family).assumed and any(dev_id in o.device_types for o in prep.options):
+            families.setdefault(spec.family, set()).add(dev_id)
+    before = _pool_shapes(sol)
+    out = []
+    for family, devices in sorted(families.items()):
+        for field in SENSITIVITY_FIELDS:
+            for sign in (1, -1):
+                change = sign * SENSITIVITY_CHANGE
+                note(f"sensitivity: {family}.{field} {change:+.0%}")
+                adjust = lambda d, f=field, c=change: with_fields(d, **{f: min(1.0, getattr(d, f) * (1 + c))})  # noqa: E731
+                moved, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only=devices,
+                                             adjust=adjust)
+                kept = [o for o in prep.options if not set(o.device_types) & devices]
+                s = solve(prep.instance.with_options(sorted(kept + moved, key=lambda o: o.key)), objective,
+                          tie_break_budget=SENSITIVITY_TIE_BREAK_S)
+                after = _pool_shapes(s) if s.feasible else set()
+                value = s.objective.value if s.feasible else 0.0
+                out.append(Sensitivity(f"{family}.{field}", change,
+                                       value / sol.objective.value - 1 if sol.objective.value else 0.0,
+                                       tuple(sorted(after - before)), tuple(sorted(before - after))))
+    return out
+
+
+def _pool_shapes(sol: Solution) -> set[str]:
+    """The chosen pools as kind:devices:tp:pp (batch sizes and class splits aside)."""
+    return {f"{o.kind}:{'+'.join(o.device_types)}:tp{o.tp}:pp{o.pp}" for o, _n in sol.used()}
 
 
 #: Slowest TPOT target `pareto` sweeps: 200 ms is 5 tokens/s per user, slower than anyone reads.

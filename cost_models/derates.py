@@ -37,6 +37,12 @@ class Derate:
     step_overhead_s: float = 0.0
     link_eff: float = 0.8
     provenance: str = ""
+    measurements: int = 0  # how many published measurements pin the efficiencies down (< 2: an assumption)
+
+    @property
+    def assumed(self) -> bool:
+        """Fewer than two measurements: the efficiencies are a guess, and the plan says what moving them changes."""
+        return self.measurements < 2
 
     @staticmethod
     def ideal() -> "Derate":
@@ -51,15 +57,15 @@ _FIT = ("fitted by `tools/fidelity.py --fit` on ../shared/reference/measurements
 #: three rows are fitted, not validated: `tools/fidelity.py --loo` reports the held-out error.
 DERATES: dict[str, Derate] = {
     "nvidia": Derate(compute_eff=0.7, mem_eff=0.7, block_overhead_s=10e-6, step_overhead_s=1e-3, link_eff=0.7,
-                     provenance=_FIT.format(rows=16, ids="the 16 NVIDIA rows (TensorRT-LLM, vLLM, Splitwise)")),
+                     measurements=16, provenance=_FIT.format(rows=16, ids="the 16 NVIDIA rows (TensorRT-LLM, vLLM, Splitwise)")),
     "amd": Derate(compute_eff=0.5, mem_eff=0.9, block_overhead_s=20e-6, step_overhead_s=2e-3, link_eff=0.6,
-                  provenance=_FIT.format(rows=1, ids="V062 (MI300X, vLLM)")),
+                  measurements=1, provenance=_FIT.format(rows=1, ids="V062 (MI300X, vLLM)")),
     "trainium": Derate(compute_eff=0.3, mem_eff=0.5, block_overhead_s=40e-6, step_overhead_s=2e-3, link_eff=0.6,
-                       provenance=_FIT.format(rows=3, ids="V079, V080 (trn2), V083 (trn1)")),
+                       measurements=3, provenance=_FIT.format(rows=3, ids="V079, V080 (trn2), V083 (trn1)")),
     "gaudi": Derate(compute_eff=0.8, mem_eff=0.9, block_overhead_s=0.0, step_overhead_s=0.0, link_eff=0.7,
-                    provenance=_FIT.format(rows=3, ids="V084, V086 (Gaudi 2), V088 (Gaudi 3)")),
+                    measurements=3, provenance=_FIT.format(rows=3, ids="V084, V086 (Gaudi 2), V088 (Gaudi 3)")),
     "cerebras": Derate(compute_eff=0.3, mem_eff=0.4, block_overhead_s=8e-6, step_overhead_s=0.0, link_eff=0.8,
-                       provenance=_FIT.format(rows=1, ids="V090 (CS-3, vendor claim)")),
+                       measurements=1, provenance=_FIT.format(rows=1, ids="V090 (CS-3, vendor claim)")),
     "dmatrix": Derate(compute_eff=0.5, mem_eff=0.6, block_overhead_s=10e-6, step_overhead_s=1.0e-3, link_eff=0.7,
                       provenance="assumption: no published d-Matrix measurements; NVIDIA-like launch overheads, "
                                  "mid-range efficiencies"),

@@ -36,6 +36,8 @@ def register(sub) -> None:
     p.add_argument("--objective", choices=OBJECTIVES, default="throughput", help="what to optimise (default throughput)")
     p.add_argument("--slo-ttft-ms", type=options.positive_float, metavar="X", help="override the workload's TTFT SLO")
     p.add_argument("--slo-tpot-ms", type=options.positive_float, metavar="Y", help="override the workload's TPOT SLO")
+    p.add_argument("--no-sensitivity", action="store_true",
+                   help="skip re-solving with each assumed efficiency (fewer than two measurements) moved +-20%%")
     p.add_argument("--manifests", choices=MANIFEST_CHOICES, default="device-plugin",
                    help="Kubernetes manifests in DIR/k8s/: device-plugin limits (default), Dynamic Resource "
                         "Allocation claims (dra), or none")
@@ -55,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         result = compile(args.model, args.cluster, args.workload, power_budget_w=args.power_budget,
                          objective=args.objective, slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms,
                          precision=options.precision_of(args), time_limit_s=args.time_limit,
+                         analyse=not args.no_sensitivity,
                          progress=progress_for(args), timings=timings)
         with timings.step("write"):
             from compiler.emit.artifacts import write_plan_dir  # plan.json, stage programs, shards, manifest
@@ -96,10 +99,14 @@ def render(result, out: Path) -> None:
         f"{pr.output_tokens_per_s_per_w:.2f} output tokens/s per W, worst TTFT "
         f"{'-' if pr.worst_ttft_ms is None else f'{pr.worst_ttft_ms:.0f} ms'}, worst TPOT "
         f"{'-' if pr.worst_tpot_ms is None else f'{pr.worst_tpot_ms:.1f} ms'}")
+    if plan.classes:
+        for table in _class_tables(plan, console.width):
+            console.print(table)
     kv = [t for t in plan.transfers if t.kind == "kv"]
     if kv:
         total = sum(t.predicted_bytes_per_s for t in kv)
         console.print(f"KV hand-offs: {len(kv)} pool pairs, {total / 1e9:.2f} GB/s in all")
+    _print_sensitivity(plan, console)
     if plan.baselines:
         console.print(_baseline_table(plan))
     s = plan.solver
@@ -114,19 +121,53 @@ def render(result, out: Path) -> None:
 
 def _pool_tables(plan, width: int) -> list:
     """The pools, one row each: shape first, then predictions; split in two tables on a narrow terminal."""
+    pct = f"p{plan.classes[0].slo_percentile:g} " if plan.classes else ""
     columns = [("pool", "left"), ("role", "left"), ("device", "left"), ("replicas x devices", "right"),
-               ("tp", "right"), ("pp", "right"), ("batch req", "right"), ("req/s", "right"), ("TTFT ms", "right"),
-               ("TPOT ms", "right"), ("power kW", "right"), ("blocks", "left")]
+               ("tp", "right"), ("pp", "right"), ("batch req", "right"), ("req/s", "right"), ("util", "right"),
+               (f"{pct}TTFT ms", "right"), (f"{pct}TPOT ms", "right"), ("power kW", "right"), ("classes", "left"),
+               ("blocks", "left")]
     rows = []
     for p in plan.pools:
         blocks = p.stages[0].blocks
         span = f"{blocks[0]} .. {p.stages[-1].blocks[-1]}" if blocks else "-"
         rows.append([p.name, p.role, p.device, f"{p.replicas} x {p.devices_per_replica}", str(p.tp), str(p.pp),
-                     str(p.batch), f"{p.predicted_requests_per_s:.2f}",
+                     str(p.batch), f"{p.predicted_requests_per_s:.2f}", f"{p.predicted_utilisation:.0%}",
                      "-" if p.predicted_ttft_ms is None else f"{p.predicted_ttft_ms:.0f}",
                      "-" if p.predicted_tpot_ms is None else f"{p.predicted_tpot_ms:.1f}",
-                     f"{p.predicted_power_w / 1e3:.1f}", span])
-    return fitted_tables("pools (predicted)", columns, rows, width)
+                     f"{p.predicted_power_w / 1e3:.1f}", ", ".join(c.name for c in p.predicted_classes), span])
+    return fitted_tables("pools (predicted, at their utilisation)", columns, rows, width)
+
+
+def _class_tables(plan, width: int) -> list:
+    """Each request class end to end: its rate, its SLO and its predicted median and percentile latencies."""
+    columns = [("class", "left"), ("share", "right"), ("req/s", "right"), ("TTFT p50 / pN ms", "right"),
+               ("TTFT SLO", "right"), ("TPOT p50 / pN ms", "right"), ("TPOT SLO", "right"), ("meets", "left"),
+               ("pools", "left")]
+    def pair(a, b, digits):  # noqa: E306
+        return "-" if a is None else f"{a:.{digits}f} / {b:.{digits}f}"
+    rows = [[c.name, f"{c.share:.0%}", f"{c.requests_per_s:.2f}", pair(c.ttft_p50_ms, c.ttft_slo_percentile_ms, 0),
+             "-" if c.slo_ttft_ms is None else f"{c.slo_ttft_ms:g} @p{c.slo_percentile:g}",
+             pair(c.tpot_p50_ms, c.tpot_slo_percentile_ms, 1),
+             "-" if c.slo_tpot_ms is None else f"{c.slo_tpot_ms:g} @p{c.slo_percentile:g}",
+             "yes" if c.meets_slo else "NO", ", ".join(c.pools)] for c in plan.classes]
+    return fitted_tables("request classes (predicted)", columns, rows, width)
+
+
+def _print_sensitivity(plan, console) -> None:
+    """The assumed efficiencies (fewer than two measurements) whose +-20% would change the plan."""
+    if not plan.sensitivity:
+        return
+    flips = [m for m in plan.sensitivity if m.changes_pools]
+    tested = sorted({m.factor for m in plan.sensitivity})
+    if not flips:
+        worst = max(plan.sensitivity, key=lambda m: abs(m.objective_change))
+        console.print(f"assumptions ({', '.join(tested)}; fewer than two measurements each): moving any by +-20% "
+                      f"keeps these pools; the objective moves at most {abs(worst.objective_change):.1%}")
+        return
+    for m in flips:
+        console.print(f"[yellow]assumption {m.factor} {m.change:+.0%} would change the pools (objective "
+                      f"{m.objective_change:+.1%}): adds {', '.join(m.pools_added) or '-'}, drops "
+                      f"{', '.join(m.pools_removed) or '-'}. This plan flips on a guess.[/yellow]")
 
 
 def _baseline_table(plan):

@@ -13,15 +13,17 @@ from compiler.ir.block_graph import BlockGraph
 from compiler.ir.calibration import load_calibration
 from compiler.ir.errors import BadInput
 from compiler.ir.precision import Precision
+from typing import Callable
+
 from cost_models import engines
-from cost_models.derates import derate_for
+from cost_models.derates import Derate, derate_for
 from cost_models.serving import Deployment, devices_to_hold
 
 
-def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precision,
-               engine: str = "generic") -> Deployment:
+def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precision, engine: str = "generic",
+               adjust: Callable[[Derate], Derate] | None = None) -> Deployment:
     """`count` devices of `device_id` as replicas of a `tp` x `pp` group, weights and KV at `precision`,
-    served by `engine` (`cost_models.engines`)."""
+    served by `engine` (`cost_models.engines`); `adjust` changes the family's derate (sensitivity analysis)."""
     spec = device(device_id)
     if count < 1 or tp < 1 or pp < 1:
         raise BadInput(f"count, tp and pp must be at least 1 (got count={count}, tp={tp}, pp={pp})")
@@ -34,7 +36,8 @@ def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precisio
         served_by = engines.engine(engine)
     except ValueError as e:
         raise BadInput(f"engine: {e}") from None
-    derate = served_by.applied_to(derate_for(spec.family, load_calibration(spec.id)))
+    derate = derate_for(spec.family, load_calibration(spec.id))
+    derate = served_by.applied_to(adjust(derate) if adjust is not None else derate)
     return Deployment(spec, count, derate, tp, pp, precision, served_by)
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from backends.registry import backend_of, device
 from compiler.cost.deployment import deployment
@@ -39,6 +40,7 @@ from compiler.ir.block_graph import BlockGraph
 from compiler.ir.errors import BadInput
 from compiler.ir.pool_option import ClassService, PoolOption
 from compiler.ir.precision import Precision
+from cost_models.derates import Derate
 from cost_models.load import (
     RequestShape, StepTable, colocated_curve, decode_curve, decode_table, prefill_curve, prefill_table,
 )
@@ -79,13 +81,20 @@ def class_demands(graph: BlockGraph, workload: Workload, precision: Precision) -
     return out
 
 
-def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload,
-                      precision: Precision) -> tuple[list[PoolOption], list[str]]:
-    """All candidate pools for `graph` on `cluster` under `workload`; also the reasons types were skipped."""
+def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload, precision: Precision, *,
+                      only: set[str] | None = None,
+                      adjust: Callable[[Derate], Derate] | None = None) -> tuple[list[PoolOption], list[str]]:
+    """All candidate pools for `graph` on `cluster` under `workload`; also the reasons types were skipped.
+
+    `only` restricts the costing to options touching those device types, whose derates `adjust` changes
+    (what the sensitivity analysis re-costs).
+    """
     classes = class_demands(graph, workload, precision)
     options: list[PoolOption] = []
     skipped: list[str] = []
     for dev_id, count in sorted(cluster.inventory().items()):
+        if only is not None and dev_id not in only:
+            continue
         reasons = _unsupported(dev_id, precision)
         if reasons:
             skipped.append("; ".join(reasons))
@@ -95,9 +104,9 @@ def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload,
             skipped.append(f"{dev_id}: {count} devices cannot hold {graph.model} weights at {precision.weights}")
             continue
         for tp, pp in shapes:
-            dep = deployment(dev_id, tp * pp, tp, pp, precision, cluster.engine(dev_id))
+            dep = deployment(dev_id, tp * pp, tp, pp, precision, cluster.engine(dev_id), adjust)
             options += _replica_options(graph, dep, classes)
-    options += _af_options(graph, cluster, precision, classes)
+    options += _af_options(graph, cluster, precision, classes, only, adjust)
     if not options:
         raise BadInput(f"no device type in the cluster can hold {graph.model} at {precision.weights}: "
                        + "; ".join(skipped))
@@ -180,8 +189,8 @@ def _option(key: str, kind: str, dep: Deployment, batch: int, step: StepTime,
                       dep.device.id, dep.tp, dep.pp, batch, tuple(services), (("bound", step.bound),))
 
 
-def _af_options(graph: BlockGraph, cluster: Cluster, precision: Precision,
-                classes: list[ClassDemand]) -> list[PoolOption]:
+def _af_options(graph: BlockGraph, cluster: Cluster, precision: Precision, classes: list[ClassDemand],
+                only: set[str] | None = None, adjust: Callable[[Derate], Derate] | None = None) -> list[PoolOption]:
     """Attention on one type, FFN/MoE on another; smallest groups that hold each side."""
     inventory = cluster.inventory()
     attn_params = sum(b.weight_params for b in graph.phase_blocks("decode") if b.role == "attn")
@@ -190,7 +199,7 @@ def _af_options(graph: BlockGraph, cluster: Cluster, precision: Precision,
     out = []
     for ta in usable:
         for tf in usable:
-            if ta == tf:
+            if ta == tf or (only is not None and ta not in only and tf not in only):
                 continue
             sa = _shapes(graph, ta, inventory[ta], precision, attn_fraction)
             sf = _shapes(graph, tf, inventory[tf], precision, 1 - attn_fraction)
@@ -199,8 +208,8 @@ def _af_options(graph: BlockGraph, cluster: Cluster, precision: Precision,
             (tpa, ppa), (tpf, ppf) = sa[-1 if len(sa) > 1 else 0], sf[0]
             if ppa > 1 or ppf > 1:
                 continue  # pipelining on top of attention/FFN disaggregation is not modelled
-            attn = deployment(ta, tpa, tpa, 1, precision, cluster.engine(ta))
-            ffn = deployment(tf, tpf, tpf, 1, precision, cluster.engine(tf))
+            attn = deployment(ta, tpa, tpa, 1, precision, cluster.engine(ta), adjust if ta in (only or ()) else None)
+            ffn = deployment(tf, tpf, tpf, 1, precision, cluster.engine(tf), adjust if tf in (only or ()) else None)
             out += _af_pair(graph, cluster, attn, ffn, classes)
     return out
 

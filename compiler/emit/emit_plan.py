@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from compiler.emit.plan import (
-    Baseline, ClassResult, Plan, Pool, PoolClass, Predicted, SolverReport, Stage, Transfer,
+    Baseline, ClassResult, Plan, Pool, PoolClass, Predicted, SensitivityResult, SolverReport, Stage, Transfer,
 )
 from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.placement import Baseline as BaselineSolution
-from compiler.ir.placement import Instance, Solution
+from compiler.ir.placement import Instance, Sensitivity, Solution
 from compiler.ir.pool_option import PoolOption
 from compiler.ir.precision import Precision
 
@@ -28,7 +28,7 @@ _PHASES_OF = {"colocated": ["prefill", "decode"], "prefill": ["prefill"], "decod
 
 
 def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision: Precision, inst: Instance,
-              sol: Solution, baselines: list[BaselineSolution]) -> Plan:
+              sol: Solution, baselines: list[BaselineSolution], sensitivity: list[Sensitivity] = ()) -> Plan:
     options = list(inst.options)
     used = sol.used()
     pools, pool_of = _pools(graph, inst, sol, used)
@@ -46,6 +46,9 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
                             bound=sol.objective.bound, gap=sol.objective.gap, variables=sol.variables,
                             constraints=sol.constraints, options=len(options)),
         baselines=[_baseline(b, inst, out_tps) for b in baselines],
+        sensitivity=[SensitivityResult(factor=m.factor, change=m.change, objective_change=m.objective_change,
+                                       changes_pools=m.changes_pools, pools_added=list(m.pools_added),
+                                       pools_removed=list(m.pools_removed)) for m in sensitivity],
     )
 
 

@@ -168,6 +168,17 @@ class ClassResult(_Frozen):
     pools: list[str]
 
 
+class SensitivityResult(_Frozen):
+    """An assumed efficiency factor (fewer than two measurements) moved by `change`: what the plan would do."""
+
+    factor: str
+    change: float
+    objective_change: float
+    changes_pools: bool
+    pools_added: list[str]
+    pools_removed: list[str]
+
+
 class SolverReport(_Frozen):
     status: Literal["optimal", "feasible"]
     objective: str
@@ -207,6 +218,7 @@ class Plan(_Frozen):
     predicted: Predicted
     solver: SolverReport
     baselines: list[Baseline]
+    sensitivity: list[SensitivityResult] = []
 
     def dumps(self) -> str:
         """Canonical text: sorted keys, fixed float repr, so equal plans are equal bytes."""

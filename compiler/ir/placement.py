@@ -179,3 +179,23 @@ class Baseline:
     name: str
     requests_per_s: float
     power_w: float  # predicted mean draw
+
+
+@dataclass(frozen=True, slots=True)
+class Sensitivity:
+    """What moving one assumed efficiency factor does to the placement (`compiler.driver.sensitivity`).
+
+    ``factor`` is ``<family>.<field>`` (e.g. ``amd.mem_eff``), ``change`` the relative move (+0.2 or -0.2);
+    ``objective_change`` is the relative move of the objective's value; ``pools_added`` and ``pools_removed``
+    name the pools (kind:device:tp:pp) that appear or disappear.
+    """
+
+    factor: str
+    change: float
+    objective_change: float
+    pools_added: tuple[str, ...] = ()
+    pools_removed: tuple[str, ...] = ()
+
+    @property
+    def changes_pools(self) -> bool:
+        return bool(self.pools_added or self.pools_removed)

@@ -281,7 +281,8 @@ class PlacementModel:
 
 
 def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float = 60.0, workers: int = 2,
-          families: Sequence[str] = FAMILIES, tie_break: bool = True) -> Solution:
+          families: Sequence[str] = FAMILIES, tie_break: bool = True,
+          tie_break_budget: float | None = None) -> Solution:
     """Solve `inst`. An infeasible instance returns status "infeasible" with the binding families.
 
     The first stage (the objective) runs on `workers` threads; the secondary
@@ -300,7 +301,8 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     if "slo" in families and objective != "latency":
         inst = replace(inst, options=prune(inst))
     model = PlacementModel(inst, families)
-    outcome = _solve_model(model, objective, start + time_limit_s, workers, tie_break)
+    outcome = _solve_model(model, objective, start + time_limit_s, workers, tie_break,
+                           TIE_BREAK_DETERMINISTIC_S if tie_break_budget is None else tie_break_budget)
     if outcome is None:
         return Solution("infeasible", Objective(objective, 0.0, 0.0), binding=binding_families(full, families),
                         wall_s=time.perf_counter() - start)
@@ -328,7 +330,8 @@ def split_by_class(options: Sequence[PoolOption], keys: set[str]) -> list[PoolOp
     return sorted(out, key=lambda o: o.key)
 
 
-def _solve_model(model: PlacementModel, objective: str, deadline: float, workers: int, tie_break: bool):
+def _solve_model(model: PlacementModel, objective: str, deadline: float, workers: int, tie_break: bool,
+                 budget: float):
     """Run the lexicographic stages; None if infeasible, else (solver, proven, first-stage value and bound)."""
     cp = model.cp
     stages = _stages(model, objective, deadline, workers)
@@ -342,7 +345,7 @@ def _solve_model(model: PlacementModel, objective: str, deadline: float, workers
         else:  # [Note: deterministic tie-breaks]
             model.hint_from(solver)
             tie, status = model.solve(expr, sense, deadline - time.perf_counter(), 1,
-                                      max_deterministic_time=TIE_BREAK_DETERMINISTIC_S)
+                                      max_deterministic_time=budget)
             if status not in (cp.OPTIMAL, cp.FEASIBLE):
                 break  # no better tie-break within its budget: keep the previous stage's placement
             solver = tie
