@@ -28,6 +28,7 @@ from compiler.inputs.model_spec import ModelSpec, resolve_model
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.precision import Precision
+from compiler.place.bounds import infeasible_by_bounds
 
 if TYPE_CHECKING:  # typing only: importing them would load pydantic, which `import compiler` must not
     from compiler.emit.plan import Plan
@@ -157,6 +158,7 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     from compiler.cost.instance import build_instance
     from compiler.cost.pool_options import enumerate_options
     from compiler.inputs import load_cluster, load_workload
+    from compiler.place.bounds import without_tpot
 
     timings = timings or Timings()
     note = progress or _quiet
@@ -168,7 +170,7 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
                                                   if v is not None})
             workload = workload.model_copy(update={"slo": slo})
     graph = block_graph(model, timings=timings, progress=progress)
-    _warn_context(model, workload)
+    check_context(model, workload, workload_path)
     budget = power_budget_w if power_budget_w is not None else cluster.power_budget_w
     note(f"costing pools for {graph.model} on {cluster.name}")
     with timings.step("cost"):
@@ -179,7 +181,16 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
         for reason in skipped:
             log.warning("left out of the placement: %s%s", reason, _dtype_hint(cluster, precision, reason))
         instance = build_instance(graph, cluster, workload, options, precision, budget)
+    with timings.step("bounds"):  # infeasible in seconds when a lower bound shows it; TPOT aside (pareto sweeps it)
+        _raise_if_bounded(graph.model, without_tpot(instance))
     return Prepared(graph, cluster, workload, precision, tuple(options), instance)
+
+
+def _raise_if_bounded(model_name: str, instance: Instance) -> None:
+    """`Infeasible` when a lower bound already shows no placement exists ([Note: placement bounds])."""
+    why = infeasible_by_bounds(model_name, instance)
+    if why is not None:
+        raise Infeasible(why)
 
 
 def _dtype_hint(cluster: Cluster, precision: Precision, reason: str | None = None) -> str:
@@ -197,13 +208,19 @@ def _dtype_hint(cluster: Cluster, precision: Precision, reason: str | None = Non
     return f"; {', '.join(hints)}" if hints else ""
 
 
-def _warn_context(model: str, workload) -> None:
-    """Costs extrapolate past a model's trained context; say so rather than refuse (long-context variants exist)."""
+def check_context(model: str, workload: Workload, workload_path: str) -> None:
+    """A request longer than the model's context (``max_position_embeddings``) is bad input, not a plan to cost:
+    `BadInput` naming the class and both numbers. Long-context models are presets too (``qwen2.5-7b-instruct-1m``)."""
     limit = resolve_model(model).config.get("max_position_embeddings") if ":" not in model else None
-    if limit and workload.kv_tokens_per_request_max > limit:
-        log.warning("workload %s reaches %d tokens per request, beyond %s's max_position_embeddings (%d); "
-                    "costs are extrapolated for a long-context variant", workload.name,
-                    workload.kv_tokens_per_request_max, model, limit)
+    if not limit:
+        return
+    for c in workload.classes:
+        longest = c.input_len.max + c.output_len.max
+        if longest > limit:
+            raise BadInput(f"workload {workload_path}: class {c.name}: its longest request reaches {longest} tokens "
+                           f"({c.input_len.max} prompt + {c.output_len.max} output), beyond {model}'s context of "
+                           f"{limit} tokens (max_position_embeddings); shorten the requests or use a long-context "
+                           "model (e.g. qwen2.5-7b-instruct-1m, 1010000 tokens)")
 
 
 @dataclass(frozen=True)
@@ -230,6 +247,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     note = progress or _quiet
     prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, slo_ttft_ms=slo_ttft_ms,
                    slo_tpot_ms=slo_tpot_ms, precision=precision, timings=timings, progress=progress)
+    _raise_if_bounded(prep.graph.model, prep.instance)  # the TPOT targets too ([Note: placement bounds])
     note(f"solving the placement ({len(prep.options)} pool options) with CP-SAT")
     with timings.step("place"):
         sol = solve(prep.instance, objective, time_limit_s=time_limit_s)

@@ -92,21 +92,29 @@ def test_prefill_decode_disaggregation_emerges_where_it_pays(tmp_path):
     assert kv and {t["src_pool"] for t in kv} <= {p["name"] for p in prefill}
 
 
-def test_coding_agent_kv_binds_capacity(compiled):
-    plan, _, output = compiled("coding_agent")
-    assert "beyond llama-3.1-70b's max_position_embeddings (131072)" in output  # said, not silently extrapolated
-    chat, _, _ = compiled("chat")
-    # 70B keeps 80 layers x 8 KV heads x 128 x 2 x 2 bytes per token: a 200K+1K request holds ~66 GB of KV.
-    per_request = 80 * 8 * 128 * 2 * 2 * (plan["mean_input_len"] + plan["mean_output_len"])
-    weights = 70.55e9 * 2
+def test_coding_agent_kv_binds_capacity(tmp_path):
+    """The coding agent on the long-context preset it names (Qwen2.5-7B-Instruct-1M, 1010000 tokens)."""
+    out = tmp_path / "agent"
+    proc = run_cli("compile", "qwen2.5-7b-instruct-1m", "--cluster", MIXED, "--workload", workload("coding_agent"),
+                   "--out", str(out), "--no-onnx", "--no-sensitivity")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads((out / "plan.json").read_text())
+    # Qwen2.5-7B keeps 28 layers x 4 KV heads x 128 x 2 x 2 bytes per token: a 200K+1K request holds ~11.5 GB of KV.
+    per_request = 28 * 4 * 128 * 2 * 2 * (plan["mean_input_len"] + plan["mean_output_len"])
+    weights = 7.62e9 * 2
     from backends.registry import device
 
     for p in plan["pools"]:
         if p["role"] in ("decode", "colocated"):
             room = p["devices_per_replica"] * device(p["device"]).capacity_bytes - weights
             assert p["batch"] * per_request <= room
-    batches = lambda pl: max(p["batch"] for p in pl["pools"] if p["role"] in ("decode", "colocated"))  # noqa: E731
-    assert batches(plan) < batches(chat) / 8
+
+
+def test_a_request_longer_than_the_models_context_is_bad_input(tmp_path):
+    """llama-3.1-70b has 131072 tokens of context; a coding-agent turn reaches 200000 + 4096."""
+    proc = run_cli("compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload("coding_agent"), "--out",
+                   str(tmp_path))
+    assert_one_line_error(proc, "coding_agent.yaml", "agent-turn", "204096", "131072")
 
 
 def test_infeasible_budget_exits_3_naming_power(tmp_path):
