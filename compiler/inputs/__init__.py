@@ -17,6 +17,7 @@ from typing import Any
 from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
 from compiler.inputs.yaml_file import load_yaml
+from compiler.ir.errors import BadInput
 
 
 def load_cluster(path: str | Path) -> Cluster:
@@ -42,7 +43,15 @@ def load_workload(path: str | Path) -> Workload:
     update: dict[str, Any] = {"classes": classes, "trace": None}
     if rate is not None and spec.use_timestamps and workload.arrival_rate_per_s == "maximise":
         update["arrival_rate_per_s"] = rate
-    return Workload.model_validate({**workload.model_dump(), **update})
+    from pydantic import ValidationError
+
+    try:
+        return Workload.model_validate({**workload.model_dump(), **update})
+    except ValidationError as e:  # e.g. timestamps 1e-300 s apart: a rate no fleet sees
+        err = e.errors(include_url=False)[0]
+        where = ".".join(str(k) for k in err["loc"])
+        raise BadInput(f"trace {trace_path}: binned into a workload whose {where} is invalid ({err['msg']}); check "
+                       "the trace's token counts and timestamps") from None
 
 
 def schemas() -> dict[str, dict[str, Any]]:

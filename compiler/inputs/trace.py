@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from compiler.inputs.yaml_file import MAX_NUMBER
 from compiler.ir.errors import BadInput
 
 PROMPT = ("ContextTokens", "input_tokens", "input_len", "prompt_tokens")
@@ -69,10 +70,11 @@ def _request(path: Path, line: int, rec: Any) -> Request:
         raw = _field(rec, names)
         try:
             tokens = int(float(raw))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: inf, 1e400
             raise BadInput(f"trace {path}: line {line}: no whole number under any of {', '.join(names)}") from None
-        if tokens < (1 if names is PROMPT else 1):
-            raise BadInput(f"trace {path}: line {line}: {tokens} tokens; lengths must be at least 1")
+        if not 1 <= tokens <= MAX_NUMBER:
+            raise BadInput(f"trace {path}: line {line}: {tokens:.3g} tokens; lengths must be from 1 to "
+                           f"{MAX_NUMBER:.0e}")
         values.append(tokens)
     return values[0], values[1], _arrival(path, line, _field(rec, ARRIVAL))
 
@@ -81,13 +83,16 @@ def _arrival(path: Path, line: int, raw: Any) -> float | None:
     if raw is None:
         return None
     try:
-        return float(raw)
-    except (TypeError, ValueError):
-        pass
-    try:
-        return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise BadInput(f"trace {path}: line {line}: arrival {raw!r} is neither seconds nor an ISO 8601 time") from None
+        seconds = float(raw)
+    except (TypeError, ValueError, OverflowError):
+        try:
+            seconds = dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
+        except (ValueError, OverflowError, OSError):
+            raise BadInput(f"trace {path}: line {line}: arrival {str(raw)[:40]!r} is neither seconds nor an ISO 8601 "
+                           "time") from None
+    if not abs(seconds) <= MAX_NUMBER:  # also nan
+        raise BadInput(f"trace {path}: line {line}: arrival {str(raw)[:40]!r} is not a finite time in seconds")
+    return seconds
 
 
 def bin_trace(requests: list[Request], k: int) -> tuple[list[dict[str, Any]], float | None]:

@@ -272,6 +272,70 @@ def test_fuzz_scenario_files():
     assert _run(st.one_of(scenario_files(), RAW), check) >= CASES
 
 
+# ------------------------------------------------------------------------------------------- traces
+
+TRACE_ROWS = [
+    {"TIMESTAMP": "2023-11-16 18:15:46.6805900", "ContextTokens": "374", "GeneratedTokens": "44"},
+    {"TIMESTAMP": "2023-11-16 18:15:50.9951690", "ContextTokens": "396", "GeneratedTokens": "109"},
+    {"TIMESTAMP": "2023-11-16 18:15:51.2015330", "ContextTokens": "879", "GeneratedTokens": "6"},
+    {"TIMESTAMP": "2023-11-16 18:15:51.5203300", "ContextTokens": "91", "GeneratedTokens": "47"},
+]
+TRACE_HEADERS = st.sampled_from(["TIMESTAMP", "ContextTokens", "GeneratedTokens", "input_tokens", "output_tokens",
+                                 "timestamp", "arrival_time", "prompt_tokens", "completion_tokens", "input_len", "",
+                                 "contexttokens", "🚀"])
+TRACE_CELLS = st.one_of(CELLS, st.sampled_from(["1e400", "-1e400", "inf", "-inf", "nan", "2023-13-45", "9999-12-31",
+                                                "0001-01-01T00:00:00", "1e308", "10**9", "3.7", "+5", " 7 ", "1e-300",
+                                                "0", "2023-11-16 18:15:46.6805900"]))
+
+
+@st.composite
+def trace_files(draw) -> tuple[str, bytes, int]:
+    """(suffix, bytes, classes) of a trace: the Azure-style CSV or a JSONL, mutated."""
+    rows = copy.deepcopy(TRACE_ROWS)[:draw(st.integers(1, len(TRACE_ROWS)))]
+    header = list(rows[0])
+    for _ in range(draw(st.integers(1, 3))):
+        action = draw(st.sampled_from(["cell", "cell", "rename", "drop", "raw", "value"]))
+        if action in ("cell", "value"):
+            row = rows[draw(st.integers(0, len(rows) - 1))]
+            row[draw(st.sampled_from(header))] = draw(TRACE_CELLS) if action == "cell" else draw(JSONISH)
+        elif action == "rename":
+            header[draw(st.integers(0, len(header) - 1))] = draw(TRACE_HEADERS)
+        elif action == "drop" and len(header) > 1:
+            header.pop(draw(st.integers(0, len(header) - 1)))
+    if draw(st.booleans()):
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(header)
+        writer.writerows([[str(r.get(h, "")) for h in header] for r in rows])
+        suffix, data = ".csv", out.getvalue().encode()
+    else:
+        suffix, data = ".jsonl", b"".join(_json_bytes({h: r.get(h) for h in header}) + b"\n" for r in rows)
+    if action == "raw":
+        data = data[:draw(st.integers(0, len(data)))] + draw(st.binary(max_size=8))
+    return suffix, data, draw(st.sampled_from([1, 2, 4, 16]))
+
+
+def test_fuzz_trace_files():
+    """A workload naming a request trace (`compiler.inputs.trace`): every mutated trace loads into usable classes
+    or fails with one line naming the trace (or the workload) file."""
+    def check(case):
+        suffix, data, classes = case
+        trace = _write(f"trace{suffix}", data)
+        workload = _write("traced.yaml", _yaml_text({"name": "traced", "trace": {"path": trace.name, "classes": classes},
+                                                     "slo": {"ttft_ms": 1000, "tpot_ms": 50}}).encode())
+        try:
+            w = load_workload(workload)
+        except BadInput as e:
+            message = str(e)
+            assert "\n" not in message and message.startswith((f"trace {trace}: ", f"{workload}: ")), message
+            return
+        _use_workload(w)
+        assert 1 <= len(w.classes) <= classes
+
+    assert _run(st.one_of(trace_files(), st.tuples(st.sampled_from([".csv", ".jsonl"]), RAW, st.just(4))),
+                check) >= CASES
+
+
 # ---------------------------------------------------------------------------------------------- plans
 
 PLAN_BASES = [json.loads((REPO / "tests" / "emit" / "k8s_golden" / "plan.json").read_text())]
