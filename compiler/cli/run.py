@@ -4,8 +4,11 @@ Prompts are token ids (``--prompt-ids 1,2,3`` or ``--requests FILE.jsonl``, one
 JSON object per line: ``prompt_ids``, optional ``max_new_tokens``,
 ``temperature``, ``top_p``, ``seed``, ``ignore_eos``). Prints each request's
 tokens, then the measured wall time per stage and bytes per transfer kind
-next to the plan's predictions (`compiler.runtime.report`). Also here: the
-``compile`` options that shape the runnable artifacts (`add_artifact_options`).
+next to the plan's predictions, and for a plan with a drafter pool the
+acceptance rate and tokens per verification of speculative decoding next to
+what the plan's assumed acceptance rate implies (`compiler.runtime.report`).
+Also here: the ``compile`` options that shape the runnable artifacts
+(`add_artifact_options`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sys
 from pathlib import Path
 
 from compiler.cli import options
+from compiler.cli.serve import add_worker_options, engine_options
 from compiler.ir.errors import BadInput
 
 
@@ -27,12 +31,15 @@ def add_artifact_options(p: argparse.ArgumentParser) -> None:
                    help="dtype of the emitted stage programs and shards (default fp32: CPU runs are checked "
                         "against Hugging Face in fp32; the placement is costed at --dtype)")
     p.add_argument("--no-onnx", action="store_true", help="skip the ONNX export of each stage")
+    p.add_argument("--draft-weights", metavar="DIR", help="slice drafter pools' weights from this local checkpoint "
+                                                           "of the draft model (default: seeded random weights)")
 
 
 def artifact_options(args: argparse.Namespace):
     from compiler.emit.artifacts import Options
 
-    return Options(weights_dir=args.weights, run_dtype=args.run_dtype, onnx=not args.no_onnx)
+    return Options(weights_dir=args.weights, run_dtype=args.run_dtype, onnx=not args.no_onnx,
+                   draft_weights_dir=getattr(args, "draft_weights", None))
 
 
 def register(sub) -> None:
@@ -46,8 +53,7 @@ def register(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (request i uses seed + i)")
-    p.add_argument("--stage-timeout-s", type=options.positive_float, default=15.0,
-                   help="a stage that does not answer within this long fails the run (default 15)")
+    add_worker_options(p)
     p.add_argument("--json", action="store_true", help="print results and measurements as JSON")
     p.set_defaults(func=run)
 
@@ -90,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from compiler.runtime.report import run_report
 
     requests = _requests(args)
-    engine = Engine(args.plan, stage_timeout_s=args.stage_timeout_s)
+    engine = Engine(args.plan, **engine_options(args))
     try:
         engine.run(requests)
         report = run_report(engine, requests)
@@ -131,6 +137,27 @@ def render(report: dict) -> None:
         bt.add_row(t["kind"], f"{t['measured_bytes']:,}", "-" if t["predicted_bytes"] is None else
                    f"{t['predicted_bytes']:,}", t["how"])
     console.print(bt)
+    if report["speculative"]:
+        render_speculative(console, report["speculative"])
     m = report["measured"]
     console.print(f"measured here: {m['output_tokens']} tokens in {m['wall_s']:.2f} s "
                   f"({m['output_tokens_per_s']:.1f} tokens/s); predictions are the plan's, for its devices")
+
+
+def render_speculative(console, rows: list[dict]) -> None:
+    from rich.table import Table
+
+    table = Table(title="speculative decoding: measured here vs the plan's assumed acceptance (a prediction)",
+                  title_justify="left")
+    for col in ("unit", "drafter", "k", "verifications", "acceptance", "tokens/verification", "predicted acceptance",
+                "predicted tokens/verification"):
+        table.add_column(col, justify="left" if col in ("unit", "drafter") else "right")
+
+    def num(x, fmt):
+        return "-" if x is None else format(x, fmt)
+
+    for s in rows:
+        table.add_row(s["unit"], s["drafter"], str(s["k"]), str(s["verifications"]), num(s["acceptance_rate"], ".2f"),
+                      num(s["tokens_per_verification"], ".2f"), num(s["predicted_acceptance_rate"], ".2f"),
+                      num(s["predicted_tokens_per_verification"], ".2f"))
+    console.print(table)

@@ -8,6 +8,7 @@ spec it was compiled from. After, under ``DIR``::
     weights/{pool}/s{k}_tp{t}.safetensors   their weight shards (`compiler.emit.weights`)
     onnx/{pool}/s{k}_tp{t}.onnx    ONNX of each stage rank, checked (`compiler.emit.onnx_export`)
     model/                         config.json + Hugging Face safetensors, or reference.json to --weights
+    drafts/{pool}/                 the same for the draft model of a ``drafter`` pool (--draft-weights)
     manifest.json                  sha256 of every file above (`compiler.emit.manifest`)
 
 Weights, ``model/`` and ONNX are written only when the run-dtype weights fit in
@@ -29,7 +30,7 @@ from compiler.emit.manifest import write_manifest
 from compiler.emit.plan import Plan, Pool, RankExec, Stage, StageExec
 from compiler.emit.stage_programs import Shape, shape_of, stage_program
 from compiler.emit.transfers import DTYPE_BYTES, detail, validate_transfers
-from compiler.ir.errors import UnsupportedModel
+from compiler.ir.errors import BadInput, UnsupportedModel
 from compiler.ir.files import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class Options:
     seed: int = 0
     max_weight_bytes: float = DEFAULT_MAX_WEIGHT_BYTES
     allow_kv_conversion: bool = False
+    draft_weights_dir: str | None = None  # checkpoint of the drafter pools' draft model (default: seeded)
 
 
 def _block_names(stage: Stage) -> list[str]:
@@ -90,22 +92,29 @@ def write_plan_dir(plan: Plan, model: str, out: str | Path, options: Options = O
     """Write every artifact of `plan` under `out`; return the plan as written to ``out/plan.json``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    models = _models(plan, model)
     try:
-        config, config_obj = _config(model, options.weights_dir)
-        shape = shape_of(config)
+        configs = {key: _config(key[1], options.draft_weights_dir if key[0] else options.weights_dir)
+                   for key in sorted(set(models.values()) | {("", model)})}
+        shapes = {key: shape_of(configs[key][0]) for key in configs}
         for pool in plan.pools:
             from compiler.emit.stage_programs import rank_slice
 
-            rank_slice(shape, pool.tp, 0)
+            rank_slice(shapes[models[pool.name]], pool.tp, 0)
     except UnsupportedModel as e:  # the plan stands; it just cannot run here
         atomic_write_text(out / "plan.json", plan.dumps())
         write_manifest(out, runnable=False, reason=str(e))
         return plan
+    config, shape = configs[("", model)][0], shapes[("", model)]
+    _check_vocab(configs, config)
     with_weights = (options.weights_dir is not None
                     or _param_count(shape, int(config["vocab_size"])) * DTYPE_BYTES[options.run_dtype]
                     <= options.max_weight_bytes)
-    state, scaling = _weights(model, out, config_obj, options, with_weights)
-    pools = [_pool(pool, config, shape, out, state, scaling, options) for pool in plan.pools]
+    built = {key: _weights(key[1], out / (f"drafts/{key[0]}" if key[0] else "model"), configs[key][1],
+                           options.draft_weights_dir if key[0] else options.weights_dir, options.seed, with_weights)
+             for key in configs}
+    pools = [_pool(pool, configs[models[pool.name]][0], shapes[models[pool.name]], out, *built[models[pool.name]],
+                   options) for pool in plan.pools]
     staged = plan.model_copy(update={"pools": pools})
     transfers = [t.model_copy(update={"detail": detail(staged, t, layers=shape.layers, kv_heads=shape.kv_heads,
                                                        head_dim=shape.head_dim, hidden=shape.hidden,
@@ -120,15 +129,46 @@ def write_plan_dir(plan: Plan, model: str, out: str | Path, options: Options = O
     return final
 
 
-def _weights(model: str, out: Path, config_obj, options: Options, with_weights: bool):
-    """The state dict to cut shards from (None without weights) and the RoPE attention scaling."""
+def _drafters(plan: Plan) -> set[str]:
+    return {p.name for p in plan.pools if p.role == "drafter"}
+
+
+def _models(plan: Plan, model: str) -> dict[str, tuple[str, str]]:
+    """Pool name -> (drafter pool name or "", the model it runs): a drafter runs the draft model its targets name."""
+    named: dict[str, str] = {}
+    for pool in plan.pools:
+        if pool.draft is None:
+            continue
+        if pool.draft.pool not in _drafters(plan):
+            raise BadInput(f"plan: pool {pool.name}: draft.pool {pool.draft.pool!r} is not a pool with role "
+                           f"drafter; recompile the plan")
+        if named.setdefault(pool.draft.pool, pool.draft.model) != pool.draft.model:
+            raise BadInput(f"plan: drafter pool {pool.draft.pool} is named with two draft models "
+                           f"({named[pool.draft.pool]}, {pool.draft.model}); give each its own drafter pool")
+    out = {}
+    for pool in plan.pools:
+        if pool.role == "drafter" and pool.name not in named:
+            raise BadInput(f"plan: drafter pool {pool.name} drafts for no pool (no pool's draft.pool names it)")
+        out[pool.name] = (pool.name, named[pool.name]) if pool.role == "drafter" else ("", model)
+    return out
+
+
+def _check_vocab(configs: dict, target: dict) -> None:
+    for (drafter, model), (config, _) in configs.items():
+        if drafter and config.get("vocab_size") != target.get("vocab_size"):
+            raise BadInput(f"plan: draft model {model} of pool {drafter} has vocab_size {config.get('vocab_size')}, "
+                           f"the target {target.get('vocab_size')}; a drafter must share the target's vocabulary")
+
+
+def _weights(model: str, model_dir: Path, config_obj, weights_dir: str | None, seed: int, with_weights: bool):
+    """The state dict to cut shards from (None without weights) and the RoPE attention scaling; writes `model_dir`."""
     from compiler.emit.weights import reference_model, rope_of, write_model_dir
 
     inv_freq, scaling = rope_of(config_obj)
     if not with_weights:
         return None, scaling
-    reference = reference_model(model, weights_dir=options.weights_dir, seed=options.seed)
-    write_model_dir(reference, out / "model", options.weights_dir)
+    reference = reference_model(model, weights_dir=weights_dir, seed=seed)
+    write_model_dir(reference, model_dir, weights_dir)
     state = dict(reference.state_dict())
     state["rope.inv_freq"] = inv_freq
     return state, scaling

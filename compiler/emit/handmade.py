@@ -4,6 +4,10 @@ Before: a BlockGraph and a list of `PoolShape`s. After: a `Plan` with those pool
 (stages from `compiler.emit.emit_plan.stages`), a KV transfer from every
 prefill pool to every decode / decode-attention pool, and hidden-state transfers
 between each decode-attention pool and the decode-ffn pool listed after it.
+A shape with ``draft`` names a ``drafter`` pool (stages over `draft_graph`, the
+draft model's blocks): the pool gets a `Draft` block with ``draft_k`` and a
+``draft`` transfer runs from the drafter to the pool holding its decode
+``embed`` (see [Note: speculative decoding] in compiler/runtime/speculative.py).
 Predicted numbers are zero and the solver report says ``feasible`` with
 ``objective: handmade``: nothing here is a prediction of the cost model.
 
@@ -16,11 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.emit.emit_plan import stages
-from compiler.emit.plan import Plan, Pool, Predicted, SolverReport, Transfer
+from compiler.emit.plan import Draft, Plan, Pool, Predicted, SolverReport, Transfer
 from compiler.ir.block_graph import BlockGraph
+from compiler.ir.errors import BadInput
 
 _PHASES = {"colocated": ["prefill", "decode"], "prefill": ["prefill"], "decode": ["decode"],
-           "decode-attention": ["decode"], "decode-ffn": ["decode"]}
+           "decode-attention": ["decode"], "decode-ffn": ["decode"], "drafter": ["prefill", "decode"]}
 _ROLES = {"decode-attention": ("attn",), "decode-ffn": ("embed", "ffn", "moe", "head")}
 
 
@@ -33,17 +38,29 @@ class PoolShape:
     device: str = "cpu-host"
     replicas: int = 1
     batch: int = 8
+    draft: str | None = None  # the drafter pool that drafts for this one (speculative decoding)
+    draft_k: int = 3
+    draft_acceptance_rate: float | None = None  # an assumed α, reported as the prediction
 
     @property
     def devices(self) -> int:
         return self.tp * self.pp
 
 
-def handmade_plan(graph: BlockGraph, shapes: list[PoolShape], *, dtype: str = "bf16") -> Plan:
-    pools = [Pool(name=s.name, role=s.role, device=s.device, devices_per_replica=s.devices, replicas=s.replicas,
-                  tp=s.tp, pp=s.pp, batch=s.batch, phases=_PHASES[s.role],
-                  stages=stages(graph, s.device, s.pp, _PHASES[s.role], _ROLES.get(s.role)), option="handmade",
-                  predicted_requests_per_s=0.0, predicted_power_w=0.0) for s in shapes]
+def handmade_plan(graph: BlockGraph, shapes: list[PoolShape], *, dtype: str = "bf16",
+                  draft_graph: BlockGraph | None = None) -> Plan:
+    if draft_graph is None and any(s.role == "drafter" for s in shapes):
+        raise BadInput("handmade_plan: a drafter pool needs draft_graph (the draft model's BlockGraph)")
+    pools = []
+    for s in shapes:
+        own = draft_graph if s.role == "drafter" else graph
+        draft = None if s.draft is None else Draft(pool=s.draft, model=draft_graph.model,
+                                                   model_sha256=draft_graph.config_sha256, k=s.draft_k,
+                                                   predicted_acceptance_rate=s.draft_acceptance_rate)
+        pools.append(Pool(name=s.name, role=s.role, device=s.device, devices_per_replica=s.devices,
+                          replicas=s.replicas, tp=s.tp, pp=s.pp, batch=s.batch, phases=_PHASES[s.role],
+                          stages=stages(own, s.device, s.pp, _PHASES[s.role], _ROLES.get(s.role)), option="handmade",
+                          predicted_requests_per_s=0.0, predicted_power_w=0.0, draft=draft))
     transfers = []
     for src in pools:
         if src.role != "prefill":
@@ -57,6 +74,12 @@ def handmade_plan(graph: BlockGraph, shapes: list[PoolShape], *, dtype: str = "b
         f = next((p for p in pools[i + 1:] if p.role == "decode-ffn"), None)
         if a.role == "decode-attention" and f is not None:
             transfers.append(Transfer(kind="activation", src_pool=a.name, dst_pool=f.name,
+                                      predicted_requests_per_s=0.0, predicted_bytes_per_s=0.0,
+                                      predicted_latency_ms=0.0))
+    for i, p in enumerate(pools):
+        if p.draft is not None:
+            embeds = p if p.role != "decode-attention" else next(f for f in pools[i + 1:] if f.role == "decode-ffn")
+            transfers.append(Transfer(kind="draft", src_pool=p.draft.pool, dst_pool=embeds.name,
                                       predicted_requests_per_s=0.0, predicted_bytes_per_s=0.0,
                                       predicted_latency_ms=0.0))
     inventory: dict[str, int] = {}

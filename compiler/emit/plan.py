@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from compiler.ir.errors import BadInput
 
@@ -109,9 +109,25 @@ class PoolClass(_Frozen):
     tpot_slo_percentile_ms: float | None
 
 
+class Draft(_Frozen):
+    """Speculative decoding on a decoding pool: which drafter pool drafts, with which model, how many tokens.
+
+    The drafter pool has role ``drafter`` and stages over the draft model's blocks; replica r of this pool
+    uses drafter replica r % its replicas; a ``draft`` transfer (src: the drafter pool, dst: the pool holding
+    this pool's decode ``embed``) carries the draft tokens. See [Note: speculative decoding] in
+    compiler/runtime/speculative.py.
+    """
+
+    pool: str  # the drafter pool (role "drafter")
+    model: str  # the draft model (preset, config path), same vocabulary as the plan's model
+    model_sha256: str
+    k: int = Field(ge=1, le=64)  # tokens drafted per verification; the target verifies k + 1 positions in one step
+    predicted_acceptance_rate: float | None = Field(default=None, ge=0.0, le=1.0)  # assumed α (a prediction)
+
+
 class Pool(_Frozen):
     name: str
-    role: Literal["colocated", "prefill", "decode", "decode-attention", "decode-ffn"]
+    role: Literal["colocated", "prefill", "decode", "decode-attention", "decode-ffn", "drafter"]
     device: str
     devices_per_replica: int
     replicas: int
@@ -127,10 +143,11 @@ class Pool(_Frozen):
     predicted_power_w: float
     predicted_utilisation: float = 0.0  # share of the replicas' capacity the routed classes use (< 1)
     predicted_classes: list[PoolClass] = []
+    draft: Draft | None = None  # speculative decoding (colocated, decode and decode-attention pools)
 
 
 class Transfer(_Frozen):
-    kind: Literal["kv", "activation"]
+    kind: Literal["kv", "activation", "draft"]
     src_pool: str
     dst_pool: str
     predicted_requests_per_s: float

@@ -13,6 +13,9 @@ size). After: each `Transfer` gets a `TransferDetail`:
   pairs, not special cases (see [Note: KV head pairing]).
 - ``activation`` edges (attention <-> FFN pools) carry ``hidden_states``
   (tokens x hidden) twice per layer per decode token.
+- ``draft`` edges (a drafter pool -> the pool holding the target's decode
+  ``embed``) carry ``draft_tokens``: int64 ids, 8 bytes per drafted token per
+  receiving rank (see [Note: speculative decoding] in compiler/runtime/speculative.py).
 
 [Note: KV head pairing]
 Rank r of a tp=t stage holds KV heads [r*H/t, (r+1)*H/t). A prefill rank sends
@@ -32,6 +35,7 @@ from compiler.emit.plan import Conversion, HeadPair, Plan, Pool, Transfer, Trans
 from compiler.ir.errors import BadInput
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+TOKEN_ID_BYTES = 8  # draft tokens travel as int64 ids
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype: str) -> int:
@@ -73,6 +77,9 @@ def _layout(pool: Pool) -> str:
 
 def detail(plan: Plan, t: Transfer, *, layers: int, kv_heads: int, head_dim: int, hidden: int,
            allow_conversion: bool = False) -> TransferDetail:
+    if t.kind == "draft":
+        return TransferDetail(carries="draft_tokens", layout="N", dtype="int64", dst_dtype="int64",
+                              bytes_per_token=TOKEN_ID_BYTES, crossings_per_token=1)
     pools = {p.name: p for p in plan.pools}
     src, dst = pools[t.src_pool], pools[t.dst_pool]
     s_dtype, d_dtype = _kv_dtype(src), _kv_dtype(dst)

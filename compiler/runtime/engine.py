@@ -4,7 +4,13 @@ Scheduling is continuous batching: each iteration admits waiting requests into
 serving units with room (prefilling them together on a prefill replica,
 sampling their first token, handing their KV to the unit's decode workers),
 then runs one decode step over every request the unit holds; finished requests
-leave and free their pages at once, new ones join on the next iteration.
+leave and free their pages at once, new ones join on the next iteration. A
+unit with a drafter runs its decode step as one speculative verification
+([Note: speculative decoding] in compiler/runtime/speculative.py).
+
+Workers are spawned here (`LocalWorkers`) or started elsewhere and awaited
+(`ExternalWorkers`, ``external=True``); see [Note: rendezvous] in
+compiler/runtime/launch.py.
 
 Failures: every receive runs under the process group's timeout
 (``stage_timeout_s``) and the workers' watchdog (`compiler.runtime.launch`);
@@ -18,6 +24,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import logging
+import os
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -27,11 +34,12 @@ from typing import Callable, Iterator
 
 from compiler.emit.topology import worker_table, world_size
 from compiler.ir.errors import BadInput, RuntimeFailure
-from compiler.runtime.launch import LocalWorkers
+from compiler.runtime.launch import ExternalWorkers, LocalWorkers, driver_store, external_port, pin_gloo_to_loopback
 from compiler.runtime.plan_dir import open_plan_dir
 from compiler.runtime.routes import Hop, Unit, handoff_pairs, units
 from compiler.runtime.sampling import sample
-from compiler.runtime.wire import ACK, CONTROL, DATA, recv_json, send_json
+from compiler.runtime.speculative import SpecStats, draft_len_after, verify
+from compiler.runtime.wire import ACK, CONTROL, DATA, DRAFT, recv_json, send_json
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +65,7 @@ class Request:
     generator: object = None
     unit: str | None = None
     logits: list = field(default_factory=list)
+    draft_len: int = 0  # tokens of prompt + tokens the drafter's cache holds (speculative decoding)
 
     @property
     def position(self) -> int:
@@ -64,13 +73,16 @@ class Request:
         return len(self.prompt) + len(self.tokens) - 1
 
 
-#: How long workers may take to import torch and load their plan before the rendezvous (a loaded 2-core machine
-#: takes seconds; the stage timeout starts counting only once every worker is ready).
+#: How long local workers may take to import torch and load their plan before the rendezvous (a loaded 2-core
+#: machine takes seconds; the stage timeout starts counting only once every worker is ready).
 START_TIMEOUT_S = 120.0
+#: The same for workers started elsewhere (pods: scheduling, image pulls).
+EXTERNAL_START_TIMEOUT_S = 600.0
 
 
 class Engine:
-    def __init__(self, root: str | Path, *, stage_timeout_s: float = 15.0, log_dir: str | Path | None = None) -> None:
+    def __init__(self, root: str | Path, *, stage_timeout_s: float = 15.0, log_dir: str | Path | None = None,
+                 external: bool = False, start_timeout_s: float | None = None) -> None:
         import torch
         import torch.distributed as dist
 
@@ -81,25 +93,37 @@ class Engine:
         self.vocab = int(self.pd.config["vocab_size"])
         self.max_len = int(self.pd.config.get("max_position_embeddings", 1 << 30))
         self.timeout_s = stage_timeout_s
-        self.workers = LocalWorkers(self.pd.root, tuple(self.table.values()), log_dir=log_dir)
         self.waiting: deque[Request] = deque()
         self.running: dict[str, list[Request]] = {u.name: [] for u in self.units}
         self.ids = itertools.count()
         self.rr = itertools.count()
         self.kv_bytes_predicted = 0
+        self.draft_bytes_predicted = 0
         self.hidden_tokens = 0
+        self.spec = {u.name: SpecStats(u.draft.k) for u in self.units if u.draft is not None}
         self.closed = False
+        world = world_size(self.plan)
+        start_s = start_timeout_s or (EXTERNAL_START_TIMEOUT_S if external else START_TIMEOUT_S)
+        if external:
+            pin_gloo_to_loopback(os.environ.get("MASTER_ADDR", ""))
+        store = driver_store(external_port(world) if external else 0, world, start_s)
+        workers = tuple(self.table.values())
+        self.workers = (ExternalWorkers(workers) if external else
+                        LocalWorkers(self.pd.root, workers, port=store.port, log_dir=log_dir))
         self.workers.start()
         torch.set_num_threads(1)
-        with self._guard("starting", None):
-            self.workers.wait_ready(START_TIMEOUT_S)
-            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{self.workers.port}", rank=0,
-                                    world_size=world_size(self.plan),
-                                    timeout=datetime.timedelta(seconds=stage_timeout_s))
-            from compiler.runtime.worker import tp_groups
+        try:
+            with self._guard("starting", None):
+                self.workers.wait_ready(store, start_s)
+                dist.init_process_group("gloo", store=store, rank=0, world_size=world,
+                                        timeout=datetime.timedelta(seconds=stage_timeout_s))
+                from compiler.runtime.worker import tp_groups
 
-            tp_groups(self.plan)
-            self._command(list(self.table), {"op": "ping"})
+                tp_groups(self.plan)
+                self._command(list(self.table), {"op": "ping"})
+        except RuntimeFailure:
+            self._teardown()  # a worker not ready in time: take the others down too
+            raise
 
     # -- failure handling -------------------------------------------------------------------------------------
     @contextmanager
@@ -133,8 +157,8 @@ class Engine:
             return RuntimeFailure(f"stage {name} (rank {rank}) failed while {what}: {reported[:300]}; all workers "
                                   f"were stopped; logs: {self.workers.log_dir}")
         return RuntimeFailure(f"stage {name} (rank {rank}) did not answer within {self.timeout_s:.0f} s while "
-                              f"{what} ({type(error).__name__}: {str(error).splitlines()[0][:200]}); all workers "
-                              f"were stopped; logs: {self.workers.log_dir}")
+                              f"{what} ({type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}); all "
+                              f"workers were stopped; logs: {self.workers.log_dir}")
 
     def _teardown(self) -> None:
         self.closed = True
@@ -214,16 +238,22 @@ class Engine:
 
     def _run_route(self, route: tuple[Hop, ...], phase: str, seqs: list[dict], ids: list[int]):
         """Send a step down `route`; return the last tokens' logits (one row per seq)."""
+        ranks = list(dict.fromkeys(r for hop in route for r in hop.ranks))
+        cmd = {"op": "step", "phase": phase, "route": [h.as_json() for h in route], "seqs": seqs, "ids": ids}
+        self._command(ranks, cmd, wait=False)
+        return self._logits(route, phase, len(seqs))
+
+    def _logits(self, route: tuple[Hop, ...], phase: str, rows: int):
+        """After a step was sent down `route`: the acks of the ranks done early, the `rows` logits rows the last
+        hop sends, then the last hop's acks (in the order the workers send them)."""
         import torch
         import torch.distributed as dist
 
         ranks = list(dict.fromkeys(r for hop in route for r in hop.ranks))
         last = {r: max(i for i, hop in enumerate(route) if r in hop.ranks) for r in ranks}
-        cmd = {"op": "step", "phase": phase, "route": [h.as_json() for h in route], "seqs": seqs, "ids": ids}
-        self._command(ranks, cmd, wait=False)
         early = sorted((r for r in ranks if last[r] < len(route) - 1), key=lambda r: last[r])
         self._acks(early, f"{phase} step")
-        logits = torch.empty(len(seqs), self.vocab, dtype=torch.float32)
+        logits = torch.empty(rows, self.vocab, dtype=torch.float32)
         sender = route[-1].ranks[0]
         with self._guard(f"{phase} step", sender):
             dist.recv(logits, src=sender, tag=DATA)
@@ -250,6 +280,9 @@ class Engine:
 
     def _decode(self, unit: Unit) -> None:
         reqs = self.running[unit.name]
+        ks = [min(unit.draft.k, r.max_new_tokens - len(r.tokens) - 1) for r in reqs] if unit.draft else []
+        if any(ks):
+            return self._speculate(unit, reqs, ks)
         seqs = [{"id": r.id, "start": r.position, "n": 1} for r in reqs]
         logits = self._run_route(unit.decode_route, "decode", seqs, [r.tokens[-1] for r in reqs])
         self.hidden_tokens += len(reqs)
@@ -257,7 +290,40 @@ class Engine:
             self._accept(r, row)
         self._retire(unit)
 
-    def _accept(self, r: Request, row) -> None:
+    def _speculate(self, unit: Unit, reqs: list[Request], ks: list[int]) -> None:
+        """One verification: the drafter drafts k tokens per request, the target checks k + 1 positions at once."""
+        import torch
+        import torch.distributed as dist
+
+        draft = unit.draft
+        seqs = [{"id": r.id, "position": r.position, "k": k, "draft_len": r.draft_len} for r, k in zip(reqs, ks)]
+        draft_ids = [t for r, k in zip(reqs, ks) if k > 0 for t in (r.prompt + r.tokens)[r.draft_len:]]
+        cmd = {"op": "speculate", "draft_route": [h.as_json() for h in draft.route],
+               "route": [h.as_json() for h in unit.decode_route], "seqs": seqs, "draft_ids": draft_ids,
+               "ids": [r.tokens[-1] for r in reqs]}
+        target = list(dict.fromkeys(r for hop in unit.decode_route for r in hop.ranks))
+        self._command(draft.ranks + target, cmd, wait=False)
+        drafts = torch.empty(sum(ks), dtype=torch.long)
+        head = draft.route[-1].ranks[0]
+        with self._guard("drafting", head):
+            dist.recv(drafts, src=head, tag=DRAFT)
+        self._acks(draft.ranks, "drafting")
+        logits = self._logits(unit.decode_route, "verify", sum(ks) + len(reqs))
+        self.hidden_tokens += sum(ks) + len(reqs)
+        self.draft_bytes_predicted += sum(ks) * draft.detail.bytes_per_token * len(unit.decode_route[0].ranks)
+        row = offset = 0
+        for r, k in zip(reqs, ks):
+            before, position = len(r.tokens), r.position
+            accepted = verify(drafts[offset:offset + k].tolist(), logits[row:row + k + 1],
+                              lambda logit_row, r=r: self._accept(r, logit_row))
+            if k:  # a request with k = 0 (one token left) rides along as a plain decode step
+                r.draft_len = draft_len_after(position, k, accepted)
+                self.spec[unit.name].add(k, accepted, len(r.tokens) - before)
+            row, offset = row + k + 1, offset + k
+        self._retire(unit)
+
+    def _accept(self, r: Request, row) -> tuple[int, bool]:
+        """Sample (greedy: argmax) and emit one token; returns it and whether the request is finished."""
         if r.keep_logits:
             r.logits.append(row.clone())
         token = sample(row, temperature=r.temperature, top_p=r.top_p, generator=r.generator)
@@ -269,6 +335,7 @@ class Engine:
             r.finish_reason = "length"
         elif not r.ignore_eos and eos is not None and token == eos:
             r.finish_reason = "stop"
+        return token, r.finish_reason is not None
 
     def _retire(self, unit: Unit) -> None:
         done = [r for r in self.running[unit.name] if r.finish_reason is not None]
@@ -279,7 +346,7 @@ class Engine:
             r.done_s = now
         self.running[unit.name] = [r for r in self.running[unit.name] if r.finish_reason is None]
         ranks = list(dict.fromkeys(r for hop in unit.decode_route for r in hop.ranks))
-        self._command(ranks, {"op": "free", "ids": [r.id for r in done]})
+        self._command(ranks + (unit.draft.ranks if unit.draft else []), {"op": "free", "ids": [r.id for r in done]})
 
     # -- measurements and shutdown ----------------------------------------------------------------------------
     def worker_stats(self) -> dict[int, dict]:

@@ -7,7 +7,7 @@ stage programs are read later through `compiler.emit.manifest.verified_text`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,15 @@ class PlanDir:
     root: Path
     plan: Plan
     manifest: dict
-    config: dict[str, Any]
+    config: dict[str, Any]  # the plan's model
+    draft_configs: dict[str, dict[str, Any]] = field(default_factory=dict)  # drafter pool -> its draft model's
 
     def stage(self, pool: str, index: int) -> Stage:
         return next(p for p in self.plan.pools if p.name == pool).stages[index]
+
+    def config_of(self, pool: str) -> dict[str, Any]:
+        """The config of the model `pool` runs: a drafter pool's draft model, else the plan's model."""
+        return self.draft_configs.get(pool, self.config)
 
     @property
     def eos_token_id(self) -> int | None:
@@ -48,4 +53,11 @@ def open_plan_dir(root: str | Path) -> PlanDir:
                     raise BadInput(f"plan {root}: {rank.program} has no weight shard; recompile with --weights DIR")
     validate_transfers(plan)
     config = json.loads((root / "model" / "config.json").read_text())
-    return PlanDir(root, plan, manifest, config)
+    drafts = {}
+    for pool in plan.pools:
+        if pool.role == "drafter":
+            drafts[pool.name] = json.loads((root / "drafts" / pool.name / "config.json").read_text())
+            if drafts[pool.name].get("vocab_size") != config.get("vocab_size"):
+                raise BadInput(f"plan {root}: drafter pool {pool.name}'s model has another vocab_size than the "
+                               f"target's; recompile with a draft model of the target's family")
+    return PlanDir(root, plan, manifest, config, drafts)

@@ -4,12 +4,16 @@ Measured numbers are this host's (stages whose silicon is absent run
 ``emulated`` on the host CPU, with the same numerics, so their times say
 nothing about the device); predicted numbers are the plan's, for its devices.
 KV bytes are predicted exactly: every request hands off ``prompt tokens x
-bytes_per_token`` (`compiler.emit.transfers`), so the two columns must agree.
+bytes_per_token`` (`compiler.emit.transfers`), so the two columns must agree;
+so are draft-token bytes (drafted tokens x 8 bytes x receiving ranks). Units
+with a drafter also report their acceptance rate and tokens per verification
+next to what the plan's assumed acceptance rate implies.
 """
 
 from __future__ import annotations
 
 from compiler.emit.plan import Plan
+from compiler.runtime.speculative import tokens_per_verification
 
 
 def execution_of(device_id: str) -> str:
@@ -57,6 +61,12 @@ def run_report(engine, requests) -> dict:
                   "predicted_bytes": None,
                   "how": (f"plan: {act_detail.bytes_per_token} B per token x {act_detail.crossings_per_token} "
                           f"crossings per decode token (x receiving tp ranks)") if act_detail else "no such edge"}]
+    draft_detail = next((t.detail for t in plan.transfers if t.kind == "draft" and t.detail is not None), None)
+    if draft_detail is not None:
+        transfers.append({"kind": "draft_tokens", "measured_bytes": bytes_by_kind.get("draft_tokens", 0),
+                          "predicted_bytes": engine.draft_bytes_predicted,
+                          "how": f"drafted tokens x plan bytes_per_token ({draft_detail.bytes_per_token}) x "
+                                 f"receiving ranks"})
     if "pipeline_hidden_states" in bytes_by_kind:
         transfers.append({"kind": "pipeline_hidden_states", "measured_bytes": bytes_by_kind["pipeline_hidden_states"],
                           "predicted_bytes": None, "how": "between pipeline stages of one pool"})
@@ -69,8 +79,26 @@ def run_report(engine, requests) -> dict:
         "requests": [{"id": r.id, "prompt_tokens": len(r.prompt), "tokens": r.tokens, "finish_reason": r.finish_reason,
                       "ttft_ms": ((r.first_token_s or r.arrived_s) - r.arrived_s) * 1e3,
                       "unit": r.unit} for r in requests],
-        "stages": stages, "transfers": transfers,
+        "stages": stages, "transfers": transfers, "speculative": speculative_report(engine),
         "measured": {"wall_s": wall, "output_tokens": tokens, "output_tokens_per_s": tokens / wall if wall else 0.0,
                      "where": "this host"},
         "predicted": plan.predicted.model_dump(mode="json"),
     }
+
+
+def speculative_report(engine) -> list[dict]:
+    """Per unit with a drafter: measured acceptance and tokens per verification next to the plan's assumed
+    acceptance rate and the tokens per verification it implies (a prediction; None when the plan assumes none)."""
+    out = []
+    for unit in engine.units:
+        if unit.draft is None:
+            continue
+        s, alpha = engine.spec[unit.name], unit.draft.predicted_acceptance_rate
+        out.append({"unit": unit.name, "drafter": f"{unit.draft.pool}/r{unit.draft.replica}", "k": s.k,
+                    "verifications": s.verifications, "drafted_tokens": s.drafted, "accepted_tokens": s.accepted,
+                    "acceptance_rate": s.acceptance_rate, "tokens_per_verification": s.tokens_per_verification,
+                    "histogram": {str(a): n for a, n in sorted((s.accepted_histogram or {}).items())},
+                    "predicted_acceptance_rate": alpha,
+                    "predicted_tokens_per_verification": None if alpha is None
+                    else tokens_per_verification(alpha, s.k)})
+    return out

@@ -7,7 +7,8 @@ replica with its ``decode-ffn`` partner) fed by the prefill pools whose KV
 transfers point at it. A `Route` is a phase's blocks in model order grouped
 into hops: consecutive blocks on the same stage instance form one hop, so a
 pipeline of pp stages is pp hops, and attention/FFN disaggregation alternates
-between the two pools' workers every layer.
+between the two pools' workers every layer. A unit whose pool has a ``draft``
+block also has a `DraftRoute` (`compiler.runtime.speculative`).
 
 >>> hop = Hop(ranks=(1, 2), blocks=("embed", "L0.attn"), pool="p", stage=0)
 >>> hop.as_json()
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from compiler.emit.plan import Plan, Pool, TransferDetail
 from compiler.emit.topology import by_stage
 from compiler.ir.errors import BadInput
+from compiler.runtime.speculative import DraftRoute, drafter_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,7 @@ class Unit:
     batch: int
     kv: TransferDetail | None  # the hand-off from prefill; None when colocated
     kv_dst_pool: str | None
+    draft: DraftRoute | None = None  # speculative decoding: the drafter replica that drafts for this unit
 
 
 def _order(block: str) -> tuple[int, int]:
@@ -90,13 +93,18 @@ def _partner(plan: Plan, attention: Pool) -> Pool:
 
 def units(plan: Plan) -> list[Unit]:
     """Every serving unit of the plan, in pool order."""
+    for pool in plan.pools:
+        if pool.draft is not None and pool.role not in ("colocated", "decode", "decode-attention"):
+            raise BadInput(f"plan: pool {pool.name} ({pool.role}) has a draft block; only colocated, decode and "
+                           f"decode-attention pools decode; recompile the plan")
     out: list[Unit] = []
     for pool in plan.pools:
         if pool.role == "colocated":
             for r in range(pool.replicas):
                 members = [(pool.name, r)]
                 out.append(Unit(f"{pool.name}/r{r}", tuple(members), route(plan, members, "decode"),
-                                (((pool.name, r), route(plan, members, "prefill")),), pool.batch, None, None))
+                                (((pool.name, r), route(plan, members, "prefill")),), pool.batch, None, None,
+                                drafter_of(plan, pool, r, lambda m, ph: route(plan, m, ph))))
         elif pool.role in ("decode", "decode-attention"):
             sources = [t for t in plan.transfers if t.kind == "kv" and t.dst_pool == pool.name]
             if not sources:
@@ -111,7 +119,8 @@ def units(plan: Plan) -> list[Unit]:
                 if pool.role == "decode-attention":
                     members.append((_partner(plan, pool).name, r))
                 out.append(Unit(f"{pool.name}/r{r}", tuple(members), route(plan, members, "decode"), tuple(feeders),
-                                pool.batch, sources[0].detail, pool.name))
+                                pool.batch, sources[0].detail, pool.name,
+                                drafter_of(plan, pool, r, lambda m, ph: route(plan, m, ph))))
     if not out:
         raise BadInput("plan: no pool decodes (no colocated, decode or decode-attention pool); recompile the plan")
     return out

@@ -7,7 +7,11 @@ per-request asyncio queues. Endpoints: ``/v1/completions`` and
 ``stream_options.include_usage`` adds a last chunk with ``usage``),
 ``/v1/models``, ``/health`` and ``/metrics`` (Prometheus text: requests waiting
 and running, KV-cache use, TTFT / TPOT / end-to-end histograms, token counters,
-bytes per transfer kind as counted by the workers).
+bytes per transfer kind as counted by the workers, speculative decoding's
+drafted and accepted tokens).
+
+The workers are spawned here, or awaited when they run elsewhere (``external``:
+Kubernetes pods; [Note: rendezvous] in compiler/runtime/launch.py).
 
 Prompts: with a tokenizer in ``DIR/model/`` text is tokenized; without one a
 prompt is token ids (a JSON list, or a string of integers), and each choice
@@ -21,6 +25,7 @@ new requests are refused with 503.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import queue
 import threading
@@ -38,8 +43,8 @@ _DONE = object()
 class ServingLoop:
     """The engine's thread: admits submitted requests, steps the engine, reports tokens and failures."""
 
-    def __init__(self, root: str | Path, stage_timeout_s: float) -> None:
-        self.engine = Engine(root, stage_timeout_s=stage_timeout_s)
+    def __init__(self, root: str | Path, **engine_options) -> None:
+        self.engine = Engine(root, **engine_options)
         self.inbox: queue.Queue = queue.Queue()
         self.failure: str | None = None
         self.inflight: dict[str, tuple[Request, Any, asyncio.AbstractEventLoop]] = {}
@@ -101,6 +106,7 @@ class ServingLoop:
                 return
 
     def close(self) -> None:
+        """Stop the engine's thread and the workers (the workers get ``stop`` and leave); safe to call twice."""
         self.stopping = True
         self.thread.join(timeout=10)
         if self.failure is None:
@@ -130,8 +136,12 @@ def _metrics(loop: ServingLoop):
         lambda: sum(len(v) for v in engine.running.values()) / max(1, sum(u.batch for u in engine.units)))
     transfer = Gauge("gimletc_transfer_bytes", "bytes moved between stages, by transfer kind (measured by the "
                      "workers)", ["kind"], registry=reg)
-    for kind in ("kv_pages", "hidden_states"):
+    for kind in ("kv_pages", "hidden_states", "draft_tokens"):
         transfer.labels(kind=kind).set_function(lambda k=kind: loop.stats.get(k, 0))
+    spec = Gauge("gimletc_spec_decode_tokens", "speculative decoding, all units: tokens drafted, drafts accepted, "
+                 "verifications", ["what"], registry=reg)
+    for what, field in (("drafted", "drafted"), ("accepted", "accepted"), ("verifications", "verifications")):
+        spec.labels(what=what).set_function(lambda f=field: sum(getattr(s, f) for s in engine.spec.values()))
     return reg, m
 
 
@@ -182,7 +192,14 @@ def build_app(loop: ServingLoop, root: Path, model_name: str):
     from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-    app = FastAPI(title="gimletc", version="1")
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        # uvicorn re-raises SIGTERM / SIGINT once it has shut down, which would end the process before `serve`'s
+        # own cleanup: stop the workers here, while shutting down.
+        await asyncio.get_running_loop().run_in_executor(None, loop.close)
+
+    app = FastAPI(title="gimletc", version="1", lifespan=lifespan)
     registry, m = _metrics(loop)
     tokens = _Tokens(root)
 
@@ -288,11 +305,12 @@ def _usage(req: Request) -> dict:
             "total_tokens": len(req.prompt) + len(req.tokens)}
 
 
-def serve(root: str | Path, *, host: str = "127.0.0.1", port: int = 8000, stage_timeout_s: float = 15.0) -> int:
-    """Start the workers, then serve until interrupted; returns the exit code (4 if the workers failed)."""
+def serve(root: str | Path, *, host: str = "127.0.0.1", port: int = 8000, **engine_options) -> int:
+    """Start the workers (or wait for them: ``external=True``), then serve until interrupted; returns the exit code
+    (4 if the workers failed). `engine_options` are `Engine`'s (stage and start timeouts, external)."""
     import uvicorn
 
-    loop = ServingLoop(root, stage_timeout_s)
+    loop = ServingLoop(root, **engine_options)
     app = build_app(loop, Path(root), loop.engine.plan.model)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")

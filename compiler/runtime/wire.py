@@ -5,7 +5,7 @@ go as raw sends whose shapes both ends know from the step description (nothing
 is pickled). Tags keep the streams apart so a message of one kind never
 matches a receive of another: `CONTROL` (driver -> worker commands), `ACK`
 (worker -> driver replies), `DATA` (hidden states and logits along a route),
-`KV` (KV-cache hand-offs).
+`KV` (KV-cache hand-offs), `DRAFT` (draft token ids, drafter -> target and driver).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-CONTROL, ACK, DATA, KV = 1, 2, 3, 4
+CONTROL, ACK, DATA, KV, DRAFT = 1, 2, 3, 4, 5
 
 
 def send_json(obj: Any, dst: int, tag: int) -> None:

@@ -45,3 +45,56 @@ def hf_reference(model_dir, prompts, new_tokens: int):
 @pytest.fixture(scope="session")
 def llama_split(tmp_path_factory):
     return build_plan_dir(tmp_path_factory, "llama-tiny", split_shapes(2, 1))
+
+
+def truncated_drafter(tmp_path_factory, target: str = "llama-tiny", draft: str = "llama-tiny-draft"):
+    """A draft checkpoint folder: the plan's seeded target weights (seed 0, as `write_plan_dir` makes them) cut to
+    the draft config's first layers, embeddings, final norm and head, so its guesses often match the target."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from compiler.emit.weights import reference_model
+    from compiler.inputs.model_spec import load_hf_config, resolve_model
+
+    folder = tmp_path_factory.mktemp("drafter")
+    state = reference_model(target, seed=0).state_dict()
+    config = AutoConfig.for_model(**load_hf_config(resolve_model(draft)).to_dict())
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, _ = model.load_state_dict(state, strict=False)
+    assert not missing
+    model.save_pretrained(str(folder))
+    return folder
+
+
+def hf_speculative(target_dir, draft_dir, prompts, new_tokens: int, k: int):
+    """Reference speculative decoding with Hugging Face models, one prompt at a time: greedy drafts of
+    min(k, tokens left - 1) tokens, the target's greedy tokens kept while they equal the drafts. Returns per prompt
+    (tokens, accepted drafts per verification)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    target, drafter = (AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
+                       for d in (target_dir, draft_dir))
+    eos = target.config.eos_token_id
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            tokens = [int(target(torch.tensor([p])).logits[0, -1].argmax())]
+            accepted_counts = []
+            while len(tokens) < new_tokens and tokens[-1] != eos:
+                kr = min(k, new_tokens - len(tokens) - 1)
+                context = list(p) + tokens
+                drafts = []
+                for _ in range(kr):
+                    drafts.append(int(drafter(torch.tensor([context + drafts])).logits[0, -1].argmax()))
+                greedy = target(torch.tensor([context + drafts])).logits[0, len(context) - 1:].argmax(-1).tolist()
+                accepted = 0
+                for i, g in enumerate(greedy):
+                    tokens.append(g)
+                    if i == kr or drafts[i] != g or g == eos:
+                        break
+                    accepted += 1
+                if kr:
+                    accepted_counts.append(accepted)
+            out.append((tokens, accepted_counts))
+    return out

@@ -74,3 +74,84 @@ def test_openai_client_streams_hf_tokens_and_metrics_parse(llama_split):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _pod_envs(plan_dir) -> tuple[dict, list[dict]]:
+    """The driver's and every worker pod container's environment, as the plan's Kubernetes manifests declare them,
+    with each pod's labels filled in (StatefulSet pod index; LeaderWorkerSet group and worker index)."""
+    from compiler.emit.k8s.manifests import manifests
+    from compiler.emit.plan import load_plan
+
+    def env_of(container, labels):
+        out = {}
+        for e in container["env"]:
+            if "value" in e:
+                out[e["name"]] = e["value"]
+            else:
+                path = e["valueFrom"]["fieldRef"]["fieldPath"]
+                out[e["name"]] = labels[path[len("metadata.labels['"):-2]]
+        return out
+
+    driver, workers = None, []
+    for obj in manifests(load_plan(plan_dir)).values():
+        kind, spec = obj.get("kind"), obj.get("spec", {})
+        if kind == "Deployment":
+            driver = env_of(spec["template"]["spec"]["containers"][0], {})
+        elif kind == "StatefulSet":
+            for replica in range(spec["replicas"]):
+                for c in spec["template"]["spec"]["containers"]:
+                    workers.append(env_of(c, {"apps.kubernetes.io/pod-index": str(replica)}))
+        elif kind == "LeaderWorkerSet":
+            group = spec["leaderWorkerTemplate"]
+            for replica in range(spec["replicas"]):
+                for index in range(group["size"]):
+                    labels = {"leaderworkerset.sigs.k8s.io/group-index": str(replica),
+                              "leaderworkerset.sigs.k8s.io/worker-index": str(index)}
+                    for c in group["workerTemplate"]["spec"]["containers"]:
+                        workers.append(env_of(c, labels))
+    return driver, workers
+
+
+@pytest.mark.timeout(240)
+def test_serve_waits_for_external_workers_started_with_the_manifests_environment(llama_split):
+    """The Kubernetes path without Kubernetes: `gimletc serve` as the driver pod runs it (RANK=0, WORLD_SIZE,
+    MASTER_PORT from its manifest), the workers as separate processes with their pods' environment."""
+    from openai import OpenAI
+
+    from compiler.emit.k8s.manifests import DRIVER_COMMAND, PLAN_DIR, WORKER_COMMAND
+    from compiler.emit.topology import world_size
+    from compiler.emit.plan import load_plan
+    from compiler.runtime.launch import free_port
+
+    driver_env, worker_envs = _pod_envs(llama_split)
+    assert driver_env["RANK"] == "0" and len(worker_envs) + 1 == world_size(load_plan(llama_split))
+    rendezvous, http = free_port(), free_port()
+    local = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(rendezvous)}  # the driver's Service, on this machine
+    base_env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    command = [str(llama_split) if a == PLAN_DIR else a for a in DRIVER_COMMAND[1:]]
+    command[command.index("--port") + 1] = str(http)
+    driver = subprocess.Popen([sys.executable, "-m", "compiler.cli", *command], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env={**base_env, **driver_env, **local, "PYTHONWARNINGS": "ignore"})
+    worker_cmd = [sys.executable, *[str(llama_split) if a == PLAN_DIR else a for a in WORKER_COMMAND[1:]]]
+    workers = [subprocess.Popen(worker_cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**base_env, **env, **local}) for env in worker_envs]
+    base = f"http://127.0.0.1:{http}"
+    try:
+        _wait_healthy(base, driver, timeout_s=150)
+        client = OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0, timeout=60)
+        prompt = PROMPTS[5]
+        stream = client.completions.create(model="llama-tiny", prompt=prompt, max_tokens=NEW_TOKENS, temperature=0,
+                                           stream=True)
+        got = [int(t) for chunk in stream for choice in chunk.choices for t in choice.text.split()]
+        assert got == hf_reference(llama_split / "model", [prompt], NEW_TOKENS)[0][0]
+    finally:
+        driver.terminate()
+        driver.wait(timeout=30)
+        codes = []
+        for w in workers:
+            try:
+                codes.append(w.wait(timeout=20))
+            except subprocess.TimeoutExpired:
+                w.kill()
+                codes.append("still running")
+    assert codes == [0] * len(workers)  # the driver stopped them on shutdown
