@@ -1,19 +1,28 @@
 """How wrong are the predictions? `estimate` against published measurements.
 
 Runs `gimletc estimate` (in-process, one BlockGraph per model) on every row of
-../shared/reference/measurements.csv and prints per-row predicted vs measured,
-absolute percentage error, and the median APE overall and per vendor family.
+../shared/reference/measurements.csv and of the project's own measurement files
+(cost_models/data/measurements_<family>.csv, described in cost_models/data/README.md)
+and prints per-row predicted vs measured, the absolute percentage error (APE), and
+the median APE overall and per device family.
 
-    .venv/bin/python tools/fidelity.py [--csv PATH] [--fit] [--json]
+    .venv/bin/python tools/fidelity.py [--csv PATH ...] [--family F ...] [--fit] [--loo] [--before-after] [--json]
 
 ``--fit`` searches each family's derate (compute_eff, mem_eff,
 block_overhead_s, step_overhead_s) within physically plausible bounds
-(`PARAMS`) with the shared derate fitter (`compiler.calibrate.fit`, see
+(`_params`) with the shared derate fitter (`compiler.calibrate.fit`, see
 [Note: derate fit]) to minimise that family's median APE plus 5% of its worst
 row, and prints the fitted values to paste into cost_models/derates.py.
-Derates are fitted on this file only.
-Rows with ``batch=max`` use the static-batch mode at the largest batch that
-fits memory (`--batch max`).
+``--loo`` predicts each row with the derate fitted on the other rows of its
+family (leave-one-out); a family with no other row falls back to the generic prior.
+``--before-after`` reports, per family: the median APE of the committed
+DERATES on every row, the leave-one-out median APE on the shared file's rows
+alone (before the new data) and on all rows (after), and the in-sample median
+APE of the new fit, with the worst held-out rows.
+
+Rows with ``batch=max`` use the static-batch mode at the largest batch that fits
+memory (`--batch max`); rows with ``concurrency`` use the closed-loop mode
+(`--concurrency C`). Fitting runs thousands of estimates: ``--family`` limits it.
 """
 
 from __future__ import annotations
@@ -30,6 +39,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 DEFAULT_CSV = REPO.parent / "shared" / "reference" / "measurements.csv"
+DATA_DIR = REPO / "cost_models" / "data"
+#: What the fit varies; the other `Derate` fields keep their values.
+FITTED = ("compute_eff", "mem_eff", "block_overhead_s", "step_overhead_s")
+
 
 def _params():
     """What --fit searches: plausible values only (an overhead's lower bound stands for "none")."""
@@ -39,9 +52,18 @@ def _params():
             Param("step_overhead_s", 1e-6, 4e-3))
 
 
-def load_rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+def data_files() -> list[Path]:
+    """The project's measurement files, one per device family."""
+    return sorted(DATA_DIR.glob("measurements_*.csv"))
+
+
+def load_rows(paths: list[Path]) -> list[dict]:
+    """Rows of every file, each tagged with the file it came from (``file``)."""
+    rows = []
+    for path in paths:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows += [dict(row, file=path.name) for row in csv.DictReader(f)]
+    return rows
 
 
 def predict(row: dict, graphs: dict, derates: dict | None = None) -> float:
@@ -57,14 +79,14 @@ def predict(row: dict, graphs: dict, derates: dict | None = None) -> float:
     dep = deployment(row["device"], int(row["count"]), int(row["tp"]), int(row["pp"]), Precision.of(row["dtype"]))
     if derates and dep.device.family in derates:
         dep = replace(dep, derate=derates[dep.device.family])
+    concurrency = row.get("concurrency") or None
     r = estimate(graphs[model], dep, input_len=int(row["input_len"]), output_len=int(row["output_len"]),
-                 batch=batch(row["batch"]))
+                 batch=None if concurrency else batch(row["batch"]),
+                 concurrency=int(concurrency) if concurrency else None)
     return float(getattr(r, row["metric"]))
 
 
 def evaluate_rows(rows: list[dict], graphs: dict, derates: dict | None = None) -> list[dict]:
-    from backends.registry import device
-
     out = []
     for row in rows:
         measured = float(row["value"])
@@ -75,35 +97,83 @@ def evaluate_rows(rows: list[dict], graphs: dict, derates: dict | None = None) -
         except Exception as e:  # report the row, keep going
             predicted, ape, error = float("nan"), float("nan"), f"{type(e).__name__}: {e}"
         out.append({"id": row["id"], "model": row["model"], "device": row["device"],
-                    "family": device(row["device"]).family, "count": row["count"], "dtype": row["dtype"],
-                    "batch": row["batch"], "in": row["input_len"], "out": row["output_len"], "metric": row["metric"],
+                    "family": _family(row["device"]), "count": row["count"], "dtype": row["dtype"],
+                    "batch": row.get("concurrency") and f"c{row['concurrency']}" or row["batch"],
+                    "in": row["input_len"], "out": row["output_len"], "metric": row["metric"],
                     "measured": measured, "predicted": predicted, "ape_pct": ape, "error": error})
     return out
 
 
-def medians(results: list[dict]) -> dict[str, float]:
-    ok = [r for r in results if r["ape_pct"] == r["ape_pct"]]
-    out = {"overall": statistics.median(r["ape_pct"] for r in ok)}
+def medians(results: list[dict], key: str = "ape_pct") -> dict[str, float]:
+    ok = [r for r in results if r[key] == r[key]]
+    out = {"overall": statistics.median(r[key] for r in ok)} if ok else {}
     for fam in sorted({r["family"] for r in ok}):
-        out[fam] = statistics.median(r["ape_pct"] for r in ok if r["family"] == fam)
+        out[fam] = statistics.median(r[key] for r in ok if r["family"] == fam)
     return out
 
 
-def fit(rows: list[dict], graphs: dict) -> dict:
+def fit_family(fam: str, fam_rows: list[dict], graphs: dict):
+    """The derate of `fam` that best predicts `fam_rows` (median APE plus 5% of the worst row)."""
     from compiler.calibrate.fit import fit_fields
     from cost_models.derates import DERATES, GENERIC
 
-    fitted = {}
-    for fam in sorted({_family(r["device"]) for r in rows}):
-        fam_rows = [r for r in rows if _family(r["device"]) == fam]
+    def evaluate(candidate):
+        res = evaluate_rows(fam_rows, graphs, {fam: candidate})
+        errs = [r["ape_pct"] for r in res if r["ape_pct"] == r["ape_pct"]]
+        return (statistics.median(errs) + 0.05 * max(errs) if errs else float("inf")), candidate
 
-        def evaluate(candidate, fam=fam, fam_rows=fam_rows):
-            res = evaluate_rows(fam_rows, graphs, {fam: candidate})
-            errs = [r["ape_pct"] for r in res if r["ape_pct"] == r["ape_pct"]]
-            return (statistics.median(errs) + 0.05 * max(errs) if errs else float("inf")), candidate
+    return fit_fields(evaluate, DERATES.get(fam, GENERIC), _params(), grid_points=3, restarts=2)
 
-        fitted[fam] = fit_fields(evaluate, DERATES.get(fam, GENERIC), _params(), grid_points=3, restarts=2)
-    return fitted
+
+def fit(rows: list[dict], graphs: dict) -> dict:
+    """A fitted derate per family present in `rows`."""
+    return {fam: fit_family(fam, [r for r in rows if _family(r["device"]) == fam], graphs)
+            for fam in sorted({_family(r["device"]) for r in rows})}
+
+
+def loo(rows: list[dict], graphs: dict) -> list[float]:
+    """Each row's APE predicted with the derate fitted on the other rows of its family."""
+    from cost_models.derates import GENERIC
+
+    out = []
+    for i, row in enumerate(rows):
+        fam = _family(row["device"])
+        others = [r for j, r in enumerate(rows) if j != i and _family(r["device"]) == fam]
+        derate = fit_family(fam, others, graphs) if others else GENERIC
+        out.append(evaluate_rows([row], graphs, {fam: derate})[0]["ape_pct"])
+    return out
+
+
+def before_after(shared: list[dict], new: list[dict], graphs: dict) -> dict:
+    """Per family: committed-derate APE on all rows, LOO before (shared rows) and after (all rows), the new fit."""
+    rows = shared + new
+    committed = evaluate_rows(rows, graphs)
+    loo_before = dict(zip((r["id"] for r in shared), loo(shared, graphs)))
+    loo_after = loo(rows, graphs)
+    fitted = fit(rows, graphs)
+    after = evaluate_rows(rows, graphs, fitted)
+    for r, c, held in zip(after, committed, loo_after):
+        r.update(committed_ape_pct=c["ape_pct"], committed_predicted=c["predicted"], loo_ape_pct=held,
+                 loo_before_ape_pct=loo_before.get(r["id"], float("nan")))
+    families = {}
+    for fam in sorted({r["family"] for r in after}):
+        fam_rows = [r for r in after if r["family"] == fam]
+        worst = sorted((r for r in fam_rows if r["loo_ape_pct"] == r["loo_ape_pct"]),
+                       key=lambda r: -r["loo_ape_pct"])[:3]
+        families[fam] = {
+            "rows_before": sum(1 for r in shared if _family(r["device"]) == fam), "rows_after": len(fam_rows),
+            "committed_median_ape_pct": _median(fam_rows, "committed_ape_pct"),
+            "loo_before_median_ape_pct": _median(fam_rows, "loo_before_ape_pct"),
+            "loo_after_median_ape_pct": _median(fam_rows, "loo_ape_pct"),
+            "fit_median_ape_pct": _median(fam_rows, "ape_pct"),
+            "worst_loo_rows": [(r["id"], round(r["loo_ape_pct"], 1)) for r in worst],
+            "derate": {k: getattr(fitted[fam], k) for k in FITTED}}
+    return {"rows": after, "families": families}
+
+
+def _median(rows: list[dict], key: str) -> float:
+    vals = [r[key] for r in rows if r[key] == r[key]]
+    return statistics.median(vals) if vals else float("nan")
 
 
 def _family(device_id: str) -> str:
@@ -112,46 +182,76 @@ def _family(device_id: str) -> str:
     return device(device_id).family
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
-    parser.add_argument("--fit", action="store_true", help="fit per-family derates on the file")
-    parser.add_argument("--loo", action="store_true",
-                        help="leave-one-out: predict each row with derates fitted on the other rows of its family")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    rows = load_rows(args.csv)
-    graphs: dict = {}
-    derates = None
-    if args.fit:
-        derates = fit(rows, graphs)
-        for fam, d in derates.items():
-            print(f"{fam}: compute_eff={d.compute_eff} mem_eff={d.mem_eff} block_overhead_s={d.block_overhead_s} "
-                  f"step_overhead_s={d.step_overhead_s}")
-    results = evaluate_rows(rows, graphs, derates)
-    if args.loo:
-        from cost_models.derates import GENERIC
+def _derate_line(fam: str, fields: dict) -> str:
+    return (f"{fam}: compute_eff={fields['compute_eff']:.4g} mem_eff={fields['mem_eff']:.4g} "
+            f"block_overhead_s={fields['block_overhead_s']:.3g} step_overhead_s={fields['step_overhead_s']:.3g}")
 
-        for i, row in enumerate(rows):
-            fam = _family(row["device"])
-            others = [r for j, r in enumerate(rows) if j != i and _family(r["device"]) == fam]
-            # A family with no other row has nothing to fit on: it falls back to the generic prior.
-            held = evaluate_rows([row], graphs, fit(others, graphs) if others else {fam: GENERIC})[0]
-            results[i]["loo_ape_pct"] = held["ape_pct"]
-    summary = medians(results)
-    if args.json:
-        print(json.dumps({"rows": results, "median_ape_pct": summary}, indent=1))
-        return
-    print(f"{'id':5} {'model':15} {'device':21} {'n':>2} {'dtype':5} {'batch':>5} {'in':>6} {'out':>5} "
+
+def _print_rows(results: list[dict]) -> None:
+    print(f"{'id':7} {'model':16} {'device':21} {'n':>2} {'dtype':5} {'batch':>5} {'in':>6} {'out':>5} "
           f"{'metric':22} {'measured':>10} {'predicted':>10} {'APE%':>6}")
     for r in results:
-        print(f"{r['id']:5} {r['model']:15} {r['device']:21} {r['count']:>2} {r['dtype']:5} {r['batch']:>5} "
+        print(f"{r['id']:7} {r['model']:16} {r['device']:21} {r['count']:>2} {r['dtype']:5} {r['batch']:>5} "
               f"{r['in']:>6} {r['out']:>5} {r['metric']:22} {r['measured']:10.4g} {r['predicted']:10.4g} "
               f"{r['ape_pct']:6.1f} {r['error']}")
-    print("median APE %: " + ", ".join(f"{k} {v:.1f}" for k, v in summary.items()))
+
+
+def _print_before_after(report: dict) -> None:
+    print(f"{'family':9} {'rows':>9} {'committed':>10} {'LOO before':>11} {'LOO after':>10} {'fit':>6}  worst LOO rows")
+    for fam, f in report["families"].items():
+        prior = "*" if f["rows_before"] < 2 else "%"  # one row or none: held out, it is predicted by the generic prior
+        print(f"{fam:9} {f['rows_before']:>3} -> {f['rows_after']:<3} {f['committed_median_ape_pct']:9.1f}% "
+              f"{f['loo_before_median_ape_pct']:10.1f}{prior} {f['loo_after_median_ape_pct']:9.1f}% "
+              f"{f['fit_median_ape_pct']:5.1f}%  " + ", ".join(f"{i} {e}%" for i, e in f["worst_loo_rows"]))
+    print("median APE: committed = cost_models/derates.py as it stands, on every row; LOO before = leave-one-out on "
+          "the shared file's rows only (* one row: predicted by the generic prior); LOO after = leave-one-out on all "
+          "rows; fit = the new fit, in sample")
+    for fam, f in report["families"].items():
+        print("fitted " + _derate_line(fam, f["derate"]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--csv", type=Path, action="append",
+                        help="measurement file(s) to read instead of the shared file and cost_models/data/")
+    parser.add_argument("--family", action="append", help="only rows of this device family (repeatable)")
+    parser.add_argument("--fit", action="store_true", help="fit per-family derates on the rows")
+    parser.add_argument("--loo", action="store_true",
+                        help="leave-one-out: predict each row with derates fitted on the other rows of its family")
+    parser.add_argument("--before-after", action="store_true",
+                        help="committed derates, LOO on the shared file alone and on all rows, and the new fit")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    keep = (lambda rows: [r for r in rows if _family(r["device"]) in args.family]) if args.family else (lambda r: r)
+    shared = keep(load_rows(args.csv or [DEFAULT_CSV]))
+    new = [] if args.csv else keep(load_rows(data_files()))
+    graphs: dict = {}
+    if args.before_after:
+        report = before_after(shared, new, graphs)
+        if args.json:
+            print(json.dumps(report, indent=1))
+        else:
+            _print_rows(report["rows"])
+            _print_before_after(report)
+        return
+    rows = shared + new
+    derates = fit(rows, graphs) if args.fit else None
+    results = evaluate_rows(rows, graphs, derates)
     if args.loo:
-        loo = [dict(r, ape_pct=r["loo_ape_pct"]) for r in results]
-        print("leave-one-out median APE %: " + ", ".join(f"{k} {v:.1f}" for k, v in medians(loo).items()))
+        for r, held in zip(results, loo(rows, graphs)):
+            r["loo_ape_pct"] = held
+    summary = {"median_ape_pct": medians(results)}
+    if args.loo:
+        summary["loo_median_ape_pct"] = medians(results, "loo_ape_pct")
+    if args.json:
+        fitted = {fam: {k: getattr(d, k) for k in FITTED} for fam, d in (derates or {}).items()}
+        print(json.dumps({"rows": results, **summary, "fitted": fitted}, indent=1))
+        return
+    for fam, d in (derates or {}).items():
+        print(_derate_line(fam, {k: getattr(d, k) for k in FITTED}))
+    _print_rows(results)
+    for key, values in summary.items():
+        print(f"{key}: " + ", ".join(f"{k} {v:.1f}" for k, v in values.items()))
 
 
 if __name__ == "__main__":
