@@ -66,7 +66,7 @@ def driver_store(port: int, world_size: int, timeout_s: float):
 
 
 def external_port(world_size: int, env: Mapping[str, str] = os.environ) -> int:
-    """``MASTER_PORT`` for a driver whose workers start elsewhere; checks ``RANK`` and ``WORLD_SIZE`` against the plan."""
+    """``MASTER_PORT`` for a driver whose workers start elsewhere; checks ``RANK`` and ``WORLD_SIZE`` (plan's)."""
     if env.get("RANK", "0") != "0":
         raise BadInput(f"RANK={env['RANK']}: the driver (gimletc run/serve) is rank 0; workers run "
                        f"`python -m compiler.runtime.worker --plan DIR`")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 def self_drafter(folder: Path, target: str = "llama-tiny", draft: str = "llama-tiny-draft") -> Path:
-    """The target's seeded weights (seed 0, as the plan's) cut to the draft config's layers, saved with save_pretrained."""
+    """The target's seeded weights (seed 0, as the plan's) cut to the draft config's layers, saved as a checkpoint."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 

@@ -131,7 +131,8 @@ def test_serve_waits_for_external_workers_started_with_the_manifests_environment
     command = [str(llama_split) if a == PLAN_DIR else a for a in DRIVER_COMMAND[1:]]
     command[command.index("--port") + 1] = str(http)
     driver = subprocess.Popen([sys.executable, "-m", "compiler.cli", *command], cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, env={**base_env, **driver_env, **local, "PYTHONWARNINGS": "ignore"})
+                              stderr=subprocess.PIPE,
+                              env={**base_env, **driver_env, **local, "PYTHONWARNINGS": "ignore"})
     worker_cmd = [sys.executable, *[str(llama_split) if a == PLAN_DIR else a for a in WORKER_COMMAND[1:]]]
     workers = [subprocess.Popen(worker_cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env={**base_env, **env, **local}) for env in worker_envs]
