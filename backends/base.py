@@ -14,13 +14,27 @@ tests/backends/test_registry.py for a dummy out-of-tree plugin).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from compiler.ir.device_spec import DeviceSpec
 from cost_models.roofline import compute_peak
+
+
+@dataclass(frozen=True, slots=True)
+class ReferencePrice:
+    """A labelled reference rental price of one device: dollars per device-hour and where it comes from (a URL
+    with the offer it quotes, or ``assumption: ...``). Prices are market data, not hardware facts: a cluster
+    file's ``price_per_hour`` overrides them, and a placement only reads them for a cost budget or objective."""
+
+    device: str
+    per_hour: float
+    source: str
 
 
 class Backend:
     family: str = ""
     devices: tuple[DeviceSpec, ...] = ()
+    prices: tuple[ReferencePrice, ...] = ()  # reference prices of some of `devices` (none required)
 
     def execution(self, device: DeviceSpec) -> str:
         """``native`` if this host has the device's torch backend, else ``emulated``."""

@@ -9,7 +9,7 @@ Links are per GPU, one direction (NVLink "900 GB/s" is 450 each way).
 
 from __future__ import annotations
 
-from backends.base import Backend
+from backends.base import Backend, ReferencePrice
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
 
 A100_DATASHEET = ("https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
@@ -23,6 +23,17 @@ GB200_PAGE = "https://www.nvidia.com/en-us/data-center/gb200-nvl72/"
 GB200_MLPERF = ("https://raw.githubusercontent.com/mlcommons/inference_results_v6.1/main/closed/Crusoe/systems/"
                 "GB200-NVL72_GB200-186GB_aarch64x16_Dynamo.json")
 L40S_PAGE = "https://www.nvidia.com/en-us/data-center/l40s/"
+L4_PAGE = "https://www.nvidia.com/en-us/data-center/l4/"
+A10G_NOTES = "https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/"
+A10_PAGE = "https://www.nvidia.com/en-us/data-center/products/a10-gpu/"
+H20_NEWS = ("https://www.tweaktown.com/news/95224/nvidias-tweaked-h20-ai-gpu-enters-mass-production-in-q2-2024-"
+            "destined-for-china/index.html")
+H20_DENSE = "https://www.winzheng.com/en/review/deploy-deepseek-r1-on-h20"
+H20_FP32 = "https://zangshuxian.com/new/674733024499207168"
+AWS_G6 = "https://aws.amazon.com/ec2/instance-types/g6/"
+AWS_G5 = "https://aws.amazon.com/ec2/instance-types/g5/"
+MELANGE_REPO = "https://github.com/tyler-griggs/melange-release/blob/main/melange/"
+GPU_PRICES = "https://khaderz.com/en/ai-engineer-path/production/gpu-cost-modeling"
 ACCEL_TABLE = "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md"
 NETWORK_TABLE = "https://github.com/stas00/ml-engineering/blob/master/network/README.md"
 HALVED = " (2:4-sparse headline halved)"
@@ -38,7 +49,8 @@ GFD_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GFD_PRODUCT = {
     "nvidia-a100-sxm-40gb": "NVIDIA-A100-SXM4-40GB", "nvidia-a100-sxm-80gb": "NVIDIA-A100-SXM4-80GB",
     "nvidia-l40s": "NVIDIA-L40S", "nvidia-h100-sxm": "NVIDIA-H100-80GB-HBM3", "nvidia-h200-sxm": "NVIDIA-H200",
-    "nvidia-b200": "NVIDIA-B200", "nvidia-gb200": "NVIDIA-GB200",
+    "nvidia-b200": "NVIDIA-B200", "nvidia-gb200": "NVIDIA-GB200", "nvidia-l4": "NVIDIA-L4", "nvidia-a10g": "NVIDIA-A10G",
+    "nvidia-h20": "NVIDIA-H20",
 }
 
 IDLE = "assumption: NVIDIA publishes no idle power; ~10% of TDP, in line with nvidia-smi idle readings of HGX parts"
@@ -68,7 +80,7 @@ def _nvidia(id: str, product: str, tflops: dict[str, float], device_memory: tupl
     them by their full key.
     """
     capacity_bytes, bw_bytes_per_s = device_memory
-    by_dtype = {k: (ACCEL_TABLE if k == "fp32" else src["flops"]) for k in tflops}
+    by_dtype = {k: src.get("fp32", ACCEL_TABLE) if k == "fp32" else src["flops"] for k in tflops}
     return DeviceSpec(
         id=id, vendor="NVIDIA", product=product, family="nvidia", form=form,
         peak_flops_per_s=tuple(sorted((k, v * 1e12) for k, v in tflops.items())),
@@ -103,6 +115,13 @@ def _a100(id: str, product: str, hbm: tuple[float, float]) -> DeviceSpec:
 HOPPER_TFLOPS = {"bf16": 989, "fp16": 989, "fp8": 1979, "int8": 1979, "fp32": 67}
 # GB200 runs its Blackwell GPUs a little faster than HGX B200 (1,200 W vs 1,000 W configurations).
 B200_TFLOPS = {"bf16": 2250, "fp16": 2250, "fp8": 4500, "int8": 4500, "fp4": 9000, "fp32": 80}
+PCIE4_PEER = "PCIe Gen4 x16 peer-to-peer (no NVLink)"
+# The inference parts the published heterogeneity studies used (Mélange: L4, A10G; MegaScale-Infer: H20).
+L4_TFLOPS = {"bf16": 121, "fp16": 121, "fp8": 242.5, "int8": 242.5, "fp32": 30.3}
+A10G_TFLOPS = {"bf16": 70, "fp16": 70, "fp32": 31.2}
+H20_TFLOPS = {"bf16": 148, "fp16": 148, "fp8": 296, "int8": 296, "fp32": 44}
+SMALL_NODE_NET = ("assumption: AWS publishes 100 Gb/s for its 8-GPU g5.48xlarge and g6.48xlarge; 12.5 Gb/s per "
+                  "GPU, ")
 GB200_TFLOPS = {"bf16": 2500, "fp16": 2500, "fp8": 5000, "int8": 5000, "fp4": 10000, "fp32": 80}
 
 
@@ -137,6 +156,35 @@ class NvidiaBackend(Backend):
                 {"flops": DGX_B200 + " (per GPU: system figure / 8; 2:4-sparse headline halved)",
                  "memory": DGX_B200 + " (180 GB usable per GPU: 1,440 GB / 8)", "tdp_w": B200_NOTES,
                  "devices_per_node": DGX_B200, "scale_up": HGX_B200_NVLINK, "scale_out": DGX_B200}),
+        _nvidia("nvidia-l4", "L4 24GB GDDR6 (Ada Lovelace, PCIe, 72 W)", L4_TFLOPS, (24e9, 300e9), 72,
+                Link(PCIE4_PEER, 31.5e9, 10e-6, 8), _network(12.5),
+                {"flops": L4_PAGE + HALVED, "fp32": L4_PAGE, "memory": L4_PAGE, "tdp_w": L4_PAGE,
+                 "devices_per_node": AWS_G6 + " (g6.48xlarge: 8 L4)",
+                 "scale_up": NETWORK_TABLE + " (PCIe Gen4 x16: 31.5 GB/s per direction)",
+                 "scale_up.latency_s": PCIE_LATENCY, "scale_out": SMALL_NODE_NET + AWS_G6},
+                form="card", memory_name="dram"),
+        _nvidia("nvidia-a10g", "A10G 24GB GDDR6 (Ampere, AWS G5 variant of the A10)", A10G_TFLOPS, (24e9, 600e9),
+                300, Link(PCIE4_PEER, 31.5e9, 10e-6, 8), _network(12.5),
+                {"flops": A10G_NOTES + " (spec table: 70 TFLOPS FP16/BF16 tensor, dense; the A10 has 125)",
+                 "fp32": "assumption: the A10's 31.2 TFLOPS FP32 (" + A10_PAGE + "); " + A10G_NOTES +
+                         " says the A10G's CUDA-core rate is a little higher",
+                 "memory": A10G_NOTES + " (24 GB GDDR6, 600 GB/s, as the A10)",
+                 "tdp_w": "assumption: AWS publishes no A10G board power; 300 W as third-party GPU databases list "
+                          "it (the A10 it derives from is a 150 W card, " + A10_PAGE + ")",
+                 "devices_per_node": AWS_G5 + " (g5.48xlarge: 8 A10G)",
+                 "scale_up": NETWORK_TABLE + " (PCIe Gen4 x16: 31.5 GB/s per direction)",
+                 "scale_up.latency_s": PCIE_LATENCY, "scale_out": SMALL_NODE_NET + AWS_G5},
+                form="card", memory_name="dram"),
+        _nvidia("nvidia-h20", "H20 96GB HBM3 (Hopper, export-compliant: full memory, ~15% of H100 compute)",
+                H20_TFLOPS, (96e9, 4.0e12), 400, _nvlink(4, 450e9, 8), _network(400),
+                {"flops": H20_DENSE + " (Ant Group's table: FP8 296, FP16/BF16 148 TFLOPS, against H800's dense "
+                                      "1979/989)",
+                 "fp32": H20_FP32 + " (FP32 44 TFLOPS)",
+                 "memory": H20_NEWS + " (96 GB HBM3 at 4.0 TB/s)", "tdp_w": H20_NEWS + " (400 W TDP)",
+                 "devices_per_node": H20_NEWS + " (8-way HGX)",
+                 "scale_up": H20_NEWS + " (NVLink 900 GB/s both ways)",
+                 "scale_out": "assumption: HGX H20 servers carry one 400G NIC per GPU, like HGX H100 (" +
+                              NETWORK_TABLE + ")"}),
         _nvidia("nvidia-gb200", "GB200 NVL72, one Blackwell GPU (186GB HBM3e, 1,200 W configuration)",
                 GB200_TFLOPS, (186e9, 8.0e12), 1200, _nvlink(5, 900e9, 72), _network(400),
                 {"flops": GB200_PAGE + " (per GPU: rack figure / 72; 2:4-sparse headline halved)",
@@ -148,6 +196,16 @@ class NvidiaBackend(Backend):
                  "scale_up": GB200_PAGE + " (NVLink 5: 1.8 TB/s per GPU both ways; 72-GPU domain)",
                  "scale_out": GB200_MLPERF + " (4 ConnectX-7 400G per 4-GPU tray)"},
                 devices_per_node=4),
+    )
+
+    # Reference rental prices (market data, not hardware facts; a cluster file's price_per_hour overrides them).
+    prices = (
+        ReferencePrice("nvidia-a10g", 1.01, MELANGE_REPO + "main.py (A10G $1.01/h, the price Mélange used)"),
+        ReferencePrice("nvidia-a100-sxm-80gb", 3.67,
+                       MELANGE_REPO + "config/example.json (A100-80GB $3.67/h, the price Mélange used)"),
+        ReferencePrice("nvidia-l4", 0.81, GPU_PRICES + " (AWS on-demand L4, $0.81/h)"),
+        ReferencePrice("nvidia-l40s", 1.84, GPU_PRICES + " (AWS on-demand L40S, $1.84/h)"),
+        ReferencePrice("nvidia-h100-sxm", 8.22, GPU_PRICES + " (AWS on-demand H100 80GB, $8.22/h)"),
     )
 
     def execution(self, device: DeviceSpec) -> str:

@@ -12,7 +12,7 @@ import logging
 from functools import lru_cache
 from importlib import metadata
 
-from backends.base import Backend
+from backends.base import Backend, ReferencePrice
 from compiler.ir.device_spec import DeviceSpec
 from compiler.ir.errors import BadInput
 
@@ -41,6 +41,11 @@ def backends() -> tuple[Backend, ...]:
 
 def all_devices() -> tuple[DeviceSpec, ...]:
     return tuple(d for b in backends() for d in b.devices)
+
+
+def reference_price(device_id: str) -> ReferencePrice | None:
+    """The catalog's labelled reference price of `device_id`, if its backend declares one."""
+    return next((p for b in backends() for p in b.prices if p.device == device_id), None)
 
 
 def backend_of(device_spec: DeviceSpec) -> Backend:

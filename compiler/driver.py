@@ -153,8 +153,9 @@ class Prepared:
 def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
             slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
             precision: Precision = Precision.of("bf16"), timings: Timings | None = None,
-            progress: Progress | None = None) -> Prepared:
-    """Load the inputs, trace the model and cost every candidate pool."""
+            progress: Progress | None = None, cost_budget_per_hour: float | None = None) -> Prepared:
+    """Load the inputs, trace the model and cost every candidate pool. The budgets given here override the
+    cluster file's (the returned `Prepared.cluster` carries them)."""
     from compiler.cost.instance import build_instance
     from compiler.cost.pool_options import enumerate_options
     from compiler.inputs import load_cluster, load_workload
@@ -163,7 +164,9 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     timings = timings or Timings()
     note = progress or _quiet
     with timings.step("inputs"):  # first: a bad file fails before any tracing
-        cluster = load_cluster(cluster_path)
+        cluster = load_cluster(cluster_path).with_budgets(power_budget_w=power_budget_w,
+                                                          cost_budget_per_hour=cost_budget_per_hour)
+        cluster.inventory()  # a `count: any` that no budget bounds is bad input, named before any tracing
         workload = load_workload(workload_path)
         if slo_ttft_ms is not None or slo_tpot_ms is not None:
             slo = workload.slo.model_copy(update={k: v for k, v in (("ttft_ms", slo_ttft_ms), ("tpot_ms", slo_tpot_ms))
@@ -171,7 +174,7 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
             workload = workload.model_copy(update={"slo": slo})
     graph = block_graph(model, timings=timings, progress=progress)
     check_context(model, workload, workload_path)
-    budget = power_budget_w if power_budget_w is not None else cluster.power_budget_w
+    budget = cluster.power_budget_w
     note(f"costing pools for {graph.model} on {cluster.name}")
     with timings.step("cost"):
         try:
@@ -236,8 +239,12 @@ class Compilation:
 def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
             objective: str = "throughput", slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
             precision: Precision = Precision.of("bf16"), time_limit_s: float = 60.0, baselines: bool = True,
-            analyse: bool = True, progress: Progress | None = None, timings: Timings | None = None) -> Compilation:
-    """Trace, cost, place and emit: the whole of ``gimletc compile``. Infeasible inputs raise `Infeasible`."""
+            analyse: bool = True, progress: Progress | None = None, timings: Timings | None = None,
+            cost_budget_per_hour: float | None = None) -> Compilation:
+    """Trace, cost, place and emit: the whole of ``gimletc compile``. Infeasible inputs raise `Infeasible`.
+
+    `baselines` adds the comparisons of [Note: baselines] (iso-power and iso-cost fleets of each device type,
+    costed here; vendor islands; no disaggregation; greedy), each solved for the same `objective`."""
     from compiler.emit.emit_plan import emit_plan
     from compiler.place.baselines import baselines as solve_baselines
     from compiler.place.infeasible import explain
@@ -246,7 +253,8 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     timings = timings if timings is not None else Timings()
     note = progress or _quiet
     prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, slo_ttft_ms=slo_ttft_ms,
-                   slo_tpot_ms=slo_tpot_ms, precision=precision, timings=timings, progress=progress)
+                   slo_tpot_ms=slo_tpot_ms, precision=precision, timings=timings, progress=progress,
+                   cost_budget_per_hour=cost_budget_per_hour)
     _raise_if_bounded(prep.graph.model, prep.instance)  # the TPOT targets too ([Note: placement bounds])
     note(f"solving the placement ({len(prep.options)} pool options) with CP-SAT")
     with timings.step("place"):
@@ -254,12 +262,22 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
         if not sol.feasible:
             raise Infeasible(explain(prep.graph.model, prep.instance, sol))
     with timings.step("baselines"):
-        base = solve_baselines(prep.instance, time_limit_s=time_limit_s) if baselines else []
+        base = []
+        if baselines:
+            note("baselines: each device type alone within the budget, vendor islands, no disaggregation, greedy")
+            base = solve_baselines(prep.instance, objective, time_limit_s=time_limit_s, fleets=_fleets(prep))
     with timings.step("sensitivity"):
         moved = sensitivity(prep, sol, objective, progress=progress) if analyse else []
     with timings.step("emit"):
         plan = emit_plan(prep.graph, prep.cluster, prep.workload, precision, prep.instance, sol, base, moved)
     return Compilation(plan, sol, prep, timings)
+
+
+def _fleets(prep: Prepared) -> list:
+    """The iso-power and iso-cost single-type fleets of `prep`'s cluster (`cost.instance.single_type_fleets`)."""
+    from compiler.cost.instance import single_type_fleets
+
+    return single_type_fleets(prep.graph, prep.cluster, prep.workload, prep.precision)
 
 
 #: How far `sensitivity` moves each assumed efficiency factor, both ways.
@@ -318,77 +336,171 @@ def _pool_shapes(sol: Solution) -> set[str]:
 
 #: Slowest TPOT target `pareto` sweeps: 200 ms is 5 tokens/s per user, slower than anyone reads.
 MAX_TPOT_S = 0.2
+#: Relative gap at which each point of the sweep stops: a frontier of many solves affords 0.5% (each row's
+#: status says ``feasible`` when a point stopped short of its proof).
+SWEEP_GAP = 0.005
+#: What `pareto` may maximise along the sweep.
+PARETO_OBJECTIVES = ("tokens-per-watt", "tokens-per-dollar", "throughput")
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """What `pareto` returns: one row per (TPOT target, curve) with a placement, and where each device type
+    (and each baseline) drops out of the sweep."""
+
+    title: str
+    objective: str
+    rows: list[dict]
+    dropouts: list[dict]
+    targets_ms: list[float]
 
 
 def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
            precision: Precision = Precision.of("bf16"), points: int = 8, time_limit_s: float = 60.0,
-           progress: Progress | None = None, timings: Timings | None = None) -> tuple[str, list[dict]]:
-    """The speed-vs-throughput frontier: ``(title, rows)``, one row per curve and TPOT target.
+           progress: Progress | None = None, timings: Timings | None = None, objective: str = "tokens-per-watt",
+           cost_budget_per_hour: float | None = None) -> Frontier:
+    """The interactivity frontier: tokens/s per user against throughput per MW (and per dollar), for the
+    heterogeneous plan and every baseline of [Note: baselines].
 
-    For each TPOT target in a log-spaced sweep (from the fastest TPOT any pool
-    achieves to the slowest, capped at `MAX_TPOT_S`), solve the tokens-per-watt
-    placement on the options costed once by `prepare`; each point is (tokens/s
-    per user = 1 / worst TPOT of the plan, output tokens/s per MW provisioned).
-    The same sweep restricted to one device type at a time gives the
-    homogeneous curves. All points are predictions of the cost model. When no
-    point is feasible, raises `Infeasible` naming the binding constraints of the
-    loosest target.
+    The TPOT targets run log-spaced from relaxed (the slowest TPOT any pool shows, capped at `MAX_TPOT_S`) to
+    the fastest at which some pool serves every class (`fastest_tpot`). Options and the single-type fleets are
+    costed once; each point re-reads their latency curves against its target (`Instance.with_slo`) and solves
+    `objective` for the plan and each baseline. A baseline infeasible at one target is infeasible at every
+    tighter one, so it drops out of the sweep there (recorded in ``dropouts``, with each device type that
+    leaves the heterogeneous plan). All points are predictions. Raises `Infeasible` when any heterogeneous
+    point fails, naming each failing target and what binds there.
     """
+    if objective not in PARETO_OBJECTIVES:
+        raise BadInput(f"--objective {objective!r}: the frontier maximises one of {', '.join(PARETO_OBJECTIVES)}")
     note = progress or _quiet
     timings = timings if timings is not None else Timings()
     prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, precision=precision,
-                   progress=progress, timings=timings)
-    tpots = sorted(s.curve[0][4] for o in prep.options if o.kind != "prefill" for s in o.classes)
-    if not tpots:
-        raise Infeasible(f"no device type in {prep.cluster.name} can decode {prep.graph.model}: no pool option "
-                         "has a TPOT to sweep")
-    lo, hi = tpots[0], min(tpots[-1], MAX_TPOT_S)
-    targets = [lo * (hi / lo) ** (i / max(points - 1, 1)) for i in range(points)]
-    rows: list[dict] = []
+                   progress=progress, timings=timings, cost_budget_per_hour=cost_budget_per_hour)
+    lo = fastest_tpot(prep.instance)
+    slowest = max((s.curve[0][4] for o in prep.options if o.kind != "prefill" for s in o.classes), default=0.0)
+    if lo is None:
+        raise Infeasible(f"no point of the frontier is feasible: no pool of {prep.cluster.name} serves every class "
+                         f"of {prep.workload.name} within its TTFT target at any TPOT; "
+                         + _no_frontier_reason(prep, MAX_TPOT_S, time_limit_s))
+    hi = max(min(slowest, MAX_TPOT_S), lo)
+    targets = [hi * (lo / hi) ** (i / max(points - 1, 1)) for i in range(points)]  # relaxed first
+    targets[-1] = lo if points > 1 else targets[-1]  # exactly the fastest, not a rounding below it
+    with timings.step("baselines"):
+        note("costing each device type alone within the budget (once for the whole sweep)")
+        fleets = _fleets(prep)
     with timings.step("sweep"):
-        _sweep(prep, targets, time_limit_s, note, rows)
-    if not any(r["curve"] == "heterogeneous" for r in rows):
-        _no_frontier(prep, targets, time_limit_s)
-    return f"{prep.graph.model} on {prep.cluster.name}, workload {prep.workload.name}", rows
+        rows, dropouts, failed = _sweep(prep, fleets, targets, objective, time_limit_s, note)
+    title = f"{prep.graph.model} on {prep.cluster.name}, workload {prep.workload.name}"
+    if len(failed) == len(targets):
+        raise Infeasible(f"no point of the frontier is feasible ({len(targets)} TPOT targets, {lo * 1e3:.1f} to "
+                         f"{hi * 1e3:.1f} ms); at the loosest: {failed[0][1]}")
+    if failed:
+        raise Infeasible(f"{len(failed)} of {len(targets)} points of the frontier failed, so no frontier is "
+                         "written: " + "; ".join(f"TPOT {t * 1e3:.2f} ms: {why}" for t, why in failed))
+    return Frontier(title, objective, rows, dropouts, [t * 1e3 for t in targets])
 
 
-def _sweep(prep: Prepared, targets: list[float], time_limit_s: float, note: Progress, rows: list[dict]) -> None:
-    """Append one row per (TPOT target, curve) that has a feasible placement."""
+def fastest_tpot(inst: Instance) -> float | None:
+    """The smallest TPOT target (among the TPOTs the pools show at their lightest load) at which every class has
+    a route: a colocated pool, or a prefill pool whose KV reaches a decode pool in time, each within the class's
+    targets ([Note: class caps]). None when no target gives every class one."""
+    from compiler.ir.placement import SLO_SHARE_ADMISSION
+
+    def routed(i: Instance) -> bool:
+        for c in i.classes:
+            usable = [o for o in i.options if o.service(c.name) is not None and i.cap(o, c) > 0]
+            if any(o.kind == "colocated" for o in usable):
+                continue
+            decode_types = {o.kv_device for o in usable if o.receives_kv}
+            ttft = c.ttft_slo_s
+            if not any(ttft is None or p.service(c.name).at(i.cap(p, c))[2] + i.handoff(c.name, p.kv_device, t)
+                       + SLO_SHARE_ADMISSION * ttft <= ttft for p in usable if p.kind == "prefill"
+                       for t in decode_types):
+                return False
+        return True
+
+    candidates = sorted({s.curve[0][4] for o in inst.options if o.kind != "prefill" for s in o.classes
+                         if s.curve[0][4] > 0})
+    if not candidates or not routed(inst.with_slo(tpot_s=candidates[-1])):
+        return None
+    lo, hi = 0, len(candidates) - 1  # routed() is monotone in the target: bisect for the first that routes
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if routed(inst.with_slo(tpot_s=candidates[mid])) else (mid + 1, hi)
+    return candidates[lo]
+
+
+def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, time_limit_s: float,
+           note: Progress) -> tuple[list[dict], list[dict], list[tuple[float, str]]]:
+    """Rows per (target, curve) with a placement, the dropouts, and the failed heterogeneous targets."""
     from compiler.emit.emit_plan import class_latencies
-    from compiler.place.ilp import solve
-
-    options, workload = list(prep.options), prep.workload
-    types = [t for t, _ in prep.instance.inventory]
-    for i, target in enumerate(targets):
-        note(f"TPOT target {target * 1e3:.1f} ms ({i + 1}/{len(targets)})")
-        base = prep.instance.with_slo(tpot_s=target)  # the options' latency curves are read against the new target
-        curves = [("heterogeneous", options)] + [(f"homogeneous:{t}", [o for o in options if set(o.device_types) == {t}])
-                                                for t in types]
-        for curve, subset in curves:
-            if not subset:
-                continue
-            instance = base.with_options(subset)
-            sol = solve(instance, "tokens-per-watt", time_limit_s=time_limit_s, tie_break=False)
-            if not sol.feasible or not sol.requests_per_s:
-                continue
-            worst = max((lat.tpot_p_s for lat in class_latencies(instance, sol).values() if lat.tpot_p_s),
-                        default=target)
-            out_tps = sum(rate * instance.target(c).output_len for c, rate in sol.class_requests_per_s)
-            rows.append({"curve": curve, "tpot_target_ms": target * 1e3, "worst_tpot_ms": worst * 1e3,
-                         "tokens_per_s_per_user": 1.0 / worst, "output_tokens_per_s": out_tps,
-                         "provisioned_power_w": sol.provisioned_w, "power_w": sol.power_w,
-                         "output_tokens_per_s_per_mw": out_tps / (sol.provisioned_w / 1e6),
-                         "status": sol.status, "prediction": True})
-
-
-def _no_frontier(prep: Prepared, targets: list[float], time_limit_s: float) -> None:
-    """No heterogeneous point: raise `Infeasible` with what binds at the loosest TPOT target."""
+    from compiler.ir.placement import Baseline
+    from compiler.place.baselines import colocated_only, greedy_baseline, islands, solved
     from compiler.place.ilp import solve
     from compiler.place.infeasible import explain
 
-    loosest = targets[-1]
-    instance = prep.instance.with_slo(tpot_s=loosest)
-    sol = solve(instance, "tokens-per-watt", time_limit_s=time_limit_s, tie_break=False)
-    why = explain(prep.graph.model, instance, sol)
-    raise Infeasible(f"no point of the frontier is feasible ({len(targets)} TPOT targets, "
-                     f"{targets[0] * 1e3:.1f} to {loosest * 1e3:.1f} ms); at the loosest: {why}")
+    rows: list[dict] = []
+    dropouts: list[dict] = []
+    failed: list[tuple[float, str]] = []
+    gone: dict[str, float] = {}  # baseline -> the target at which it dropped out
+    hint: dict[str, float] = {}  # curve -> its objective at the previous target: where Dinkelbach starts
+    before: set[str] | None = None
+    for i, target in enumerate(targets):
+        note(f"TPOT target {target * 1e3:.1f} ms ({i + 1}/{len(targets)})")
+        base = prep.instance.with_slo(tpot_s=target)  # the options' latency curves are read against the new target
+        sol = solve(base, objective, time_limit_s=time_limit_s, tie_break=False, gap=SWEEP_GAP,
+                    ratio_hint=hint.get("heterogeneous", 0.0))
+        if not sol.feasible:
+            failed.append((target, explain(prep.graph.model, base, sol)))
+            continue
+        hint["heterogeneous"] = sol.objective.value
+        worst = max((lat.tpot_p_s for lat in class_latencies(base, sol).values() if lat.tpot_p_s), default=target)
+        used = set(sol.devices())
+        rows.append(_row("heterogeneous", target, sol.output_tokens_per_s(base.classes), sol.provisioned_w,
+                         sol.power_w, sol.cost_per_hour, sol.status, sol.devices(), worst))
+        for t in sorted((before or set()) - used):
+            dropouts.append({"device": t, "tpot_target_ms": target * 1e3, "where": "heterogeneous",
+                             "why": f"the plan no longer uses {t}"})
+        before = used
+        posed = [(n, (lambda f=f: f.with_slo(tpot_s=target)) if not isinstance(f, str) else f) for n, f in fleets]
+        posed += [("vendor-islands", lambda: islands(base)), ("no-disaggregation", lambda: colocated_only(base))]
+        for name, fleet in posed + [("greedy", None)]:
+            if name in gone:
+                continue
+            b = (Baseline(name, "skipped", note=fleet) if isinstance(fleet, str) else
+                 greedy_baseline(base, objective) if fleet is None else
+                 solved(name, fleet(), objective, time_limit_s, explain=False, gap=SWEEP_GAP,
+                        ratio_hint=hint.get(name, 0.0)))
+            if b.objective is not None:
+                hint[name] = b.objective.value
+            if not b.feasible or not b.output_tokens_per_s:
+                gone[b.name] = target
+                if b.status != "skipped" or i == 0:
+                    why = b.note if b.status == "skipped" or b.name == "greedy" else \
+                        f"no placement meets TPOT {target * 1e3:.2f} ms within the budget"
+                    dropouts.append({"device": b.name.split(":", 1)[1] if ":" in b.name else "", "where": b.name,
+                                     "tpot_target_ms": target * 1e3, "why": why})
+                continue
+            rows.append(_row(b.name, target, b.output_tokens_per_s, b.provisioned_w, b.power_w, b.cost_per_hour,
+                             b.status, dict(b.devices), None))
+    return rows, dropouts, failed
+
+
+def _row(curve: str, target: float, out_tps: float, provisioned_w: float, power_w: float, cost: float | None,
+         status: str, devices: dict[str, int], worst: float | None) -> dict:
+    return {"curve": curve, "tpot_target_ms": target * 1e3, "tokens_per_s_per_user": 1.0 / target,
+            "worst_tpot_ms": None if worst is None else worst * 1e3, "output_tokens_per_s": out_tps,
+            "provisioned_power_w": provisioned_w, "power_w": power_w,
+            "output_tokens_per_s_per_mw": out_tps / (provisioned_w / 1e6) if provisioned_w else 0.0,
+            "cost_per_hour": cost, "output_tokens_per_dollar": out_tps * 3600 / cost if cost else None,
+            "status": status, "devices": " ".join(f"{d}:{n}" for d, n in sorted(devices.items())), "prediction": True}
+
+
+def _no_frontier_reason(prep: Prepared, target: float, time_limit_s: float) -> str:
+    """What binds the heterogeneous placement at `target`."""
+    from compiler.place.ilp import solve
+    from compiler.place.infeasible import explain
+
+    instance = prep.instance.with_slo(tpot_s=target)
+    return explain(prep.graph.model, instance, solve(instance, "throughput", time_limit_s=time_limit_s,
+                                                      tie_break=False))

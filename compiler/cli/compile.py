@@ -21,7 +21,12 @@ OUTPUTS = ("plan.json", "k8s", "stages", "weights", "onnx", "model", "manifest.j
 MANIFEST_CHOICES = ("device-plugin", "dra", "none")
 #: Display units of each objective's quantity (`compiler.ir.placement.OBJECTIVE_QUANTITIES`).
 QUANTITY_UNITS = {"requests_per_s": "req/s", "requests_per_s_per_provisioned_w": "req/s per W provisioned",
-                  "provisioned_w": "W provisioned", "worst_tpot_ms": "ms worst TPOT"}
+                  "provisioned_w": "W provisioned", "worst_tpot_ms": "ms worst TPOT", "dollars_per_hour": "$/h",
+                  "requests_per_s_per_dollar_per_hour": "req/s per $/h"}
+#: What each objective compares, in words, for the baselines' verdicts.
+OBJECTIVE_WORDS = {"throughput": "throughput", "tokens-per-watt": "tokens/s per provisioned watt",
+                   "power": "provisioned power at the arrival rate", "latency": "worst TPOT",
+                   "cost": "dollars per hour at the arrival rate", "tokens-per-dollar": "tokens per dollar"}
 
 
 def register(sub) -> None:
@@ -57,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         result = compile(args.model, args.cluster, args.workload, power_budget_w=args.power_budget,
                          objective=args.objective, slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms,
                          precision=options.precision_of(args), time_limit_s=args.time_limit,
-                         analyse=not args.no_sensitivity,
+                         analyse=not args.no_sensitivity, cost_budget_per_hour=args.cost_budget,
                          progress=progress_for(args), timings=timings)
         with timings.step("write"):
             from compiler.emit.artifacts import write_plan_dir  # plan.json, stage programs, shards, manifest
@@ -88,15 +93,23 @@ def render(result, out: Path) -> None:
     plan, sol = result.plan, result.solution
     console = Console()
     budget = f"{plan.power_budget_w / 1e3:.0f}kW budget" if plan.power_budget_w else "no power budget"
+    if plan.cost_budget_per_hour:
+        budget += f", ${plan.cost_budget_per_hour:,.0f}/h budget"
     console.print(f"[bold]{plan.model}[/bold] on [bold]{plan.cluster}[/bold] ({budget}) for workload "
                   f"[bold]{plan.workload}[/bold], objective {plan.solver.objective}")
+    if plan.fleet_design:
+        console.print("fleet design (count: any): the solver chose " + ", ".join(
+            f"{plan.devices_used.get(t, 0)} of at most {plan.inventory.get(t, 0)} {t}" for t in plan.fleet_design))
     for table in _pool_tables(plan, console.width):
         console.print(table)
     pr = plan.predicted
     console.print(
         f"predicted: {pr.requests_per_s:.2f} req/s, {pr.output_tokens_per_s:,.0f} output tokens/s, "
         f"{pr.power_w / 1e3:.1f}kW drawn ({pr.provisioned_power_w / 1e3:.1f}kW provisioned), "
-        f"{pr.output_tokens_per_s_per_w:.2f} output tokens/s per W, worst TTFT "
+        f"{pr.output_tokens_per_s_per_w:.2f} output tokens/s per W drawn "
+        f"({pr.output_tokens_per_s_per_provisioned_w:.2f} per W provisioned), "
+        + (f"${pr.cost_per_hour:,.2f}/h, {pr.output_tokens_per_dollar:,.0f} output tokens per $, "
+           if pr.cost_per_hour else "") + "worst TTFT "
         f"{'-' if pr.worst_ttft_ms is None else f'{pr.worst_ttft_ms:.0f} ms'}, worst TPOT "
         f"{'-' if pr.worst_tpot_ms is None else f'{pr.worst_tpot_ms:.1f} ms'}")
     if plan.classes:
@@ -108,7 +121,10 @@ def render(result, out: Path) -> None:
         console.print(f"KV hand-offs: {len(kv)} pool pairs, {total / 1e9:.2f} GB/s in all")
     _print_sensitivity(plan, console)
     if plan.baselines:
-        console.print(_baseline_table(plan))
+        for table in _baseline_tables(plan, console.width):
+            console.print(table)
+        for line in baseline_verdicts(plan):
+            console.print(line)
     s = plan.solver
     unit = QUANTITY_UNITS.get(OBJECTIVE_QUANTITIES.get(s.objective, ""), "")
     console.print(f"solver: CP-SAT {s.status}, objective {s.objective_value:.4g} {unit}, bound {s.bound:.4g} {unit}, "
@@ -170,12 +186,46 @@ def _print_sensitivity(plan, console) -> None:
                       f"{', '.join(m.pools_removed) or '-'}. This plan flips on a guess.[/yellow]")
 
 
-def _baseline_table(plan):
-    from rich.table import Table
+def _baseline_tables(plan, width: int) -> list:
+    """Each baseline's status, fleet and predicted numbers, and the plan's gain in the objective's terms."""
+    def num(value, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
 
-    bt = Table(title="baselines (same cost model)", title_justify="left")
-    for col in ("baseline", "output tokens/s", "power kW", "plan gain"):
-        bt.add_column(col, justify="left" if col == "baseline" else "right", no_wrap=col == "baseline")
-    for b in sorted(plan.baselines, key=lambda b: -b.output_tokens_per_s):
-        bt.add_row(b.name, f"{b.output_tokens_per_s:,.0f}", f"{b.power_w / 1e3:.1f}", f"{b.plan_ratio:.2f}x")
-    return bt
+    columns = [("baseline", "left"), ("status", "left"), ("devices", "right"), ("output tok/s", "right"),
+               ("kW drawn / prov.", "right"), ("tok/s per kW prov.", "right"), ("$/h", "right"),
+               ("tok per $", "right"), (f"plan gain ({plan.solver.objective})", "right")]
+    rows = [[b.name, b.status, str(sum(b.devices.values())) if b.devices else "-",
+             num(b.output_tokens_per_s if b.status in ("optimal", "feasible") else None, ",.0f"),
+             f"{b.power_w / 1e3:.1f} / {b.provisioned_power_w / 1e3:.1f}" if b.provisioned_power_w else "-",
+             num(None if b.output_tokens_per_s_per_provisioned_w is None
+                 else b.output_tokens_per_s_per_provisioned_w * 1e3, ",.0f"),
+             num(b.cost_per_hour, ",.2f"), num(b.output_tokens_per_dollar, ",.0f"),
+             "-" if b.plan_gain is None else f"{b.plan_gain:.2f}x"] for b in plan.baselines]
+    return fitted_tables("baselines (same cost model, same objective; predictions)", columns, rows, width)
+
+
+def baseline_verdicts(plan) -> list[str]:
+    """Plain sentences: which baselines beat the plan in the objective's terms (single device types at equal
+    power or cost first), and why a baseline has no number (infeasible, or the question cannot be posed)."""
+    words = OBJECTIVE_WORDS.get(plan.solver.objective, plan.solver.objective)
+    out = []
+    for budget in ("power", "cost"):
+        beat = sorted((b for b in plan.baselines if b.beats_plan and b.name.startswith(f"iso-{budget}:")),
+                      key=lambda b: b.plan_gain)
+        if beat:
+            out.append(f"[yellow]A single device type beats this mix at equal {budget}: " + ", ".join(
+                f"{b.name.split(':', 1)[1]} ({1 / b.plan_gain:.2f}x better {words})" for b in beat) + "." +
+                (" This fleet is fixed; give its devices count: any to let the solver choose the mix."
+                 if not plan.fleet_design else "") + "[/yellow]")
+    for b in plan.baselines:
+        if b.beats_plan and not b.name.startswith("iso-"):
+            out.append(f"[yellow]{b.name} beats this plan: {1 / b.plan_gain:.2f}x better {words} ({b.question}; "
+                       f"the plan is {plan.solver.status}).[/yellow]")
+        elif b.status in ("infeasible", "skipped"):
+            out.append(f"[dim]{b.name}: {b.status} ({b.note or b.question})[/dim]")
+    compared = [b for b in plan.baselines if b.plan_gain is not None]
+    if compared and not any(b.beats_plan for b in compared):
+        closest = min(compared, key=lambda b: b.plan_gain)
+        out.append(f"the plan beats every baseline on {words}; the closest is {closest.name} "
+                   f"(plan gain {closest.plan_gain:.2f}x).")
+    return out

@@ -83,6 +83,8 @@ def add_placement_inputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", required=True, metavar="FILE", help="workload YAML (examples/workloads/)")
     p.add_argument("--power-budget", type=power_w, metavar="POWER",
                    help="override the cluster's budget, with a unit: 200kW, 1.5MW or 800W")
+    p.add_argument("--cost-budget", type=positive_float, metavar="USD_PER_HOUR",
+                   help="override the cluster's cost_budget_per_hour: dollars per hour the devices may cost")
     add_precision(p)
     p.add_argument("--time-limit", type=positive_float, default=60.0, metavar="S",
                    help="solver time limit, seconds (default 60)")

@@ -1,8 +1,11 @@
-"""Assemble the placement `Instance`: costed options, the request classes' targets, and what links and KV
-hand-offs cost between device types.
+"""Assemble the placement `Instance`: costed options, the request classes' targets, what links and KV
+hand-offs cost between device types, and what devices cost in dollars.
 
 Before: the BlockGraph, cluster, workload, costed `PoolOption`s, `Precision` and
 power budget. After: an `Instance` (`compiler.ir.placement`), pure data the ILP reads.
+
+`single_type_fleets` poses the iso-power and iso-cost questions ([Note: baselines]):
+each device type alone, as many as one budget buys, costed like any other fleet.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
 from compiler.ir.block_graph import BlockGraph
+from compiler.ir.errors import BadInput
 from compiler.ir.placement import ClassTarget, Instance
 from compiler.ir.pool_option import PoolOption
 from compiler.ir.precision import Precision
@@ -30,11 +34,44 @@ def class_targets(graph: BlockGraph, workload: Workload, precision: Precision) -
 def build_instance(graph: BlockGraph, cluster: Cluster, workload: Workload, options: list[PoolOption],
                    precision: Precision, power_budget_w: float | None) -> Instance:
     classes = class_targets(graph, workload, precision)
-    types = sorted(cluster.inventory())
+    inventory = cluster.inventory()
+    types = sorted(inventory)
     links = tuple(((a, b), cluster.link(a, b)[0]) for a in types for b in types if a < b)
     handoff = tuple(((c.name, a, b), kv_handoff_s(c.kv_bytes, bw_bytes_per_s=cluster.link(a, b)[0],
                                                   latency_s=cluster.link(a, b)[1], layers=graph.num_layers))
                     for c in classes for a in types for b in types)
     arrival = workload.arrival_rate_per_s if workload.arrival_rate_per_s != "maximise" else None
-    return Instance(tuple(options), tuple(sorted(cluster.inventory().items())), power_budget_w, classes, links,
-                    handoff, arrival)
+    prices = tuple((t, p) for t in types if (p := cluster.price_per_hour(t)) is not None)
+    return Instance(tuple(options), tuple(sorted(inventory.items())), power_budget_w, classes, links,
+                    handoff, arrival, prices_per_hour=prices, cost_budget_per_hour=cluster.cost_budget_per_hour,
+                    designed=tuple(sorted(cluster.designed())))
+
+
+def single_type_fleets(graph: BlockGraph, cluster: Cluster, workload: Workload,
+                       precision: Precision) -> list[tuple[str, Instance | str]]:
+    """``(name, Instance)`` per device type and budget: ``iso-power:<t>`` when the cluster has a power budget,
+    ``iso-cost:<t>`` when it has a cost budget, each the type alone with as many devices as that budget buys
+    (`Cluster.alone`), its options costed for that count. A question that cannot be posed (the budget buys
+    none, the type cannot hold the model, no price) comes back as the reason instead of an Instance."""
+    from compiler.cost.pool_options import enumerate_options
+
+    budgets = [b for b, set_ in (("power", cluster.power_budget_w), ("cost", cluster.cost_budget_per_hour)) if set_]
+    out: list[tuple[str, Instance | str]] = []
+    for budget in budgets:
+        for t in cluster.inventory():
+            name = f"iso-{budget}:{t}"
+            alone = cluster.alone(t, budget)
+            if budget == "cost" and alone.price_per_hour(t) is None:
+                out.append((name, f"{t} has no price: set price_per_hour on its entry in the cluster file"))
+                continue
+            count = alone.budget_bound(t)
+            if count < 1:
+                out.append((name, f"the {budget} budget buys no {t}"))
+                continue
+            try:
+                options, _skipped = enumerate_options(graph, alone, workload, precision)
+            except BadInput as e:
+                out.append((name, f"{count} x {t}: {e}"))
+                continue
+            out.append((name, build_instance(graph, alone, workload, options, precision, alone.power_budget_w)))
+    return out

@@ -7,18 +7,18 @@ validated value ``plan.json`` holds. Writing it is the caller's (the CLI's) job.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from importlib import metadata
 
 from compiler.emit.plan import (
-    Baseline, ClassResult, Plan, Pool, PoolClass, Predicted, SensitivityResult, SolverReport, Stage, Transfer,
+    GAIN_METRICS, Baseline, ClassResult, Plan, Pool, PoolClass, Predicted, SensitivityResult, SolverReport, Stage,
+    Transfer,
 )
 from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.placement import Baseline as BaselineSolution
-from compiler.ir.placement import Instance, Sensitivity, Solution
+from compiler.ir.placement import Instance, Sensitivity, Solution, gain
 from compiler.ir.pool_option import PoolOption
 from compiler.ir.precision import Precision
 
@@ -33,22 +33,27 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
     used = sol.used()
     pools, pool_of = _pools(graph, inst, sol, used)
     latencies = class_latencies(inst, sol)
-    out_tps = sum(rate * inst.target(c).output_len for c, rate in sol.class_requests_per_s)
+    out_tps = sol.output_tokens_per_s(inst.classes)
+    predicted = _predicted(sol, latencies, out_tps)
     return Plan(
         gimletc_version=_version(), model=graph.model, model_sha256=graph.config_sha256, dtype=precision.weights,
         kv_dtype=precision.kv, cluster=cluster.name, power_budget_w=inst.power_budget_w,
-        inventory=dict(inst.inventory), workload=workload.name, mean_input_len=workload.mean_input_len,
+        inventory={t: n for t, n in inst.inventory if n > 0}, workload=workload.name,
+        mean_input_len=workload.mean_input_len,
         mean_output_len=workload.mean_output_len, slo_ttft_ms=workload.slo.ttft_ms, slo_tpot_ms=workload.slo.tpot_ms,
         pools=pools, transfers=_kv_transfers(inst, sol, used, pool_of) + _activation_transfers(graph, sol, used, pool_of),
         classes=[_class_result(workload, inst, sol, c, latencies.get(c.name), pool_of) for c in inst.classes],
-        predicted=_predicted(sol, latencies, out_tps),
+        predicted=predicted,
         solver=SolverReport(status=sol.status, objective=sol.objective.name, objective_value=sol.objective.value,
                             bound=sol.objective.bound, gap=sol.objective.gap, variables=sol.variables,
                             constraints=sol.constraints, options=len(options)),
-        baselines=[_baseline(b, inst, out_tps) for b in baselines],
+        baselines=[baseline_result(b, sol, predicted) for b in baselines],
         sensitivity=[SensitivityResult(factor=m.factor, change=m.change, objective_change=m.objective_change,
                                        changes_pools=m.changes_pools, pools_added=list(m.pools_added),
                                        pools_removed=list(m.pools_removed)) for m in sensitivity],
+        cost_budget_per_hour=inst.cost_budget_per_hour, fleet_design=list(inst.designed),
+        devices_used=sol.devices(), prices_per_hour=dict(inst.prices_per_hour),
+        price_sources={t: src for t, _p in inst.prices_per_hour if (src := cluster.price_source(t))},
     )
 
 
@@ -224,11 +229,39 @@ def _predicted(sol: Solution, latencies: dict[str, ClassLatency], out_tps: float
                      provisioned_power_w=sol.provisioned_w,
                      output_tokens_per_s_per_w=out_tps / sol.power_w if sol.power_w else 0.0,
                      worst_ttft_ms=max(ttfts) * 1e3 if ttfts else None,
-                     worst_tpot_ms=max(tpots) * 1e3 if tpots else None)
+                     worst_tpot_ms=max(tpots) * 1e3 if tpots else None,
+                     output_tokens_per_s_per_provisioned_w=out_tps / sol.provisioned_w if sol.provisioned_w else 0.0,
+                     cost_per_hour=sol.cost_per_hour, output_tokens_per_dollar=_per_dollar(out_tps, sol.cost_per_hour))
 
 
-def _baseline(b: BaselineSolution, inst: Instance, plan_tps: float) -> Baseline:
-    mean_out = sum(c.share * c.output_len for c in inst.classes)
-    tps = b.requests_per_s * mean_out
-    return Baseline(name=b.name, output_tokens_per_s=tps, power_w=b.power_w,
-                    plan_ratio=plan_tps / tps if tps else math.inf)
+def _per_dollar(tokens_per_s: float, cost_per_hour: float | None) -> float | None:
+    return tokens_per_s * 3600 / cost_per_hour if cost_per_hour else None
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def baseline_result(b: BaselineSolution, sol: Solution, plan: Predicted) -> Baseline:
+    """One baseline as plan.json reports it: its numbers, and the plan's gain over it in the objective's terms
+    (`compiler.ir.placement.gain`) and on each of `GAIN_METRICS`."""
+    ok = b.feasible
+    own = {"output_tokens_per_s": b.output_tokens_per_s if ok else None,
+           "output_tokens_per_s_per_w": _ratio(b.output_tokens_per_s, b.power_w) if ok else None,
+           "output_tokens_per_s_per_provisioned_w": _ratio(b.output_tokens_per_s, b.provisioned_w) if ok else None,
+           "output_tokens_per_dollar": _per_dollar(b.output_tokens_per_s, b.cost_per_hour) if ok else None}
+    gains = {m: gain("max", getattr(plan, m), own[m]) for m in GAIN_METRICS}
+    value = b.objective.value if ok and b.objective is not None else None
+    plan_gain = gain(sol.objective.sense, sol.objective.value, value)
+    return Baseline(
+        name=b.name, question=b.question, status=b.status, note=b.note, devices=dict(b.devices),
+        requests_per_s=b.requests_per_s, output_tokens_per_s=b.output_tokens_per_s, power_w=b.power_w,
+        provisioned_power_w=b.provisioned_w, cost_per_hour=b.cost_per_hour, **{m: own[m] for m in GAIN_METRICS[1:]},
+        objective_value=value, plan_gain=plan_gain, plan_gains=gains,
+        beats_plan=plan_gain is not None and plan_gain < 1 - BEATS_TOLERANCE)
+
+
+#: A baseline beats the plan only by more than the ILP's own rounding: rates in milli-requests/s, class loads
+#: rounded up in billionths of a replica and shares in thousandths cost a solved placement up to ~0.1%, which a
+#: placement valued in floating point (greedy) does not pay.
+BEATS_TOLERANCE = 2e-3

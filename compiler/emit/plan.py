@@ -161,9 +161,12 @@ class Predicted(_Frozen):
     output_tokens_per_s: float
     power_w: float  # mean draw while serving
     provisioned_power_w: float  # device TDP reserved against the budget
-    output_tokens_per_s_per_w: float
+    output_tokens_per_s_per_w: float  # per watt drawn
     worst_ttft_ms: float | None
     worst_tpot_ms: float | None
+    output_tokens_per_s_per_provisioned_w: float = 0.0
+    cost_per_hour: float | None = None  # dollars per hour of the deployed devices (None: a type has no price)
+    output_tokens_per_dollar: float | None = None
     prediction: Literal[True] = True
 
 
@@ -207,11 +210,39 @@ class SolverReport(_Frozen):
     options: int
 
 
+#: The quantities every baseline is compared on (all larger-is-better), beside the objective itself.
+GAIN_METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_w", "output_tokens_per_s_per_provisioned_w",
+                "output_tokens_per_dollar")
+
+
 class Baseline(_Frozen):
+    """A comparison placement ([Note: baselines] in `compiler.ir.placement`), solved with the plan's objective:
+    what it deploys, serves, draws and costs (predictions), and how the plan compares.
+
+    ``plan_gain`` is in the objective's own terms: how many times better the plan is (for a quantity to
+    minimise, the baseline's value over the plan's); below 1 this baseline beats the plan (``beats_plan``).
+    ``plan_gains`` gives the same for each of `GAIN_METRICS`; a gain is null where there is nothing to compare
+    (infeasible or skipped baseline, no prices).
+    """
+
     name: str
-    output_tokens_per_s: float
-    power_w: float
-    plan_ratio: float  # plan's output tokens/s over this baseline's
+    question: str
+    status: Literal["optimal", "feasible", "infeasible", "skipped"]
+    note: str = ""
+    devices: dict[str, int] = {}
+    requests_per_s: float = 0.0
+    output_tokens_per_s: float = 0.0
+    power_w: float = 0.0  # mean draw
+    provisioned_power_w: float = 0.0
+    cost_per_hour: float | None = None
+    output_tokens_per_s_per_w: float | None = None  # per watt drawn
+    output_tokens_per_s_per_provisioned_w: float | None = None
+    output_tokens_per_dollar: float | None = None
+    objective_value: float | None = None  # in the unit of solver.objective
+    plan_gain: float | None = None
+    plan_gains: dict[str, float | None] = {}
+    beats_plan: bool = False
+    prediction: Literal[True] = True
 
 
 class Plan(_Frozen):
@@ -223,7 +254,7 @@ class Plan(_Frozen):
     kv_dtype: str
     cluster: str
     power_budget_w: float | None
-    inventory: dict[str, int]
+    inventory: dict[str, int]  # a `count: any` type: the most its budget buys ([Note: fleet design])
     workload: str
     mean_input_len: float
     mean_output_len: float
@@ -236,6 +267,11 @@ class Plan(_Frozen):
     solver: SolverReport
     baselines: list[Baseline]
     sensitivity: list[SensitivityResult] = []
+    cost_budget_per_hour: float | None = None
+    fleet_design: list[str] = []  # device types whose count the solver chose (`count: any`)
+    devices_used: dict[str, int] = {}  # devices the plan deploys, per type
+    prices_per_hour: dict[str, float] = {}  # dollars per device-hour, per priced type
+    price_sources: dict[str, str] = {}  # where each price comes from (cluster file, or the catalog's source)
 
     def dumps(self) -> str:
         """Canonical text: sorted keys, fixed float repr, so equal plans are equal bytes."""

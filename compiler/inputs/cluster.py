@@ -1,5 +1,10 @@
-"""The cluster file: what a provider owns. Device pools (catalog id, count, node size), the bandwidth
-between pools, and a power budget.
+"""The cluster file: what a provider owns, or may buy. Device pools (catalog id, count, node size, price),
+the bandwidth between pools, a power budget and a cost budget.
+
+A pool's ``count`` is a number (a fixed fleet) or ``any`` (fleet design: the
+solver chooses how many, within the budgets; [Note: fleet design] in
+`compiler.ir.placement`). Prices are dollars per device-hour: the entry's
+``price_per_hour``, else the catalog's labelled reference price, if any.
 
 A frozen pydantic model that rejects unknown fields, so a typo such as
 ``power_budget_k`` fails instead of being ignored; `compiler.inputs.load_cluster`
@@ -9,16 +14,22 @@ GB/s (1e9 bytes/s) and microseconds; methods hand the compiler W, bytes/s and s.
 >>> c = Cluster(name="lab", devices=[{"device": "nvidia-h100-sxm", "count": 8}], power_budget_kw=10)
 >>> c.inventory(), c.power_budget_w
 ({'nvidia-h100-sxm': 8}, 10000.0)
+>>> d = Cluster(name="design", devices=[{"device": "nvidia-h100-sxm", "count": "any", "price_per_hour": 3.0}],
+...             power_budget_kw=10, cost_budget_per_hour=30)
+>>> d.inventory(), d.designed()
+({'nvidia-h100-sxm': 10}, ('nvidia-h100-sxm',))
 """
 
 from __future__ import annotations
 
 import difflib
 import ipaddress
+import math
 import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from backends import registry
 from compiler.inputs.yaml_file import Frozen
@@ -46,7 +57,12 @@ class Inventory(Frozen):
     """One device pool: how many of one catalog device the cluster owns."""
 
     device: str = Field(description="catalog id, as listed by `gimletc backends`")
-    count: int = Field(ge=1, description="devices of this type (chips, cards or systems, per the catalog's form)")
+    count: int | Literal["any"] = Field(
+        description="devices of this type (chips, cards or systems, per the catalog's form), or `any`: the solver "
+                    "chooses how many, as many as the power and cost budgets allow at most (fleet design)")
+    price_per_hour: float | None = Field(
+        default=None, gt=0, description="dollars per device-hour; default: the catalog's reference price, if any "
+                                        "(read only for a cost budget or the cost and tokens-per-dollar objectives)")
     node_size: int | None = Field(
         default=None, ge=1, description="devices per node (scale-up domain); default: the catalog's devices_per_node")
     engine: str = Field(default="generic", description="serving engine of this pool: generic, trtllm, vllm or sglang "
@@ -65,6 +81,16 @@ class Inventory(Frozen):
     endpoints: tuple[str, ...] = Field(
         default=(), description="IP addresses of the external systems that serve this pool (devices without a "
                                 "Kubernetes resource)")
+
+    @field_validator("count", mode="before")
+    @classmethod
+    def _count(cls, value: object) -> object:
+        if isinstance(value, bool) or (isinstance(value, str) and value != "any"):
+            raise ValueError(f"{value!r} is not a count; give a whole number >= 1, or `any` to let the solver "
+                             "choose within the budget")
+        if isinstance(value, (int, float)) and value < 1:  # worded as pydantic words its own bounds
+            raise PydanticCustomError("greater_than_equal", "Input should be greater than or equal to 1")
+        return value
 
     @field_validator("engine")
     @classmethod
@@ -142,6 +168,9 @@ class Cluster(Frozen):
     name: str
     power_budget_kw: float | None = Field(
         default=None, gt=0, description="power envelope in kW; none means unconstrained (a CLI flag may set it)")
+    cost_budget_per_hour: float | None = Field(
+        default=None, gt=0, description="dollars per hour the deployed devices may cost (prices: each entry's "
+                                        "price_per_hour or the catalog's); none means unconstrained")
     devices: tuple[Inventory, ...] = Field(min_length=1)
     links: tuple[LinkSpec, ...] = ()
     default_link: LinkSpeed = Field(
@@ -177,9 +206,73 @@ class Cluster(Frozen):
             seen[pair] = i
         return self
 
+    @model_validator(mode="after")
+    def _cost_budget_needs_prices(self) -> Cluster:
+        if self.cost_budget_per_hour is not None:
+            for i, inv in enumerate(self.devices):
+                if inv.price_per_hour is None and registry.reference_price(inv.device) is None:
+                    raise ValueError(f"devices[{i}].price_per_hour: a cost budget needs a price for every device, "
+                                     f"and the catalog has no reference price for {inv.device}; give one in dollars "
+                                     "per device-hour")
+        return self
+
     def inventory(self) -> dict[str, int]:
-        """Device id -> count, in file order."""
-        return {inv.device: inv.count for inv in self.devices}
+        """Device id -> count, in file order; a ``count: any`` pool counts as many as the budgets buy."""
+        return {inv.device: inv.count if inv.count != "any" else self.budget_bound(inv.device) for inv in self.devices}
+
+    def designed(self) -> tuple[str, ...]:
+        """The device ids whose count the solver chooses (``count: any``), in file order."""
+        return tuple(inv.device for inv in self.devices if inv.count == "any")
+
+    def budget_bound(self, device_id: str) -> int:
+        """The most devices of `device_id` the budgets buy: power budget / TDP and cost budget / price, whichever
+        is smaller ([Note: fleet design])."""
+        bounds = []
+        if self.power_budget_w is not None:
+            bounds.append(self.power_budget_w / registry.device(device_id).tdp_w)
+        price = self.price_per_hour(device_id)
+        if self.cost_budget_per_hour is not None and price is not None:
+            bounds.append(self.cost_budget_per_hour / price)
+        if not bounds:
+            i = next(i for i, inv in enumerate(self.devices) if inv.device == device_id)
+            raise BadInput(f"cluster {self.name!r}: devices[{i}].count: `any` needs a budget to bound it; set "
+                           "power_budget_kw (or --power-budget), or cost_budget_per_hour with a price for "
+                           f"{device_id}")
+        return int(math.floor(min(bounds) + 1e-9))
+
+    def price_per_hour(self, device_id: str) -> float | None:
+        """Dollars per device-hour: the entry's ``price_per_hour``, else the catalog's reference price, else None."""
+        own = self._pool(device_id).price_per_hour
+        if own is not None:
+            return own
+        ref = registry.reference_price(device_id)
+        return ref.per_hour if ref is not None else None
+
+    def price_source(self, device_id: str) -> str | None:
+        """Where `price_per_hour` comes from: ``cluster file`` or the catalog's labelled source."""
+        if self._pool(device_id).price_per_hour is not None:
+            return "cluster file"
+        ref = registry.reference_price(device_id)
+        return f"catalog reference: {ref.source}" if ref is not None else None
+
+    def with_budgets(self, *, power_budget_w: float | None = None,
+                     cost_budget_per_hour: float | None = None) -> Cluster:
+        """The same fleet with the budgets a command line overrides (None keeps the file's)."""
+        update: dict[str, float] = {}
+        if power_budget_w is not None:
+            update["power_budget_kw"] = power_budget_w / 1e3
+        if cost_budget_per_hour is not None:
+            update["cost_budget_per_hour"] = cost_budget_per_hour
+        return self.model_copy(update=update) if update else self
+
+    def alone(self, device_id: str, budget: Literal["power", "cost"]) -> Cluster:
+        """Only `device_id`, as many as one budget buys (``count: any``), the other budget dropped: the fleet an
+        iso-power or iso-cost baseline asks about."""
+        entry = self._pool(device_id).model_copy(update={"count": "any"})
+        keep = {"power_budget_kw": self.power_budget_kw if budget == "power" else None,
+                "cost_budget_per_hour": self.cost_budget_per_hour if budget == "cost" else None}
+        return self.model_copy(update={"name": f"{self.name}/{budget}:{device_id}", "devices": (entry,),
+                                       "links": (), **keep})
 
     def engine(self, device_id: str) -> str:
         """The serving engine a pool of `device_id` runs (``generic`` unless the file names one)."""

@@ -5,7 +5,8 @@ KV hand-off times), so tests build random ones without tracing a model. A
 `Solution` names its objective with the unit of its value (`Objective`):
 ``requests_per_s`` when maximising throughput, ``provisioned_w`` when
 minimising power, ``worst_tpot_ms`` for latency, ``requests_per_s_per_provisioned_w``
-for tokens per watt.
+for tokens per watt, ``dollars_per_hour`` when minimising cost and ``requests_per_s_per_dollar_per_hour`` for
+tokens per dollar.
 
 >>> Objective("throughput", value=797.2, bound=797.2).quantity
 'requests_per_s'
@@ -28,10 +29,18 @@ OBJECTIVE_QUANTITIES: dict[str, str] = {
     "tokens-per-watt": "requests_per_s_per_provisioned_w",
     "power": "provisioned_w",
     "latency": "worst_tpot_ms",
+    "cost": "dollars_per_hour",
+    "tokens-per-dollar": "requests_per_s_per_dollar_per_hour",
 }
 OBJECTIVES: tuple[str, ...] = tuple(OBJECTIVE_QUANTITIES)
+#: Whether each objective's value is better larger (``max``) or smaller (``min``).
+OBJECTIVE_SENSE: dict[str, str] = {"throughput": "max", "tokens-per-watt": "max", "power": "min", "latency": "min",
+                                   "cost": "min", "tokens-per-dollar": "max"}
+#: Objectives that read prices: every device type the solver may use needs one.
+PRICED_OBJECTIVES: tuple[str, ...] = ("cost", "tokens-per-dollar")
 #: Constraint families; each sits behind an assumption literal so an infeasible instance names its binding ones.
-FAMILIES: tuple[str, ...] = ("inventory", "power", "slo", "link", "demand")
+#: ``cost`` is the budget in dollars per hour (only where one is set).
+FAMILIES: tuple[str, ...] = ("inventory", "power", "cost", "slo", "link", "demand")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +66,17 @@ class Instance:
     link_bw_bytes_per_s: tuple[tuple[tuple[str, str], float], ...]  # per unordered pair of different types
     handoff_s: tuple[tuple[tuple[str, str, str], float], ...]  # KV hand-off of one request, per (class, from, to)
     arrival_rate_per_s: float | None = None  # None: maximise
+    prices_per_hour: tuple[tuple[str, float], ...] = ()  # dollars per device-hour, per priced device type
+    cost_budget_per_hour: float | None = None  # dollars per hour the placement may spend
+    designed: tuple[str, ...] = ()  # device types whose count the solver chooses (``count: any``, [Note: fleet design])
+    cross_type_kv: bool = True  # False: KV never leaves the device type that prefilled it (vendor islands)
+
+    def price_per_hour(self, option: PoolOption) -> float | None:
+        """Dollars per hour one replica of `option` costs; None when a device type it uses has no price."""
+        prices = dict(self.prices_per_hour)
+        if any(d not in prices for d, _k in option.devices):
+            return None
+        return sum(prices[d] * k for d, k in option.devices)
 
     def link_bw(self, a: str, b: str) -> float:
         table = dict(self.link_bw_bytes_per_s)
@@ -104,6 +124,14 @@ SLO_SHARE_PREFILL = 0.9
 SLO_SHARE_ADMISSION = 0.1
 
 
+#: [Note: fleet design] A fixed fleet gives each device type's count; fleet design (``count: any`` in the
+#: cluster file) lets the solver choose it. Such a type's inventory is the most the budget could buy, the
+#: power budget over one device's TDP and the cost budget over its price (whichever is smaller), so the
+#: inventory never binds before the budget does and the solver deploys what pays. The claim that mixing
+#: silicon beats one architecture at equal power is a fleet-design claim; the iso-power baselines are the
+#: same question asked of one type at a time.
+
+
 @dataclass(frozen=True, slots=True)
 class Objective:
     """The first-stage objective: its name, the value reached and the proven bound, in `quantity` units."""
@@ -115,6 +143,11 @@ class Objective:
     @property
     def quantity(self) -> str:
         return OBJECTIVE_QUANTITIES[self.name]
+
+    @property
+    def sense(self) -> str:
+        """``max`` when a larger value is better, ``min`` otherwise."""
+        return OBJECTIVE_SENSE[self.name]
 
     @property
     def gap(self) -> float:
@@ -138,6 +171,7 @@ class Solution:
     requests_per_s: float = 0.0
     power_w: float = 0.0  # predicted mean draw
     provisioned_w: float = 0.0  # TDP reserved against the budget
+    cost_per_hour: float | None = None  # dollars per hour of the deployed devices (None: some type has no price)
     wall_s: float = 0.0
     variables: int = 0
     constraints: int = 0
@@ -150,6 +184,19 @@ class Solution:
 
     def replica_count(self, key: str) -> int:
         return dict(self.replicas).get(key, 0)
+
+    def devices(self) -> dict[str, int]:
+        """Devices deployed per device type (what a fleet-design solve bought), types sorted."""
+        out: dict[str, int] = {}
+        for o, n in self.used():
+            for d, k in o.devices:
+                out[d] = out.get(d, 0) + n * k
+        return dict(sorted(out.items()))
+
+    def output_tokens_per_s(self, classes: Sequence[ClassTarget]) -> float:
+        """Output tokens per second: each class's requests/s times its mean output length."""
+        lengths = {c.name: c.output_len for c in classes}
+        return sum(rate * lengths[c] for c, rate in self.class_requests_per_s)
 
     def used(self, options: Sequence[PoolOption] | None = None) -> list[tuple[PoolOption, int]]:
         """The options with replicas, in option order, with their counts."""
@@ -172,13 +219,68 @@ class Solution:
 
 
 
+#: [Note: baselines] What a plan is compared against, each answering a user's question, each solved under the
+#: same cost model and the plan's objective (`compiler.place.baselines`):
+#: ``iso-power:<device>`` (``iso-cost:<device>``): only that device type, as many as the power (cost) budget
+#: buys, its count chosen by the solver ([Note: fleet design]); ``vendor-islands``: the same inventory, each
+#: type serving alone side by side, no KV or activations crossing types; ``no-disaggregation``: the same
+#: inventory with colocated pools only; ``greedy``: the same inventory filled by `compiler.place.greedy`.
+#: A fixed-fleet plan can lose to an iso-power baseline (it may own few of the best type); it never loses to
+#: vendor islands, no-disaggregation or greedy, whose placements it could choose too.
+BASELINE_QUESTIONS: dict[str, str] = {
+    "iso-power": "only {device}, as many as the power budget buys",
+    "iso-cost": "only {device}, as many as the cost budget buys",
+    "vendor-islands": "the same inventory, each device type serving alone (no traffic across types)",
+    "no-disaggregation": "the same inventory, colocated pools only (no prefill/decode or attention/FFN split)",
+    "greedy": "the same inventory, filled by the greedy heuristic",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Baseline:
-    """A comparison placement solved under the same cost model (e.g. ``greedy``, ``homogeneous:<device>``)."""
+    """A comparison placement (`BASELINE_QUESTIONS`): its status and what it serves, draws and costs.
+
+    ``status`` is ``optimal``, ``feasible``, ``infeasible`` or ``skipped`` (``note`` says why: the binding
+    constraint families, or what is missing to pose the question). ``objective`` is the plan's objective
+    solved on the baseline, in the same units.
+    """
 
     name: str
-    requests_per_s: float
-    power_w: float  # predicted mean draw
+    status: str
+    requests_per_s: float = 0.0
+    output_tokens_per_s: float = 0.0
+    power_w: float = 0.0  # predicted mean draw
+    provisioned_w: float = 0.0
+    cost_per_hour: float | None = None
+    objective: Objective | None = None
+    devices: tuple[tuple[str, int], ...] = ()
+    note: str = ""
+
+    @property
+    def kind(self) -> str:
+        """``iso-power``, ``iso-cost``, ``vendor-islands``, ``no-disaggregation`` or ``greedy``."""
+        return self.name.split(":", 1)[0]
+
+    @property
+    def question(self) -> str:
+        device = self.name.split(":", 1)[1] if ":" in self.name else ""
+        return BASELINE_QUESTIONS[self.kind].format(device=device)
+
+    @property
+    def feasible(self) -> bool:
+        return self.status in ("optimal", "feasible")
+
+
+def gain(sense: str, plan: float | None, baseline: float | None) -> float | None:
+    """How many times better the plan is than a baseline on one quantity: above 1 the plan is better, below 1
+    the baseline is. None when either is missing or not positive (nothing to compare).
+
+    >>> gain("max", 300.0, 200.0), gain("min", 100.0, 150.0), gain("max", 1.0, 0.0)
+    (1.5, 1.5, None)
+    """
+    if plan is None or baseline is None or plan <= 0 or baseline <= 0:
+        return None
+    return plan / baseline if sense == "max" else baseline / plan
 
 
 @dataclass(frozen=True, slots=True)

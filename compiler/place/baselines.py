@@ -1,25 +1,107 @@
-"""Baselines: what the plan is compared against, solved under the same cost model and constraints.
+"""Baselines: what a plan is compared against ([Note: baselines] in `compiler.ir.placement`), each solved
+with the plan's objective under the same cost model and constraints.
 
-- ``greedy``: `compiler.place.greedy`;
-- ``homogeneous:<device>``: the same instance restricted to pools of one device type, solved exactly.
+Before: the plan's `Instance`, its objective, and the single-type fleets the cost
+stage costed for the iso-power and iso-cost questions
+(`compiler.cost.instance.single_type_fleets`: an `Instance` each, or the reason
+the question cannot be posed). After: one `Baseline` per question, with its own
+status: ``iso-power:<device>`` / ``iso-cost:<device>`` per fleet,
+``vendor-islands`` (`islands`), ``no-disaggregation`` (`colocated_only`) and
+``greedy`` (`compiler.place.greedy`).
 """
 
 from __future__ import annotations
 
-from compiler.ir.placement import Baseline, Instance
-from compiler.place.greedy import greedy, greedy_rate
+from dataclasses import replace
+from typing import Sequence
+
+from compiler.ir.errors import BadInput, Infeasible
+from compiler.ir.placement import Baseline, Instance, Objective
+from compiler.place.greedy import AT_ARRIVAL_RATE, greedy, mix_rate
 from compiler.place.ilp import solve
 
 
-def baselines(inst: Instance, *, time_limit_s: float) -> list[Baseline]:
-    hint = greedy(inst)
-    power = {o.key: o.power_w for o in inst.options}  # predicted draw, as the plan reports
-    out = [Baseline("greedy", greedy_rate(inst, hint), sum(power[k] * n for k, n in hint.items()))]
-    for t, _count in inst.inventory:
-        sub = inst.with_options([o for o in inst.options if set(o.device_types) == {t}])
-        if not sub.options:
-            continue
-        s = solve(sub, "throughput", time_limit_s=time_limit_s, tie_break=False)
-        if s.feasible:
-            out.append(Baseline(f"homogeneous:{t}", s.requests_per_s, s.power_w))
+def baselines(inst: Instance, objective: str, *, time_limit_s: float,
+              fleets: Sequence[tuple[str, Instance | str]] = (), explain: bool = True) -> list[Baseline]:
+    """Every baseline of `inst` for `objective`, in a fixed order: `fleets` (as given), vendor islands,
+    no disaggregation, greedy. `explain` False leaves infeasible baselines without their binding families
+    (cheaper: the pareto sweep solves many)."""
+    out = [solved(name, fleet, objective, time_limit_s, explain) if isinstance(fleet, Instance)
+           else Baseline(name, "skipped", note=fleet) for name, fleet in fleets]
+    out.append(solved("vendor-islands", islands(inst), objective, time_limit_s, explain))
+    out.append(solved("no-disaggregation", colocated_only(inst), objective, time_limit_s, explain))
+    out.append(greedy_baseline(inst, objective))
     return out
+
+
+def islands(inst: Instance) -> Instance:
+    """Vendor islands: pools of one device type each, and no KV handed to another type."""
+    return replace(inst.with_options([o for o in inst.options if len(o.device_types) == 1]), cross_type_kv=False)
+
+
+def colocated_only(inst: Instance) -> Instance:
+    """No disaggregation: colocated pools only (no prefill/decode or attention/FFN split)."""
+    return inst.with_options([o for o in inst.options if o.kind == "colocated"])
+
+
+def solved(name: str, inst: Instance, objective: str, time_limit_s: float, explain: bool = True,
+           gap: float = 0.0, ratio_hint: float = 0.0) -> Baseline:
+    """`inst` solved for `objective` (without the tie-break stages; to `gap`, exactly by default), as a `Baseline`
+    named `name`."""
+    if not inst.options:
+        return Baseline(name, "skipped", note="no pool option of this kind holds the model")
+    try:
+        s = solve(inst, objective, time_limit_s=time_limit_s, tie_break=False, explain=explain, gap=gap,
+                  ratio_hint=ratio_hint)
+    except BadInput as e:  # e.g. a priced objective on a type without a price
+        return Baseline(name, "skipped", note=str(e))
+    except Infeasible as e:  # out of time before any placement
+        return Baseline(name, "infeasible", note=str(e))
+    if not s.feasible:
+        return Baseline(name, "infeasible", note="binding: " + (", ".join(s.binding) or "not analysed"))
+    return Baseline(name, s.status, s.requests_per_s, s.output_tokens_per_s(inst.classes), s.power_w,
+                    s.provisioned_w, s.cost_per_hour, s.objective, tuple(s.devices().items()))
+
+
+def greedy_baseline(inst: Instance, objective: str) -> Baseline:
+    """The greedy placement for `objective`, with its objective value computed as the solver would."""
+    chosen = greedy(inst, objective)
+    by_key = {o.key: o for o in inst.options}
+    used = [(by_key[k], n) for k, n in sorted(chosen.items())]
+    if not used:
+        return Baseline("greedy", "infeasible", note="no colocated pool serves every class within its SLO "
+                                                     "and the budgets")
+    rate = sum(mix_rate(inst, o) * n for o, n in used)
+    if objective in AT_ARRIVAL_RATE and inst.arrival_rate_per_s and rate < inst.arrival_rate_per_s * (1 - 1e-6):
+        return Baseline("greedy", "infeasible", rate, note=f"greedy reaches {rate:.3g} req/s, below the arrival "
+                                                           f"rate {inst.arrival_rate_per_s:g} req/s")
+    prices = [inst.price_per_hour(o) for o, _n in used]
+    cost = None if any(p is None for p in prices) else sum(p * n for p, (_o, n) in zip(prices, used))
+    provisioned = sum(o.provisioned_w * n for o, n in used)
+    devices: dict[str, int] = {}
+    for o, n in used:
+        for d, k in o.devices:
+            devices[d] = devices.get(d, 0) + n * k
+    value = _value(inst, objective, used, rate, provisioned, cost)
+    return Baseline("greedy", "feasible", rate, rate * sum(c.share * c.output_len for c in inst.classes),
+                    sum(o.power_w * n for o, n in used), provisioned, cost,
+                    None if value is None else Objective(objective, value, value), tuple(sorted(devices.items())),
+                    note="heuristic: colocated pools by requests per " +
+                         ("dollar" if objective in ("cost", "tokens-per-dollar") else "provisioned watt"))
+
+
+def _value(inst: Instance, objective: str, used: list, rate: float, provisioned: float,
+           cost: float | None) -> float | None:
+    """The objective's value of a placement the solver did not make, in the objective's units."""
+    if objective == "throughput":
+        return rate
+    if objective == "tokens-per-watt":
+        return rate / provisioned if provisioned else None
+    if objective == "power":
+        return provisioned
+    if objective == "cost":
+        return cost
+    if objective == "tokens-per-dollar":
+        return rate / cost if cost else None
+    tpots = [o.service(c.name).at(inst.cap(o, c))[4] for o, _n in used for c in inst.classes]  # latency
+    return max(tpots) * 1e3 if tpots else None

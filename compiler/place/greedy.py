@@ -1,18 +1,22 @@
 """A greedy placement: the heuristic the exact ILP is compared against (a baseline, never a solver hint).
 
 Fill the fleet with the self-contained (colocated) pool that serves the most
-requests of the workload's mix per provisioned watt, then the next, while
-inventory and power last. A replica serves the mix at the rate where the
-classes' loads, each within its SLO's utilisation cap, fill it:
-1 / sum over classes of share / (rate x cap).
+requests of the workload's mix per provisioned watt (per dollar under a priced
+objective), then the next, while inventory and the budgets last. When the
+objective serves a fixed arrival rate (power, cost, latency), stop once the mix
+reaches it. A replica serves the mix at the rate where the classes' loads, each
+within its SLO's utilisation cap, fill it: 1 / sum over classes of share / (rate x cap).
 """
 
 from __future__ import annotations
 
 import math
 
-from compiler.ir.placement import Instance
+from compiler.ir.placement import PRICED_OBJECTIVES, Instance
 from compiler.ir.pool_option import PoolOption
+
+#: Objectives that serve the workload's arrival rate rather than as much as the fleet can.
+AT_ARRIVAL_RATE = ("power", "cost", "latency")
 
 
 def mix_rate(inst: Instance, o: PoolOption) -> float:
@@ -26,24 +30,41 @@ def mix_rate(inst: Instance, o: PoolOption) -> float:
     return 1.0 / load if load else 0.0
 
 
-def greedy(inst: Instance) -> dict[str, int]:
-    """Replicas per option key of the greedy placement."""
+def greedy(inst: Instance, objective: str = "throughput") -> dict[str, int]:
+    """Replicas per option key of the greedy placement for `objective`."""
     inv = dict(inst.inventory)
-    budget = inst.power_budget_w if inst.power_budget_w is not None else math.inf
-    chosen: dict[str, int] = {}
+    watts = inst.power_budget_w if inst.power_budget_w is not None else math.inf
+    dollars = inst.cost_budget_per_hour if inst.cost_budget_per_hour is not None else math.inf
+    priced = objective in PRICED_OBJECTIVES or math.isfinite(dollars)
+    target = inst.arrival_rate_per_s if objective in AT_ARRIVAL_RATE else None
     rates = {o.key: mix_rate(inst, o) for o in inst.options if o.kind == "colocated"}
-    pools = sorted((o for o in inst.options if rates.get(o.key) and o.provisioned_w > 0),
-                   key=lambda o: (-rates[o.key] / o.provisioned_w, o.key))
+    price = {o.key: inst.price_per_hour(o) for o in inst.options}
+
+    def per(o: PoolOption) -> float:  # what one replica spends of the resource the objective rations
+        return price[o.key] if objective in PRICED_OBJECTIVES else o.provisioned_w
+
+    pools = sorted((o for o in inst.options if rates.get(o.key) and o.provisioned_w > 0
+                    and (not priced or price[o.key])), key=lambda o: (-rates[o.key] / per(o), o.key))
+    chosen: dict[str, int] = {}
+    served = 0.0
     for o in pools:
         k = min((inv[d] // n for d, n in o.devices), default=0)
-        if math.isfinite(budget):
-            k = min(k, int(budget // o.provisioned_w))
+        if math.isfinite(watts):
+            k = min(k, int(watts // o.provisioned_w))
+        if math.isfinite(dollars):
+            k = min(k, int(dollars // price[o.key]))
+        if target is not None:
+            k = min(k, math.ceil((target - served) / rates[o.key] - 1e-9))
         if k <= 0:
             continue
         chosen[o.key] = k
         for d, n in o.devices:
             inv[d] -= k * n
-        budget -= k * o.provisioned_w
+        watts -= k * o.provisioned_w
+        dollars -= k * (price[o.key] or 0.0)
+        served += k * rates[o.key]
+        if target is not None and served >= target * (1 - 1e-9):
+            break
     return chosen
 
 

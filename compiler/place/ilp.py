@@ -9,7 +9,8 @@ and the KV flows between pools, the objective with its unit, bound and status,
 and, when infeasible, the named constraint families that make it so
 (`compiler.place.infeasible`).
 
-Variable families (integers; rates in milli-requests/s, one scaling helper, `scaled`):
+Variable families (integers; rates in milli-requests/s, dollars in milli-dollars per hour, one scaling
+helper, `scaled`):
 - ``n[o]``: replicas of pool option o; ``use[o]``: whether o has any.
 - ``x[c,o]``: class c's requests/s served end to end by colocated option o.
 - ``f[c,p,t]``: class c's requests/s prefilled by option p whose KV goes to decode pools on device type t.
@@ -21,6 +22,8 @@ instance names its binding families):
 - ``inventory[t]``: devices of type t used by all replicas <= inventory.
 - ``power``: sum of replicas' provisioned power (device TDP) <= budget. A budget
   provisions for peak draw; the predicted mean draw is reported beside it.
+- ``cost``: sum of replicas' price (dollars per device-hour x devices) <= the cost
+  budget, when the instance has one (every device type then needs a price).
 - ``utilisation[o]``: the load of o (each class's requests/s over o's capacity for
   that class) <= n[o]; a replica never runs past its capacity.
 - ``slo``: ``utilisation[o] <= cap[o,c] x n[o]`` for every class c routed to o,
@@ -30,6 +33,7 @@ instance names its binding families):
   only if p's TTFT at its cap, the hand-off over the link and the wait for a
   decode slot meet c's TTFT SLO.
 - ``decode_balance[c,t]``: what prefill options hand class c's KV to type t equals what decode options on t decode.
+  Vendor islands (``Instance.cross_type_kv`` False) have no flow from p to a type other than p's own.
 - ``link[t1,t2]``: KV bytes per second from type t1 to t2 <= link bandwidth.
 - ``demand``: each class is served at least its share of lam, and lam >= the
   arrival rate (>= one request per 1000 s when maximising).
@@ -37,8 +41,13 @@ instance names its binding families):
 Objectives: ``throughput`` (max lam, then min power), ``power`` (min power
 at the arrival rate), ``tokens-per-watt`` (max lam / power by Dinkelbach's
 method), ``latency`` (min worst TPOT, at their caps, of the used options at the
-arrival rate). Ties break on fewest devices, then option order, so the same
-inputs give the same solution byte for byte.
+arrival rate), ``cost`` (min dollars per hour at the arrival rate, then max lam),
+``tokens-per-dollar`` (max lam / dollars per hour, Dinkelbach). Ties break on
+fewest devices, then option order, so the same inputs give the same solution
+byte for byte.
+
+Fleet design ([Note: fleet design]) needs nothing of its own here: a device type
+whose count the solver chooses arrives with the budget's bound as its inventory.
 """
 
 from __future__ import annotations
@@ -49,10 +58,13 @@ from dataclasses import replace
 from typing import Sequence
 
 from compiler.ir.errors import BadInput, Infeasible
-from compiler.ir.placement import FAMILIES, OBJECTIVES, SLO_SHARE_ADMISSION, Instance, Objective, Solution
+from compiler.ir.placement import (
+    FAMILIES, OBJECTIVES, PRICED_OBJECTIVES, SLO_SHARE_ADMISSION, Instance, Objective, Solution,
+)
 from compiler.ir.pool_option import PoolOption
 
 RATE_SCALE = 1000  # requests/s are modelled in milli-requests/s
+COST_SCALE = 1000  # dollars per hour are modelled in milli-dollars per hour
 LOAD_SCALE = 10**9  # a replica's capacity in load units: fine enough that rounding a class's cost up costs < 0.1%
 SHARE_SCALE = 1000  # class shares in thousandths
 
@@ -85,6 +97,8 @@ class PlacementModel:
         from ortools.sat.python import cp_model
 
         self.cp = cp_model
+        self.gap = 0.0  # relative gap at which an objective stage may stop (`solve`'s `gap`)
+        self.ratio_hint = 0.0  # a guess of a ratio objective's optimum, in its reported unit (`solve`)
         self.inst = inst
         self.m = cp_model.CpModel()
         self.opts = inst.options
@@ -99,17 +113,15 @@ class PlacementModel:
         self._replicas()
         self._inventory()
         self._power()
+        self._cost()
         self._class_flows()
         self._utilisation_and_slo()
         self._decode_balance()
         self._link()
         self._served_and_demand()
         self._objective_terms()
-        for f in FAMILIES:
-            if f in families:
-                self.m.add_assumption(self.lit[f])
-            else:
-                self.m.add(self.lit[f] == 0)
+        for f in FAMILIES:  # fixed, not assumed: CP-SAT searches sequentially and presolves less under
+            self.m.add(self.lit[f] == int(f in families))  # assumptions; `binding_families` re-solves instead
 
     def _replicas(self) -> None:
         """``n[o]``, ``use[o]``. Only the inventory bounds the domain: every other limit is a constraint."""
@@ -135,6 +147,17 @@ class PlacementModel:
         if self.inst.power_budget_w is not None:
             self.m.add(self.power <= scaled(self.inst.power_budget_w, 1)).only_enforce_if(self.lit["power"])
 
+    def _cost(self) -> None:
+        """``cost``: dollars per hour of all replicas <= the cost budget. ``cost`` is None when some option's
+        devices have no price (`solve` refuses a cost budget or objective then)."""
+        prices = [self.inst.price_per_hour(o) for o in self.opts]
+        self.cost = None
+        if all(p is not None for p in prices):
+            self.cost = sum(self.n[o.key] * scaled(p, COST_SCALE) for o, p in zip(self.opts, prices))
+        if self.inst.cost_budget_per_hour is not None and self.cost is not None:
+            self.m.add(self.cost <= scaled(self.inst.cost_budget_per_hour, COST_SCALE)).only_enforce_if(
+                self.lit["cost"])
+
     def _class_flows(self) -> None:
         """``x[c,o]``, ``f[c,p,t]``, ``y[c,d]``; a KV flow is refused (``slo``) when p's TTFT at its cap, the
         hand-off to t and the wait for a decode slot miss c's TTFT SLO."""
@@ -151,6 +174,8 @@ class PlacementModel:
                     for t in self.decode_types:
                         if t not in self.decoders[c.name]:
                             continue  # no decode option on t serves c: nothing could go there
+                        if not self.inst.cross_type_kv and t != o.kv_device:
+                            continue  # vendor islands: KV stays on the type that prefilled it
                         too_slow = c.ttft_slo_s is not None and self._prefill_ttft(c, o) + self.inst.handoff(
                             c.name, o.kv_device, t) + SLO_SHARE_ADMISSION * c.ttft_slo_s > c.ttft_slo_s
                         if too_slow and self.slo_binds:
@@ -263,6 +288,8 @@ class PlacementModel:
         solver.parameters.max_time_in_seconds = max(time_limit_s, 0.1)
         solver.parameters.num_workers = workers
         solver.parameters.random_seed = 0
+        if self.gap:
+            solver.parameters.relative_gap_limit = self.gap
         for key, value in params.items():
             setattr(solver.parameters, key, value)
         status = solver.solve(self.m)
@@ -280,34 +307,55 @@ class PlacementModel:
         self.m.add(expr >= value if sense == "max" else expr <= value)
 
 
-def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float = 60.0, workers: int = 2,
+def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float = 60.0, workers: int = 1,
           families: Sequence[str] = FAMILIES, tie_break: bool = True,
-          tie_break_budget: float | None = None) -> Solution:
-    """Solve `inst`. An infeasible instance returns status "infeasible" with the binding families.
+          tie_break_budget: float | None = None, explain: bool = True, gap: float = 0.0,
+          ratio_hint: float = 0.0) -> Solution:
+    """Solve `inst`. An infeasible instance returns status "infeasible" with the binding families (found by
+    re-solving with families dropped; `explain` False skips that and leaves them empty).
 
-    The first stage (the objective) runs on `workers` threads; the secondary
-    stages that make the solution unique run single-threaded, so the result
-    does not depend on thread timing.
+    The first stage (the objective) runs on `workers` threads (one by default:
+    CP-SAT's parallel search does not repeat itself, and the same inputs must
+    give the same plan); the secondary stages that make the solution unique run
+    single-threaded. `gap` > 0 stops the first stage at that relative gap
+    (status ``feasible``, bound reported): what a sweep of many points affords.
+    `ratio_hint` starts a ratio objective (tokens per watt or per dollar) from a
+    guess of its value, e.g. a neighbouring point's.
     """
     from compiler.place.infeasible import binding_families
 
     if objective not in OBJECTIVES:
         raise BadInput(f"--objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
-    if objective in ("power", "latency") and inst.arrival_rate_per_s is None:
+    if objective in ("power", "latency", "cost") and inst.arrival_rate_per_s is None:
         raise BadInput(f"--objective {objective} needs a target: set arrival_rate_per_s in the workload file")
+    _check_prices(inst, objective)
     start = time.perf_counter()
     full = inst
     inst = inst.with_options(split_by_class(inst.options, _mixed_caps(inst)))  # [Note: class caps]
     if "slo" in families and objective != "latency":
         inst = replace(inst, options=prune(inst))
     model = PlacementModel(inst, families)
+    model.gap, model.ratio_hint = gap, ratio_hint
     outcome = _solve_model(model, objective, start + time_limit_s, workers, tie_break,
                            TIE_BREAK_DETERMINISTIC_S if tie_break_budget is None else tie_break_budget)
     if outcome is None:
-        return Solution("infeasible", Objective(objective, 0.0, 0.0), binding=binding_families(full, families),
+        binding = binding_families(full, families) if explain else ()
+        return Solution("infeasible", Objective(objective, 0.0, 0.0), binding=binding,
                         wall_s=time.perf_counter() - start)
     return _solution(model, *outcome, objective, start)
 
+
+def _check_prices(inst: Instance, objective: str) -> None:
+    """A cost budget or a priced objective needs a price for every device type the options use."""
+    why = (f"--objective {objective}" if objective in PRICED_OBJECTIVES else
+           f"the cost budget (${inst.cost_budget_per_hour:g}/h)" if inst.cost_budget_per_hour is not None else None)
+    if why is None:
+        return
+    priced = dict(inst.prices_per_hour)
+    missing = sorted({d for o in inst.options for d, _k in o.devices if d not in priced})
+    if missing:
+        raise BadInput(f"{why} needs a price for every device type, and {', '.join(missing)} has none: set "
+                       f"price_per_hour (dollars per device-hour) on its entry in the cluster file")
 
 def _mixed_caps(inst: Instance) -> set[str]:
     """Options whose classes meet their SLOs at different utilisations (more than 1% apart)."""
@@ -334,14 +382,14 @@ def _solve_model(model: PlacementModel, objective: str, deadline: float, workers
                  budget: float):
     """Run the lexicographic stages; None if infeasible, else (solver, proven, first-stage value and bound)."""
     cp = model.cp
-    stages = _stages(model, objective, deadline, workers)
+    stages, solved = _stages(model, objective, deadline, workers)
     if tie_break:
         stages = stages + [(model.devices, "min"), (model.order, "min")]
     proven, first = True, (0.0, 0.0)
     solver = None
     for i, (expr, sense) in enumerate(stages):
         if i == 0:
-            solver, status = model.solve(expr, sense, deadline - time.perf_counter(), workers)
+            solver, status = solved or model.solve(expr, sense, deadline - time.perf_counter(), workers)
         else:  # [Note: deterministic tie-breaks]
             model.hint_from(solver)
             tie, status = model.solve(expr, sense, deadline - time.perf_counter(), 1,
@@ -355,9 +403,9 @@ def _solve_model(model: PlacementModel, objective: str, deadline: float, workers
             raise Infeasible("the solver found no placement within the time limit; raise --time-limit")
         if i == 0:
             first = (solver.objective_value, solver.best_objective_bound)
-            proven = status == cp.OPTIMAL
+            proven = status == cp.OPTIMAL and abs(first[0] - first[1]) < 1  # a gap limit also reports OPTIMAL
             if not proven:
-                break  # out of time: keep the best found so far
+                break  # out of time (or within the gap asked for): keep the best found so far
         model.fix(expr, round(solver.objective_value), sense)
     return solver, proven, first
 
@@ -371,26 +419,31 @@ def _solve_model(model: PlacementModel, objective: str, deadline: float, workers
 TIE_BREAK_DETERMINISTIC_S = 2.0
 
 
-def _stages(model: PlacementModel, objective: str, deadline: float, workers: int) -> list[tuple]:
-    """The lexicographic objectives: the user's first, then what makes its optimum cheapest."""
+def _stages(model: PlacementModel, objective: str, deadline: float, workers: int) -> tuple[list[tuple], tuple | None]:
+    """The lexicographic objectives: the user's first, then what makes its optimum cheapest; and the first
+    stage already solved, where finding it solved it (Dinkelbach), else None."""
     if objective == "tokens-per-watt":
-        return _dinkelbach(model, deadline, workers)
+        return _dinkelbach(model, deadline, workers, model.power, model.ratio_hint * RATE_SCALE)
+    if objective == "tokens-per-dollar":
+        return _dinkelbach(model, deadline, workers, model.cost, model.ratio_hint)
     return {
-        "throughput": [(model.lam, "max"), (model.power, "min")],
-        "power": [(model.power, "min"), (model.lam, "max")],
-        "latency": [(model.tpot_us, "min"), (model.power, "min")],
-    }[objective]
+        "throughput": lambda: [(model.lam, "max"), (model.power, "min")],
+        "power": lambda: [(model.power, "min"), (model.lam, "max")],
+        "latency": lambda: [(model.tpot_us, "min"), (model.power, "min")],
+        "cost": lambda: [(model.cost, "min"), (model.lam, "max")],
+    }[objective](), None
 
 
 def _solution(model: PlacementModel, solver, proven: bool, first: tuple[float, float], objective: str,
               start: float) -> Solution:
     replicas = {o.key: solver.value(model.n[o.key]) for o in model.opts}
     lam, power = solver.value(model.lam), solver.value(model.power)
-    if objective == "tokens-per-watt":  # the linearised Dinkelbach value means nothing to a reader; report the ratio
-        ratio = lam / RATE_SCALE / power if power else 0.0
-        value = bound = ratio
+    cost = solver.value(model.cost) / COST_SCALE if model.cost is not None else None
+    if objective in ("tokens-per-watt", "tokens-per-dollar"):  # the linearised Dinkelbach value means nothing
+        per = power if objective == "tokens-per-watt" else cost  # to a reader; report the ratio
+        value = bound = lam / RATE_SCALE / per if per else 0.0
     else:
-        unit = {"throughput": RATE_SCALE, "power": 1.0, "latency": 1e3}[objective]
+        unit = {"throughput": RATE_SCALE, "power": 1.0, "latency": 1e3, "cost": COST_SCALE}[objective]
         value, bound = first[0] / unit, first[1] / unit
     served = {}
     for o in model.opts:
@@ -408,27 +461,30 @@ def _solution(model: PlacementModel, solver, proven: bool, first: tuple[float, f
         class_requests_per_s=tuple((c.name, solver.value(model.class_rate[c.name]) / RATE_SCALE)
                                    for c in model.inst.classes),
         requests_per_s=lam / RATE_SCALE, power_w=float(solver.value(model.draw)), provisioned_w=float(power),
-        wall_s=time.perf_counter() - start, variables=len(proto.variables), constraints=len(proto.constraints),
+        cost_per_hour=cost, wall_s=time.perf_counter() - start, variables=len(proto.variables), constraints=len(proto.constraints),
         options=tuple(model.opts))
 
 
-def _dinkelbach(model: PlacementModel, deadline: float, workers: int):
-    """Max lam/power as a sequence of max lam - q*power solves (Dinkelbach, 1967); returns the final stage."""
-    q = 0.0
+def _dinkelbach(model: PlacementModel, deadline: float, workers: int, per, start: float = 0.0):
+    """Max lam/`per` (provisioned power, or dollars per hour) as a sequence of max lam - q*per solves
+    (Dinkelbach, 1967), from q = `start` (any guess: a ratio above the optimum costs one step). Returns the
+    stages and the last solve: at q = the best ratio found its optimum has a ratio of at least q, so it is the
+    ratio's optimum (to the model's gap) and needs no second solve."""
+    scale = 10**6
+    q, best, last = start, 0.0, None
     for _ in range(20):
-        expr = model.lam * 10**6 - scaled(q, 10**6) * model.power
+        expr = model.lam * scale - scaled(q, scale) * per
         solver, status = model.solve(expr, "max", deadline - time.perf_counter(), workers)
         if status not in (model.cp.OPTIMAL, model.cp.FEASIBLE):
+            last = last or (expr, (solver, status))  # keep the last solve that found a placement
             break
-        lam, power = solver.value(model.lam), solver.value(model.power)
-        if power <= 0 or lam <= 0:
+        last = (expr, (solver, status))
+        lam, denominator = solver.value(model.lam), solver.value(per)
+        if denominator <= 0 or lam <= 0 or lam / denominator <= best * (1 + max(1e-9, model.gap)):
             break
-        new_q = lam / power
-        if new_q <= q * (1 + 1e-9):
-            break
-        q = new_q
-    scale = 10**6
-    return [(model.lam * scale - scaled(q, scale) * model.power, "max"), (model.lam, "max")]
+        best = q = lam / denominator
+    expr, solved = last
+    return [(expr, "max"), (model.lam, "max")], solved
 
 
 def prune(inst: Instance) -> tuple[PoolOption, ...]:
@@ -460,7 +516,11 @@ def prune(inst: Instance) -> tuple[PoolOption, ...]:
 
     values = {o.key: [value(o, c) for c in inst.classes] for o in inst.options}
     alive = [o for o in inst.options if any(v[0] > 0 for v in values[o.key])]
-    alive = [o for o in alive if not any(_scales(o2, o, values) for o2 in alive if o2 is not o)]
+    alike: dict[tuple, list[PoolOption]] = {}  # `_scales` compares only options of one kind on the same types
+    for o in alive:
+        alike.setdefault((o.kind, o.device_types, o.kv_device), []).append(o)
+    alive = [o for o in alive if not any(_scales(o2, o, values) for o2 in alike[(o.kind, o.device_types, o.kv_device)]
+                                         if o2 is not o)]
     groups: dict[tuple, list[PoolOption]] = {}
     for o in alive:
         groups.setdefault((o.kind, o.devices, o.kv_device, o.pp, o.provisioned_w), []).append(o)

@@ -42,6 +42,8 @@ def explain(model_name: str, inst: Instance, sol: Solution) -> str:
     for family in sol.binding:
         if family == "power" and inst.power_budget_w is not None:
             reasons.append(_power(model_name, inst, sol))
+        elif family == "cost" and inst.cost_budget_per_hour is not None:
+            reasons.append(_cost(model_name, inst))
         elif family == "slo":
             reasons += _slo(inst)
         elif family == "demand" and inst.arrival_rate_per_s is not None:  # when maximising, demand is "serve any"
@@ -64,6 +66,15 @@ def _power(model_name: str, inst: Instance, sol: Solution) -> str:
     within = " and meet the SLOs" if "slo" in sol.binding else ""
     return (f"power budget {inst.power_budget_w / 1e3:.1f} kW < {need} needed to hold {model_name} weights on the "
             f"cheapest pools that fit{within}")
+
+
+def _cost(model_name: str, inst: Instance) -> str:
+    free = solve(replace(inst, arrival_rate_per_s=inst.arrival_rate_per_s or 1e-3), "cost",
+                 families=["inventory", "power", "slo", "link", "demand"], tie_break=False)
+    need = f"${free.cost_per_hour:,.2f}/h" if free.feasible and free.cost_per_hour is not None else \
+        "more than the fleet can spend"
+    return (f"cost budget ${inst.cost_budget_per_hour:,.2f}/h < {need} needed to serve {model_name} on the "
+            "cheapest pools that fit")
 
 
 def _slo(inst: Instance) -> list[str]:
