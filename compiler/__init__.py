@@ -1,8 +1,10 @@
 """gimletc: a heterogeneous multi-silicon placement compiler for LLM inference.
 
-The public Python API. Importing this package is cheap: every name below
-loads its module on first use, so ``import compiler`` pulls in none of torch,
-ortools, pydantic or rich (a test checks this).
+The public Python API (`compiler.api`): ``compile(...) -> Plan``, ``Plan.save`` / ``Plan.load`` /
+``Plan.summary()`` / ``Plan.run(...)`` / ``Plan.serve(...)`` / ``Plan.manifests()``, ``estimate(...)``,
+``pareto(...)`` and ``explain(...)``; examples/api_example.py uses them all. Importing this package is cheap:
+every name below loads its module on first use, so ``import compiler`` pulls in none of torch, ortools,
+pydantic or rich (a test checks this).
 
 >>> import compiler
 >>> "llama-3.1-70b" in compiler.preset_names()
@@ -27,12 +29,12 @@ _EXPORTS: dict[str, str] = {
     "ModelSpec": "compiler.inputs.model_spec", "preset_names": "compiler.inputs.model_spec",
     "resolve_model": "compiler.inputs.model_spec", "load_cluster": "compiler.inputs",
     "load_workload": "compiler.inputs",
-    # the driver's passes
-    "Timings": "compiler.driver", "block_graph": "compiler.driver", "compile": "compiler.driver",
-    "estimate": "compiler.driver", "pareto": "compiler.driver",
-    "summarize": "compiler.trace.summarize",
-    # the plan
-    "Plan": "compiler.emit.plan", "load_plan": "compiler.emit.plan",
+    # the plan API (compiler.api): compile -> Plan; Plan.save / load / summary / run / serve / manifests
+    "compile": "compiler.api", "Plan": "compiler.api", "CompileInputs": "compiler.api", "RunResult": "compiler.api",
+    "estimate": "compiler.api", "pareto": "compiler.api", "Frontier": "compiler.api", "explain": "compiler.explain",
+    # the driver's passes and the plan file
+    "Timings": "compiler.driver", "block_graph": "compiler.driver", "summarize": "compiler.trace.summarize",
+    "load_plan": "compiler.emit.plan",
 }
 
 __all__ = sorted(_EXPORTS)

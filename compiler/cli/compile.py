@@ -11,13 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from compiler.cli import options
+from compiler.cli import options, report
 from compiler.cli import run as run_command
 from compiler.cli.console import check_out_dir, fitted_tables, progress_for, seconds, timings_line
 from compiler.ir.placement import OBJECTIVE_QUANTITIES, OBJECTIVES
 
 #: What compile writes into DIR (removed before a run, so none of them outlives a failed one).
-OUTPUTS = ("plan.json", "k8s", "stages", "weights", "onnx", "model", "manifest.json")
+OUTPUTS = ("plan.json", "k8s", "stages", "weights", "onnx", "model", "manifest.json", "report")
 MANIFEST_CHOICES = ("device-plugin", "dra", "none")
 #: Display units of each objective's quantity (`compiler.ir.placement.OBJECTIVE_QUANTITIES`).
 QUANTITY_UNITS = {"requests_per_s": "req/s", "requests_per_s_per_provisioned_w": "req/s per W provisioned",
@@ -47,6 +47,7 @@ def register(sub) -> None:
                    help="Kubernetes manifests in DIR/k8s/: device-plugin limits (default), Dynamic Resource "
                         "Allocation claims (dra), or none")
     run_command.add_artifact_options(p)
+    report.add_options(p)
     p.add_argument("--json", action="store_true", help="print plan.json instead of the summary")
     p.set_defaults(func=run)
 
@@ -70,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             final = write_plan_dir(result.plan, args.model, out, run_command.artifact_options(args))
             wrote.append("plan.json")
             wrote += _write(final, result.prepared.cluster, out, args.manifests)
+        wrote += report.write(final, result, args, out, timings, progress_for(args))
     if args.json:
         sys.stdout.write(final.dumps())
     else:
@@ -130,7 +132,9 @@ def render(result, out: Path) -> None:
     console.print(f"solver: CP-SAT {s.status}, objective {s.objective_value:.4g} {unit}, bound {s.bound:.4g} {unit}, "
                   f"gap {100 * s.gap:.3f}%, {s.variables} variables, {s.constraints} constraints, {s.options} pool "
                   f"options, {seconds(sol.wall_s)}")
-    wrote = f"wrote {out / 'plan.json'}" + (f" and {out / 'k8s'}/" if (out / "k8s").is_dir() else "")
+    wrote = f"wrote {out / 'plan.json'}" + (f", {out / 'k8s'}/" if (out / "k8s").is_dir() else "") + (
+        f", {out / 'report'}/ (summary.md, pareto.png, roofline.png, power.png, timeline.json)"
+        if (out / "report").is_dir() else "")
     console.print(f"[dim]{timings_line(result.timings.as_dict())}. {wrote}. All metrics are predictions.[/dim]",
                   soft_wrap=False)
 

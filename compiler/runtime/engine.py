@@ -115,6 +115,8 @@ class Engine:
         try:
             with self._guard("starting", None):
                 self.workers.wait_ready(store, start_s)
+                if self.workers.dead is not None:  # died while starting: say so now, not after a rendezvous timeout
+                    raise self._failure("starting", None, None)
                 dist.init_process_group("gloo", store=store, rank=0, world_size=world,
                                         timeout=datetime.timedelta(seconds=stage_timeout_s))
                 from compiler.runtime.worker import tp_groups

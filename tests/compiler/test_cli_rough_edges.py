@@ -13,7 +13,7 @@ from tests.conftest import REPO, assert_one_line_error, run_cli
 NVIDIA = str(REPO / "examples" / "clusters" / "nvidia.yaml")
 CHAT = str(REPO / "examples" / "workloads" / "chat.yaml")
 TINY_CHAT = str(REPO / "examples" / "tiny_split" / "workload.yaml")  # fits llama-tiny's 512-token context
-COMMANDS = ("inspect", "backends", "estimate", "calibrate", "compile", "pareto", "schema")
+COMMANDS = ("inspect", "backends", "estimate", "calibrate", "compile", "explain", "pareto", "schema")
 
 
 # ------------------------------------------------------------------------------------------- flags

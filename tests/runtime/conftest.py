@@ -47,23 +47,26 @@ def llama_split(tmp_path_factory):
     return build_plan_dir(tmp_path_factory, "llama-tiny", split_shapes(2, 1))
 
 
-def truncated_drafter(tmp_path_factory, target: str = "llama-tiny", draft: str = "llama-tiny-draft"):
-    """A draft checkpoint folder: the plan's seeded target weights (seed 0, as `write_plan_dir` makes them) cut to
-    the draft config's first layers, embeddings, final norm and head, so its guesses often match the target."""
+def checkpoints(tmp_path_factory, seed: int, target: str = "llama-tiny", draft: str = "llama-tiny-draft"):
+    """Two `save_pretrained` folders: the target initialised under `seed` (other weights than a plan's seeded
+    default), and a drafter with the draft config's layers taken from it (its first layers, embeddings, final
+    norm and head), so the drafter's guesses often match the target's tokens."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from compiler.emit.weights import reference_model
     from compiler.inputs.model_spec import load_hf_config, resolve_model
 
-    folder = tmp_path_factory.mktemp("drafter")
-    state = reference_model(target, seed=0).state_dict()
-    config = AutoConfig.for_model(**load_hf_config(resolve_model(draft)).to_dict())
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, _ = model.load_state_dict(state, strict=False)
+    folders = tmp_path_factory.mktemp("target"), tmp_path_factory.mktemp("drafter")
+    models = []
+    torch.manual_seed(seed)
+    for name, folder in zip((target, draft), folders):
+        config = AutoConfig.for_model(**load_hf_config(resolve_model(name)).to_dict())
+        models.append(AutoModelForCausalLM.from_config(config, dtype=torch.float32))
+    missing, _ = models[1].load_state_dict(models[0].state_dict(), strict=False)
     assert not missing
-    model.save_pretrained(str(folder))
-    return folder
+    for model, folder in zip(models, folders):
+        model.save_pretrained(str(folder))
+    return folders
 
 
 def hf_speculative(target_dir, draft_dir, prompts, new_tokens: int, k: int):

@@ -65,6 +65,7 @@ def test_prefill_tp1_to_decode_tp2_gives_the_same_tokens(tmp_path_factory, llama
     assert [r.tokens for r in reqs] == [t for t, _ in hf_reference(reverse / "model", PROMPTS[:4], NEW_TOKENS)]
 
 
+@pytest.mark.slow  # the default run slices both models from save_pretrained folders in test_speculative.py
 @pytest.mark.timeout(180)
 def test_weights_sliced_from_a_save_pretrained_folder(tmp_path_factory):
     import torch

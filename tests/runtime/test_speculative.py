@@ -2,9 +2,10 @@
 
 One plan serves both draft lengths at once: a decode pool drafting k=1 and an
 attention/FFN-split decode pair drafting k=3, fed by one prefill pool and one
-drafter pool (5 stage workers). The drafter is `llama-tiny-draft` with the
-target's first layer, embeddings and head (`truncated_drafter`), so it guesses
-right often but not always. Expectations come from Hugging Face: `generate` for
+drafter pool (5 stage workers). Both models' weights are sliced from
+`save_pretrained` folders (`checkpoints`): the target under another seed than
+a plan's default, the drafter `llama-tiny-draft` with the target's first layer,
+embeddings and head, so it guesses right often but not always. Expectations come from Hugging Face: `generate` for
 the tokens, and a reference speculative loop with the same two HF models for
 how many drafts each verification accepts. Seeded sampling runs through the same
 engine (it replaces a separate sampling test: one engine start fewer).
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.runtime.conftest import PROMPTS, hf_reference, hf_speculative, truncated_drafter
+from tests.runtime.conftest import PROMPTS, checkpoints, hf_reference, hf_speculative
 
 NEW = 16
 
@@ -25,15 +26,17 @@ def spec_plan(tmp_path_factory):
     from compiler.emit.artifacts import Options, write_plan_dir
     from compiler.emit.handmade import PoolShape, handmade_plan
 
-    drafter = truncated_drafter(tmp_path_factory)
+    target, drafter = checkpoints(tmp_path_factory, seed=123)
     shapes = [PoolShape("prefill", "prefill"), PoolShape("dec1", "decode", batch=4, draft="drafter", draft_k=1),
               PoolShape("attn", "decode-attention", batch=4, draft="drafter", draft_k=3,
                         draft_acceptance_rate=0.5),
               PoolShape("ffn", "decode-ffn"), PoolShape("drafter", "drafter", batch=8)]
     plan = handmade_plan(block_graph("llama-tiny"), shapes, draft_graph=block_graph("llama-tiny-draft"))
     out = tmp_path_factory.mktemp("plan-spec")
-    write_plan_dir(plan, "llama-tiny", out, Options(onnx=False, draft_weights_dir=str(drafter)))
-    return out, drafter
+    write_plan_dir(plan, "llama-tiny", out, Options(onnx=False, weights_dir=str(target),
+                                                     draft_weights_dir=str(drafter)))
+    assert (out / "model" / "reference.json").is_file() and (out / "drafts" / "drafter" / "reference.json").is_file()
+    return out, target, drafter
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +45,7 @@ def spec_run(spec_plan):
     from compiler.runtime.engine import Engine, Request
     from compiler.runtime.report import run_report
 
-    plan_dir, _ = spec_plan
-    engine = Engine(plan_dir)
+    engine = Engine(spec_plan[0])
     try:
         reqs = engine.run([Request(list(p), max_new_tokens=NEW) for p in PROMPTS])
         report = run_report(engine, reqs)
@@ -58,16 +60,16 @@ def spec_run(spec_plan):
 
 @pytest.mark.timeout(240)
 def test_drafted_tokens_equal_greedy_target_tokens_for_k_1_and_3(spec_plan, spec_run):
-    plan_dir, drafter = spec_plan
+    _, target, drafter = spec_plan
     reqs, report, _ = spec_run
     assert [r.unit for r in reqs] == ["dec1/r0"] * 4 + ["attn/r0"] * 4  # both k at once, 4 requests each
 
-    want = hf_reference(plan_dir / "model", PROMPTS, NEW)
+    want = hf_reference(target, PROMPTS, NEW)  # greedy decoding of the target alone
     assert [r.tokens for r in reqs] == [t for t, _ in want]
 
     spec = {s["unit"]: s for s in report["speculative"]}
     for unit, k, part in (("dec1/r0", 1, slice(0, 4)), ("attn/r0", 3, slice(4, 8))):
-        ref = hf_speculative(plan_dir / "model", drafter, PROMPTS[part], NEW, k)
+        ref = hf_speculative(target, drafter, PROMPTS[part], NEW, k)
         assert [t for t, _ in ref] == [t for t, _ in want[part]]  # the reference loop is greedy decoding too
         counts = [a for _, accepted in ref for a in accepted]
         s = spec[unit]
@@ -92,10 +94,9 @@ def test_sampled_tokens_with_a_drafter_are_the_targets_own_samples(spec_plan, sp
     import torch
     from transformers import AutoModelForCausalLM
 
-    plan_dir, _ = spec_plan
     _, _, (a, b) = spec_run
     assert a.unit == b.unit == "attn/r0" and a.tokens == b.tokens  # same prompt, same seed, one batch
-    target = AutoModelForCausalLM.from_pretrained(str(plan_dir / "model"), dtype=torch.float32).eval()
+    target = AutoModelForCausalLM.from_pretrained(str(spec_plan[1]), dtype=torch.float32).eval()
     generator, tokens = torch.Generator().manual_seed(7), []
     with torch.no_grad():
         for _ in range(NEW):

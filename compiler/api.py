@@ -1,0 +1,374 @@
+"""The Python plan API: `compile` a model into a `Plan`, save and load it, read its summary, run it, serve it,
+deploy it; `estimate` one deployment; sweep a `pareto` frontier. ``import compiler`` exposes these names lazily.
+
+[Note: plan API layering] The plan's schema (``plan.json``) is `compiler.emit.plan.Plan`, a pydantic value of
+the emit stage; emit may not import the runtime or the driver (tests/test_repo.py). `Plan` here wraps that
+value (``plan.document``) with what it was compiled from, and its methods reach the stages through lazy
+imports, from the top of the stack like the CLI: this module sits beside `compiler.driver` and imports it and
+every stage, and nothing below imports it. The CLI and this API share one home per step: the driver's passes,
+`compiler.emit.artifacts.write_plan_dir`, `compiler.emit.k8s`, `write_report` below, the runtime's `Engine`.
+
+>>> import compiler
+>>> plan = compiler.compile("llama-tiny", "examples/tiny_split/cluster.yaml",
+...                         "examples/tiny_split/workload.yaml")          # doctest: +SKIP
+>>> plan.save("plan-tiny")                                                # doctest: +SKIP
+>>> compiler.Plan.load("plan-tiny").run([[1, 2, 3]]).tokens               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from compiler.ir.errors import BadInput
+
+if TYPE_CHECKING:  # typing only: importing them loads pydantic, which `import compiler` must not
+    from compiler.driver import Compilation
+    from compiler.emit.plan import Plan as PlanDocument
+    from compiler.ir.block_graph import BlockGraph
+    from compiler.ir.estimate import Estimate
+    from compiler.ir.precision import Precision
+
+#: Where the report goes inside a plan directory, and the record of what the plan was compiled from.
+REPORT_DIR = "report"
+INPUTS_FILE = "inputs.json"
+#: TPOT targets of the frontier drawn in the report, and the seconds each of its solves may take (a few, and
+#: short: the report stays cheap beside the compile; `gimletc pareto` draws the full sweep).
+REPORT_POINTS = 3
+REPORT_SOLVE_LIMIT_S = 5.0
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CompileInputs:
+    """What a plan was compiled from; saved as ``DIR/report/inputs.json`` so `compiler.explain` can re-cost it.
+
+    Paths are absolute. Budgets in watts (and dollars per hour); None keeps the cluster file's.
+    """
+
+    model: str
+    cluster: str
+    workload: str
+    power_budget_w: float | None = None
+    objective: str = "throughput"
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    dtype: str = "bf16"
+    kv_dtype: str | None = None
+    time_limit_s: float = 60.0
+    cost_budget_per_hour: float | None = None
+
+    @staticmethod
+    def of(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, **options: Any) -> CompileInputs:
+        return CompileInputs(model, str(Path(cluster).resolve()), str(Path(workload).resolve()), **options)
+
+    def precision(self) -> Precision:
+        from compiler.ir.precision import Precision
+
+        return Precision.of(self.dtype, self.kv_dtype)
+
+    def budgets(self) -> dict[str, float]:
+        """Keyword arguments of the driver's passes for the budgets given (none: the cluster file's)."""
+        out: dict[str, float] = {}
+        if self.power_budget_w is not None:
+            out["power_budget_w"] = self.power_budget_w
+        if self.cost_budget_per_hour is not None:
+            out["cost_budget_per_hour"] = self.cost_budget_per_hour
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
+
+    @staticmethod
+    def load(path: str | os.PathLike) -> CompileInputs | None:
+        """The inputs recorded in a plan directory, or None when it has none (compiled without a report)."""
+        file = Path(path) / REPORT_DIR / INPUTS_FILE
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+            return CompileInputs(**data)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError) as e:
+            raise BadInput(f"{file}: not a record of compile inputs ({type(e).__name__}: {e}); recompile the plan "
+                           "or pass --cluster and --workload") from None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What `Plan.run` returns: each prompt's generated token ids, and the measured-versus-predicted report
+    (the dict ``gimletc run --json`` prints: per-stage wall time here, bytes per transfer kind)."""
+
+    tokens: list[list[int]]
+    report: dict = field(repr=False)
+
+
+class Plan:
+    """A compiled plan: the validated ``plan.json`` document (`document`, attributes read through: ``plan.pools``,
+    ``plan.predicted``...), what it was compiled from (`inputs`) and, once saved or loaded, its directory (`path`).
+
+    Every metric in it is a prediction of the cost model.
+    """
+
+    def __init__(self, document: PlanDocument, *, inputs: CompileInputs | None = None, path: Path | None = None,
+                 compilation: Compilation | None = None) -> None:
+        self.document = document
+        self.inputs = inputs
+        self.path = path
+        self._compilation = compilation
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name in ("document", "inputs", "path"):
+            raise AttributeError(name)
+        return getattr(self.document, name)
+
+    def __repr__(self) -> str:
+        d = self.document
+        where = f", saved at {self.path}" if self.path else ""
+        return (f"<Plan {d.model} on {d.cluster} for {d.workload}: {len(d.pools)} pools, "
+                f"{d.predicted.output_tokens_per_s:,.0f} output tokens/s predicted{where}>")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Plan:
+        """Load a plan directory (or its ``plan.json``): validated, nothing executed. `BadInput` names any problem."""
+        from compiler.emit.plan import load_plan
+
+        root = Path(path)
+        root = root.parent if root.name == "plan.json" else root
+        return cls(load_plan(root), inputs=CompileInputs.load(root), path=root)
+
+    def save(self, path: str | os.PathLike, *, manifests: str = "device-plugin", report: bool = True,
+             report_points: int = REPORT_POINTS, weights: str | None = None, run_dtype: str = "fp32",
+             onnx: bool = True) -> Path:
+        """Write the plan directory, as ``gimletc compile --out`` does: ``plan.json``, stage programs, weight
+        shards (models under 2 GB, or sliced from `weights`), ONNX, ``manifest.json``, ``k8s/`` (unless
+        `manifests` is ``none``) and ``report/`` (unless `report` is False). Returns the directory."""
+        from compiler.emit.artifacts import Options, write_plan_dir
+
+        out = Path(path)
+        for stale in ("k8s", REPORT_DIR):
+            if (out / stale).is_dir():
+                shutil.rmtree(out / stale)
+        model = self.inputs.model if self.inputs else self.document.model
+        self.document = write_plan_dir(self.document, model, out, Options(weights_dir=weights, run_dtype=run_dtype,
+                                                                          onnx=onnx))
+        if manifests != "none":
+            from compiler.emit.k8s import write_manifests
+
+            write_manifests(self.manifests(manifests), out / "k8s")
+        if report:
+            graph = self._compilation.prepared.graph if self._compilation else None
+            write_report(self.document, out, graph=graph, inputs=self.inputs, points=report_points)
+        self.path = out
+        return out
+
+    def summary(self) -> str:
+        """The plan explained in Markdown: ``report/summary.md`` (pools, counts, predicted totals, per-class
+        latencies, baselines and gains, solver status, sensitivity, power)."""
+        from compiler.emit.report.power import power_breakdown
+        from compiler.emit.report.summary import summary_markdown
+
+        return summary_markdown(self.document, power_breakdown(self.document))
+
+    def manifests(self, mode: str = "device-plugin") -> dict[str, dict]:
+        """The Kubernetes objects of this plan, by file name (``kustomization.yaml`` lists the others); node
+        selectors, images and endpoints from the cluster file it was compiled with, when known."""
+        from compiler.emit.k8s import manifests
+
+        return manifests(self.document, self._cluster(), mode=mode)
+
+    def _cluster(self):
+        if self._compilation is not None:
+            return self._compilation.prepared.cluster
+        if self.inputs is not None and Path(self.inputs.cluster).is_file():
+            from compiler.inputs import load_cluster
+
+            return load_cluster(self.inputs.cluster)
+        return None
+
+    def _runnable_dir(self) -> Path:
+        if self.path is None:
+            raise BadInput("this plan has not been saved: call plan.save(DIR) first (running reads a plan directory)")
+        return self.path
+
+    def run(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 16, temperature: float = 0.0,
+            top_p: float = 1.0, seed: int = 0, stage_timeout_s: float = 15.0) -> RunResult:
+        """Execute the saved plan on this machine (a driver and one worker process per stage instance, as
+        ``gimletc run``): greedy (temperature 0) or seeded sampling; prompts are token ids. Raises
+        `RuntimeFailure` naming the stage if a worker dies or hangs."""
+        from compiler.runtime.engine import Engine, Request
+        from compiler.runtime.report import run_report
+
+        root = self._runnable_dir()
+        requests = [Request([int(t) for t in p], max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                            seed=seed + i) for i, p in enumerate(prompts)]
+        engine = Engine(root, stage_timeout_s=stage_timeout_s)
+        try:
+            engine.run(requests)
+            report = run_report(engine, requests)
+        finally:
+            engine.close()
+        return RunResult([list(r.tokens) for r in requests], report)
+
+    def serve(self, *, host: str = "127.0.0.1", port: int = 8000, stage_timeout_s: float = 15.0) -> int:
+        """Serve the saved plan over an OpenAI-compatible HTTP API until interrupted (as ``gimletc serve``);
+        returns the exit code (4 if the workers failed)."""
+        from compiler.runtime.serve import serve
+
+        return serve(self._runnable_dir(), host=host, port=port, stage_timeout_s=stage_timeout_s)
+
+    def explain(self, target: str | None = None) -> str:
+        """Why each block went where (`compiler.explain`), as the text ``gimletc explain`` prints."""
+        from compiler.explain import explain, render_text
+
+        return render_text(explain(self._runnable_dir(), target, inputs=self.inputs))
+
+
+def compile(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, *, power_budget: str | float | None = None,
+            objective: str = "throughput", slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
+            dtype: str = "bf16", kv_dtype: str | None = None, time_limit_s: float = 60.0, sensitivity: bool = True,
+            progress: Progress | None = None) -> Plan:
+    """Trace, cost, place and emit `model` on the `cluster` file's fleet for the `workload` file: the whole of
+    ``gimletc compile``, in memory (`Plan.save` writes it). `power_budget` overrides the cluster file's: watts,
+    or a string with its unit (``"200kW"``). Raises `BadInput` (a file, field or flag is wrong) or `Infeasible`
+    (the binding constraints named)."""
+    from compiler.driver import compile as compile_pass
+
+    inputs = CompileInputs.of(model, cluster, workload, power_budget_w=_watts(power_budget), objective=objective,
+                              slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, dtype=dtype, kv_dtype=kv_dtype,
+                              time_limit_s=time_limit_s)
+    result = compile_pass(model, inputs.cluster, inputs.workload, objective=objective, slo_ttft_ms=slo_ttft_ms,
+                          slo_tpot_ms=slo_tpot_ms, precision=inputs.precision(), time_limit_s=time_limit_s,
+                          analyse=sensitivity, progress=progress, **inputs.budgets())
+    return Plan(result.plan, inputs=inputs, compilation=result)
+
+
+def _watts(power: str | float | None) -> float | None:
+    """``"200kW"`` / ``"1.5MW"`` / ``"800W"`` / a number of watts -> watts."""
+    if power is None or isinstance(power, (int, float)):
+        if power is not None and not power > 0:
+            raise BadInput(f"power_budget {power!r}: give a positive number of watts or a string such as '200kW'")
+        return None if power is None else float(power)
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(mw|kw|w)\s*", str(power).lower())
+    if not m or float(m.group(1)) <= 0:
+        raise BadInput(f"power_budget {power!r}: give watts, or a power with its unit such as '200kW', '1.5MW', '800W'")
+    return float(m.group(1)) * {"mw": 1e6, "kw": 1e3, "w": 1.0}[m.group(2)]
+
+
+def estimate(model: str, device: str, count: int = 1, *, tp: int | None = None, pp: int = 1, dtype: str = "bf16",
+             kv_dtype: str | None = None, input_len: int = 1024, output_len: int = 256,
+             batch: int | str | None = None, concurrency: int | None = None, engine: str = "generic") -> Estimate:
+    """TTFT, TPOT, throughput, memory and power of `count` devices of `device` serving `model` (predictions; as
+    ``gimletc estimate``). `batch` is a number of requests started together or ``"max"``; `concurrency` closed-
+    loop clients instead; neither: one request."""
+    from compiler.driver import estimate as estimate_pass
+    from compiler.ir.precision import Precision
+
+    if batch is None and concurrency is None:
+        batch = 1
+    return estimate_pass(model, device=device, count=count, tp=tp, pp=pp, precision=Precision.of(dtype, kv_dtype),
+                         input_len=input_len, output_len=output_len, batch=batch, concurrency=concurrency,
+                         engine=engine)
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """What `pareto` returns: a title and one row per (TPOT target, curve) (keys as in ``pareto.csv``)."""
+
+    title: str
+    points: list[dict]
+
+    def plot(self, path: str | os.PathLike) -> Path:
+        """Draw the frontier as a PNG (matplotlib)."""
+        from compiler.emit.report.plots import plot_frontier
+
+        plot_frontier(self.points, Path(path), self.title, None)
+        return Path(path)
+
+
+def pareto(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, *, power_budget: str | float | None = None,
+           dtype: str = "bf16", kv_dtype: str | None = None, points: int = 8, time_limit_s: float = 60.0,
+           progress: Progress | None = None) -> Frontier:
+    """The predicted speed-vs-throughput frontier (as ``gimletc pareto``): for a sweep of TPOT targets, the plan
+    and the baselines solved at each. Raises `Infeasible` when no point is feasible."""
+    from compiler.driver import pareto as pareto_pass
+    from compiler.ir.precision import Precision
+
+    budget = _watts(power_budget)
+    result = pareto_pass(model, str(cluster), str(workload), precision=Precision.of(dtype, kv_dtype), points=points,
+                         time_limit_s=time_limit_s, progress=progress,
+                         **({"power_budget_w": budget} if budget is not None else {}))
+    title, rows = _title_and_rows(result)
+    return Frontier(title, list(rows))
+
+
+def _title_and_rows(result: Any) -> tuple[str, list[dict]]:
+    """`compiler.driver.pareto`'s answer as (title, rows), whether a ``(title, rows)`` pair or a value with both."""
+    if isinstance(result, tuple):
+        return result[0], list(result[1])
+    return result.title, list(result.rows)
+
+
+@contextmanager
+def repeat_warnings_muted() -> Iterator[None]:
+    """Warnings of a second costing of the same inputs (the report's frontier, explain) were said by the first."""
+    logger = logging.getLogger("compiler")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def report_frontier(inputs: CompileInputs, points: int) -> tuple[list[dict] | None, str, str | None]:
+    """(rows, title, note) of the frontier the report draws: `points` TPOT targets of `compiler.driver.pareto`
+    (None and a note saying why when skipped or infeasible)."""
+    from compiler.driver import pareto as pareto_pass
+    from compiler.ir.errors import Infeasible
+
+    if points <= 0:
+        return None, "", "Not computed (--report-points 0); `gimletc pareto` draws it."
+    try:
+        with repeat_warnings_muted():
+            result = pareto_pass(inputs.model, inputs.cluster, inputs.workload, precision=inputs.precision(),
+                                 points=points, time_limit_s=min(inputs.time_limit_s, REPORT_SOLVE_LIMIT_S),
+                                 **inputs.budgets())
+    except Infeasible as e:
+        return None, "", f"No frontier: {e}"
+    title, rows = _title_and_rows(result)
+    return rows, title, None
+
+
+def write_report(document: PlanDocument, out: str | os.PathLike, *, graph: BlockGraph | None = None,
+                 inputs: CompileInputs | None = None, points: int = REPORT_POINTS,
+                 progress: Progress | None = None) -> list[Path]:
+    """Write ``out/report/`` (`compiler.emit.report`) for the plan `document`: the frontier (`points` TPOT
+    targets; needs `inputs`), then summary, pictures, timeline, and `inputs` as ``inputs.json``. Returns the
+    files written."""
+    from compiler.driver import block_graph
+    from compiler.emit.report import build_report
+    from compiler.emit.report import write_report as write_files
+    from compiler.ir.files import atomic_write_text
+
+    folder = Path(out) / REPORT_DIR
+    if inputs is not None:
+        (progress or (lambda _m: None))(f"report: the frontier at {points} TPOT targets")
+        rows, title, note = report_frontier(inputs, points)
+    else:
+        rows, title, note = None, "", "Not computed: the plan's compile inputs are unknown."
+    graph = graph if graph is not None else block_graph(inputs.model if inputs else document.model)
+    report = build_report(document, graph, frontier=rows, frontier_title=title, frontier_note=note)
+    files = write_files(report, folder)
+    if inputs is not None:
+        atomic_write_text(folder / INPUTS_FILE, inputs.to_json())
+        files.append(folder / INPUTS_FILE)
+    return sorted(files)

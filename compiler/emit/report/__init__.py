@@ -1,0 +1,113 @@
+"""The plan report (``DIR/report/``): what a compiled plan predicts and why, in words, numbers and pictures.
+
+`build_report` computes everything from the plan, its BlockGraph and (optionally) a predicted frontier, and
+returns a `Report` value; `write_report` writes it under a folder, only when asked (the CLI and the Python
+API's ``Plan.save`` do). Files:
+
+- ``summary.md``: pools, counts, predicted totals, per-class latencies, transfers, baselines and gains, solver
+  status, sensitivity, power (`compiler.emit.report.summary`);
+- ``pareto.png``: the predicted frontier with this plan on it (when a frontier was computed);
+- ``roofline.png``: the plan's blocks on the rooflines of their devices (`compiler.emit.report.roofline`);
+- ``power.png``: provisioned and drawn power per pool against the budget (`compiler.emit.report.power`);
+- ``timeline.json``: a predicted pipeline timeline in the Chrome trace format; open it in
+  https://ui.perfetto.dev (`compiler.emit.report.timeline`);
+- ``report.json``: the numbers behind the pictures (power, roofline points, frontier rows).
+
+Every number is a prediction and is labelled so. matplotlib loads only in `write_report`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from compiler.emit.plan import Plan
+from compiler.emit.report.power import PowerBreakdown, power_breakdown
+from compiler.emit.report.roofline import Ceiling, RooflinePoint, ceilings, roofline_points
+from compiler.emit.report.roofline import to_json as roofline_json
+from compiler.emit.report.summary import summary_markdown
+from compiler.emit.report.timeline import pipeline_trace
+from compiler.ir.block_graph import BlockGraph
+from compiler.ir.files import atomic_write_text
+
+#: The report's files and what each shows (summary.md lists them).
+FILES = (("pareto.png", "the predicted speed-vs-efficiency frontier of this instance, with this plan marked"),
+         ("roofline.png", "each distinct block of each pool on the roofline of its device, at the pool's operating "
+                          "point"),
+         ("power.png", "provisioned (TDP) and drawn (predicted) power per pool against the budget"),
+         ("timeline.json", "a predicted pipeline timeline of one mean request per serving path; open it in "
+                           "https://ui.perfetto.dev"),
+         ("report.json", "the numbers behind the pictures"))
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything ``DIR/report/`` holds, computed; `write_report` writes it."""
+
+    plan: Plan
+    summary_md: str
+    power: PowerBreakdown
+    ceilings: tuple[Ceiling, ...]
+    roofline: tuple[RooflinePoint, ...]
+    timeline: dict
+    frontier: tuple[dict, ...] | None  # rows of `compiler.driver.pareto`, or None when not computed
+    frontier_title: str = ""
+
+    @property
+    def title(self) -> str:
+        return f"{self.plan.model} on {self.plan.cluster}, workload {self.plan.workload}"
+
+    def plan_point(self) -> tuple[float, float] | None:
+        """This plan on the frontier's axes: (tokens/s per user, output tokens/s per MW provisioned)."""
+        pr = self.plan.predicted
+        if not pr.worst_tpot_ms or not pr.provisioned_power_w:
+            return None
+        return 1e3 / pr.worst_tpot_ms, pr.output_tokens_per_s / (pr.provisioned_power_w / 1e6)
+
+    def to_json(self) -> dict:
+        return {"prediction": True, "power": self.power.to_json(),
+                "roofline": roofline_json(list(self.ceilings), list(self.roofline)),
+                "frontier": {"title": self.frontier_title, "points": list(self.frontier)}
+                if self.frontier is not None else None,
+                "plan_point": self.plan_point()}
+
+
+def build_report(plan: Plan, graph: BlockGraph, *, frontier: Sequence[dict] | None = None, frontier_title: str = "",
+                 frontier_note: str | None = None) -> Report:
+    """The report of `plan` (compiled from `graph`); `frontier` are `compiler.driver.pareto` rows, if computed,
+    and `frontier_note` says why there are none."""
+    power = power_breakdown(plan)
+    files = [(name, what) for name, what in FILES if name != "pareto.png" or frontier]
+    if frontier:
+        frontier_note = frontier_note or (f"{sum(r.get('curve') == 'heterogeneous' for r in frontier)} heterogeneous "
+                                          f"points; this plan is the star in `pareto.png`.")
+    md = summary_markdown(plan, power, files=files, frontier_note=frontier_note)
+    return Report(plan, md, power, tuple(ceilings(plan)), tuple(roofline_points(plan, graph)),
+                  pipeline_trace(plan, graph), tuple(frontier) if frontier else None, frontier_title)
+
+
+def write_report(report: Report, folder: str | Path) -> list[Path]:
+    """Write `report` under `folder` (created); returns the files written."""
+    from compiler.emit.report.plots import plot_frontier, plot_power, plot_roofline
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, text in (("summary.md", report.summary_md),
+                       ("timeline.json", json.dumps(report.timeline, indent=1, sort_keys=True) + "\n"),
+                       ("report.json", json.dumps(report.to_json(), indent=1, sort_keys=True) + "\n")):
+        atomic_write_text(folder / name, text)
+        out.append(folder / name)
+    plot_roofline(report.ceilings, report.roofline, folder / "roofline.png", report.title)
+    plot_power(report.power, folder / "power.png", report.title)
+    out += [folder / "roofline.png", folder / "power.png"]
+    if report.frontier:
+        plot_frontier(report.frontier, folder / "pareto.png", report.frontier_title or report.title,
+                      report.plan_point())
+        out.append(folder / "pareto.png")
+    return sorted(out)
+
+
+__all__ = ["FILES", "Report", "build_report", "write_report"]

@@ -1,0 +1,69 @@
+"""Where a plan's power goes: per pool, the devices' TDP it provisions against the budget and the mean draw the
+cost model predicts while serving; the inventory left dark; the budget.
+
+Provisioned watts are catalog TDPs (``DeviceSpec.tdp_w``, sourced) times devices, the quantity the placement
+holds under the budget; drawn watts are the plan's predictions (``Pool.predicted_power_w``).
+
+>>> from compiler.emit.plan import Pool
+>>> pool = Pool(name="pool0", role="colocated", device="nvidia-h100-sxm", devices_per_replica=2, replicas=3, tp=2,
+...             pp=1, batch=8, phases=["prefill", "decode"], stages=[], option="x", predicted_requests_per_s=1.0,
+...             predicted_power_w=2500.0)
+>>> row = pool_power(pool)
+>>> row.devices, row.provisioned_w, row.drawn_w   # 6 x 700 W TDP
+(6, 4200.0, 2500.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.registry import device
+from compiler.emit.plan import Plan, Pool
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPower:
+    pool: str
+    role: str
+    device: str
+    devices: int
+    provisioned_w: float  # devices x TDP
+    drawn_w: float  # predicted mean draw while serving
+
+
+@dataclass(frozen=True, slots=True)
+class PowerBreakdown:
+    pools: tuple[PoolPower, ...]
+    budget_w: float | None
+    dark_w: float  # TDP of the inventory no pool uses
+    dark_devices: tuple[tuple[str, int], ...]  # (device type, devices no pool uses)
+
+    @property
+    def provisioned_w(self) -> float:
+        return sum(p.provisioned_w for p in self.pools)
+
+    @property
+    def drawn_w(self) -> float:
+        return sum(p.drawn_w for p in self.pools)
+
+    def to_json(self) -> dict:
+        return {"budget_w": self.budget_w, "provisioned_w": self.provisioned_w, "drawn_w": self.drawn_w,
+                "dark_w": self.dark_w, "dark_devices": dict(self.dark_devices), "prediction": True,
+                "pools": [{"pool": p.pool, "role": p.role, "device": p.device, "devices": p.devices,
+                           "provisioned_w": p.provisioned_w, "drawn_w": p.drawn_w} for p in self.pools]}
+
+
+def pool_power(pool: Pool) -> PoolPower:
+    devices = pool.replicas * pool.devices_per_replica
+    return PoolPower(pool.name, pool.role, pool.device, devices, float(devices * device(pool.device).tdp_w),
+                     pool.predicted_power_w)
+
+
+def power_breakdown(plan: Plan) -> PowerBreakdown:
+    """Per pool provisioned and drawn watts, and the inventory left dark."""
+    pools = tuple(pool_power(p) for p in plan.pools)
+    used: dict[str, int] = {}
+    for p in pools:
+        used[p.device] = used.get(p.device, 0) + p.devices
+    dark = tuple(sorted((d, n - used.get(d, 0)) for d, n in plan.inventory.items() if n > used.get(d, 0)))
+    return PowerBreakdown(pools, plan.power_budget_w, float(sum(device(d).tdp_w * n for d, n in dark)), dark)

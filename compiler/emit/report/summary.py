@@ -1,0 +1,174 @@
+"""``summary.md``: a plan explained in Markdown. Every number in it is a prediction of the cost model, and says so.
+
+Sections: what was placed where under which budget; the pools (shape, load, latencies at their utilisation,
+power); device counts against the inventory; the predicted totals; each request class end to end and on each
+pool; the transfers; the baselines and the plan's gain over each; the solver's status, bound and gap; the
+sensitivity to assumed efficiencies; the power breakdown; and the report's other files.
+
+>>> print(table(["a", "b"], [["1", "2"]]))
+| a | b |
+|---|---|
+| 1 | 2 |
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from compiler.emit.plan import Plan
+from compiler.emit.report.power import PowerBreakdown
+
+PREDICTION_NOTE = ("Every number below is a **prediction** of gimletc's cost model (datasheet peaks x efficiencies "
+                   "fitted on published measurements, queueing at each pool's utilisation), not a measurement.")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table (pipes in cells escaped)."""
+    def cells(values: Sequence[str]) -> str:
+        return "| " + " | ".join(str(v).replace("|", "\\|") for v in values) + " |"
+
+    return "\n".join([cells(headers), "|" + "|".join("---" for _ in headers) + "|", *(cells(r) for r in rows)])
+
+
+def _ms(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _kw(watts: float | None) -> str:
+    return "-" if watts is None else f"{watts / 1e3:.1f}"
+
+
+def summary_markdown(plan: Plan, power: PowerBreakdown, *, files: Sequence[tuple[str, str]] = (),
+                     frontier_note: str | None = None) -> str:
+    """The whole ``summary.md``; `files` lists (file name, what it shows) of the report's other files."""
+    budget = f"{plan.power_budget_w / 1e3:.1f} kW" if plan.power_budget_w else "no power budget"
+    parts = [f"# {plan.model} on {plan.cluster}: the plan",
+             f"Workload **{plan.workload}** (mean {plan.mean_input_len:.0f} prompt + {plan.mean_output_len:.0f} "
+             f"output tokens), {budget}, weights {plan.dtype}, KV {plan.kv_dtype}, objective "
+             f"**{plan.solver.objective}**. {PREDICTION_NOTE}",
+             "## Pools (predicted, at their utilisation)", _pools(plan),
+             "## Devices", _devices(plan, power),
+             "## Predicted totals", _totals(plan)]
+    if plan.classes:
+        parts += ["## Request classes (predicted, end to end)", _classes(plan),
+                  "### Per pool", _pool_classes(plan)]
+    if plan.transfers:
+        parts += ["## Transfers (predicted)", _transfers(plan)]
+    parts += ["## Baselines and gains (same cost model)", _baselines(plan),
+              "## Solver", _solver(plan),
+              "## Sensitivity to assumed efficiencies", _sensitivity(plan),
+              "## Power", _power(power)]
+    if frontier_note:
+        parts += ["## Frontier", frontier_note]
+    if files:
+        parts += ["## Files", "\n".join(f"- `{name}`: {what}" for name, what in files)]
+    return "\n\n".join(parts) + "\n"
+
+
+def _pools(plan: Plan) -> str:
+    pct = f"p{plan.classes[0].slo_percentile:g} " if plan.classes else ""
+    rows = [[p.name, p.role, p.device, f"{p.replicas} x {p.devices_per_replica}", str(p.tp), str(p.pp), str(p.batch),
+             f"{p.predicted_requests_per_s:.2f}", f"{p.predicted_utilisation:.0%}", _ms(p.predicted_ttft_ms, 0),
+             _ms(p.predicted_tpot_ms), _kw(p.predicted_power_w), ", ".join(c.name for c in p.predicted_classes)]
+            for p in plan.pools]
+    return table(["pool", "role", "device", "replicas x devices", "tp", "pp", "batch", "req/s", "util",
+                  f"{pct}TTFT ms", f"{pct}TPOT ms", "drawn kW", "classes"], rows)
+
+
+def _devices(plan: Plan, power: PowerBreakdown) -> str:
+    used: dict[str, int] = {}
+    for p in power.pools:
+        used[p.device] = used.get(p.device, 0) + p.devices
+    rows = [[d, str(used.get(d, 0)), str(n), f"{used.get(d, 0) / n:.0%}" if n else "-"]
+            for d, n in sorted(plan.inventory.items())]
+    return table(["device", "used", "inventory", "share"], rows)
+
+
+def _totals(plan: Plan) -> str:
+    pr = plan.predicted
+    return "\n".join([
+        f"- requests: {pr.requests_per_s:.2f} req/s; output tokens: {pr.output_tokens_per_s:,.0f} tokens/s",
+        f"- power: {_kw(pr.power_w)} kW drawn, {_kw(pr.provisioned_power_w)} kW provisioned (budget {budget_kw(plan)})",
+        f"- efficiency: {pr.output_tokens_per_s_per_w:.2f} output tokens/s per W drawn",
+        f"- worst TTFT {_ms(pr.worst_ttft_ms, 0)} ms, worst TPOT {_ms(pr.worst_tpot_ms)} ms (at the SLO percentile)"])
+
+
+def budget_kw(plan: Plan) -> str:
+    return "none" if plan.power_budget_w is None else f"{plan.power_budget_w / 1e3:.1f} kW"
+
+
+def _classes(plan: Plan) -> str:
+    rows = [[c.name, f"{c.share:.0%}", f"{c.requests_per_s:.2f}", f"{_ms(c.ttft_p50_ms, 0)} / "
+             f"{_ms(c.ttft_slo_percentile_ms, 0)}", "-" if c.slo_ttft_ms is None else f"{c.slo_ttft_ms:g} @p{c.slo_percentile:g}",
+             f"{_ms(c.tpot_p50_ms)} / {_ms(c.tpot_slo_percentile_ms)}",
+             "-" if c.slo_tpot_ms is None else f"{c.slo_tpot_ms:g} @p{c.slo_percentile:g}", "yes" if c.meets_slo else "NO",
+             ", ".join(c.pools)] for c in plan.classes]
+    return table(["class", "share", "req/s", "TTFT p50 / pN ms", "TTFT SLO", "TPOT p50 / pN ms", "TPOT SLO", "meets",
+                  "pools"], rows)
+
+
+def _pool_classes(plan: Plan) -> str:
+    rows = [[p.name, c.name, f"{c.requests_per_s:.2f}", f"{p.predicted_utilisation:.0%}",
+             f"{_ms(c.ttft_p50_ms, 0)} / {_ms(c.ttft_slo_percentile_ms, 0)}",
+             f"{_ms(c.tpot_p50_ms)} / {_ms(c.tpot_slo_percentile_ms)}"]
+            for p in plan.pools for c in p.predicted_classes]
+    return table(["pool", "class", "req/s", "pool util", "TTFT p50 / pN ms", "TPOT p50 / pN ms"], rows) if rows \
+        else "No pool serves a class."
+
+
+def _transfers(plan: Plan) -> str:
+    rows = [[t.kind, t.src_pool, t.dst_pool, f"{t.predicted_requests_per_s:.2f}", f"{t.predicted_bytes_per_s / 1e9:.3f}",
+             f"{t.predicted_latency_ms:.2f}"] for t in plan.transfers]
+    return table(["kind", "from", "to", "req/s", "GB/s", "latency ms"], rows)
+
+
+#: Baseline fields shown when the plan has them (the baseline schema grows; absent fields are skipped).
+_BASELINE_FIELDS = (("status", "status", str), ("output_tokens_per_s", "output tokens/s", lambda v: f"{v:,.0f}"),
+                    ("power_w", "drawn kW", _kw), ("provisioned_power_w", "provisioned kW", _kw),
+                    ("plan_gain", "plan gain", lambda v: "-" if v is None else f"{v:.2f}x"),
+                    ("plan_ratio", "plan gain", lambda v: f"{v:.2f}x"), ("note", "note", str))
+
+
+def _baselines(plan: Plan) -> str:
+    if not plan.baselines:
+        return "No baselines were solved."
+    present = [(f, h, fmt) for f, h, fmt in _BASELINE_FIELDS
+               if any(f in type(b).model_fields for b in plan.baselines)]
+    seen, fields = set(), []
+    for f, h, fmt in present:
+        if h not in seen:
+            seen.add(h)
+            fields.append((f, h, fmt))
+    rows = [[b.name] + [fmt(getattr(b, f)) if getattr(b, f, None) is not None else "-" for f, _h, fmt in fields]
+            for b in plan.baselines]
+    return ("Each baseline is solved under the same cost model and constraints; the gain is the plan's output "
+            "tokens/s (or objective) over the baseline's.\n\n" + table(["baseline"] + [h for _f, h, _ in fields], rows))
+
+
+def _solver(plan: Plan) -> str:
+    s = plan.solver
+    return (f"CP-SAT **{s.status}**: objective {s.objective} = {s.objective_value:.4g}, bound {s.bound:.4g}, gap "
+            f"{100 * s.gap:.3f}%; {s.variables} variables, {s.constraints} constraints, {s.options} pool options.")
+
+
+def _sensitivity(plan: Plan) -> str:
+    if not plan.sensitivity:
+        return ("Not analysed (every device family used has at least two published measurements, or the compile "
+                "ran with --no-sensitivity).")
+    rows = [[m.factor, f"{m.change:+.0%}", f"{m.objective_change:+.1%}", "yes" if m.changes_pools else "no",
+             ", ".join(m.pools_added) or "-", ", ".join(m.pools_removed) or "-"] for m in plan.sensitivity]
+    flips = [m for m in plan.sensitivity if m.changes_pools]
+    head = (f"{len(flips)} of {len(plan.sensitivity)} moves change the chosen pools: this plan flips on a guess."
+            if flips else "No +-20% move of an assumed efficiency changes the chosen pools.")
+    return head + "\n\n" + table(["assumed factor", "moved", "objective", "changes pools", "adds", "drops"], rows)
+
+
+def _power(power: PowerBreakdown) -> str:
+    rows = [[p.pool, p.role, p.device, str(p.devices), _kw(p.provisioned_w), _kw(p.drawn_w)] for p in power.pools]
+    rows.append(["total", "", "", str(sum(p.devices for p in power.pools)), _kw(power.provisioned_w),
+                 _kw(power.drawn_w)])
+    dark = ", ".join(f"{n} {d}" for d, n in power.dark_devices) or "none"
+    budget = "none" if power.budget_w is None else f"{_kw(power.budget_w)} kW"
+    return (f"Provisioned = devices x TDP (catalog), held under the budget ({budget}); drawn = predicted mean while "
+            f"serving. Left dark: {dark} ({_kw(power.dark_w)} kW at TDP).\n\n"
+            + table(["pool", "role", "device", "devices", "provisioned kW", "drawn kW"], rows))

@@ -1,0 +1,138 @@
+"""The plan report (`compiler.emit.report`): summary, power, roofline, Chrome-trace timeline, pictures."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pytest
+
+from backends.registry import device
+from compiler.emit.report import build_report, write_report
+from compiler.emit.report.power import power_breakdown
+from compiler.emit.report.roofline import ceilings, roofline_points
+from compiler.emit.report.timeline import DECODE_STEPS, pipeline_trace
+from tests.conftest import REPO
+
+TINY = REPO / "examples" / "tiny_split"
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """llama-tiny placed on the three-accelerator example fleet (colocated pools), with its BlockGraph."""
+    from compiler.driver import compile
+
+    result = compile("llama-tiny", str(TINY / "cluster.yaml"), str(TINY / "workload.yaml"), analyse=False)
+    return result.plan, result.prepared.graph
+
+
+@pytest.fixture(scope="module")
+def split(tiny_graph):
+    """A hand-made plan with every serving path: a colocated pool, and a 2-stage prefill pool handing KV to a
+    decode pool split into attention (H200) and FFN (MI300X) halves."""
+    from compiler.emit.handmade import PoolShape, handmade_plan
+
+    shapes = [PoolShape("co", "colocated", device="nvidia-b200"),
+              PoolShape("pre", "prefill", pp=2, device="nvidia-h100-sxm"),
+              PoolShape("attn", "decode-attention", device="nvidia-h200-sxm", batch=64),
+              PoolShape("ffn", "decode-ffn", device="amd-mi300x", batch=64)]
+    plan = handmade_plan(tiny_graph("llama-tiny"), shapes)
+    kv = [t.model_copy(update={"predicted_latency_ms": 0.5}) if t.kind == "kv" else t for t in plan.transfers]
+    return plan.model_copy(update={"mean_input_len": 256.0, "mean_output_len": 64.0, "transfers": kv})
+
+
+def test_power_breakdown_adds_up_to_what_the_solver_provisioned(compiled):
+    """Per pool: replicas x devices x the catalog TDP; in all, the solver's provisioned watts; the rest is dark."""
+    plan, _ = compiled
+    power = power_breakdown(plan)
+    for row, pool in zip(power.pools, plan.pools):
+        assert row.provisioned_w == pool.replicas * pool.devices_per_replica * device(pool.device).tdp_w
+    assert power.provisioned_w == pytest.approx(plan.predicted.provisioned_power_w)
+    assert power.drawn_w == pytest.approx(plan.predicted.power_w, abs=len(plan.pools))  # the solver floors watts
+    inventory_w = sum(device(d).tdp_w * n for d, n in plan.inventory.items())
+    assert power.provisioned_w + power.dark_w == pytest.approx(inventory_w)
+
+
+def test_every_block_sits_under_its_devices_roofline(compiled, split, tiny_graph):
+    """Roofline invariant: a block reaches at most min(peak FLOP/s, fastest-tier bandwidth x intensity)."""
+    for plan, graph in (compiled, (split, tiny_graph("llama-tiny"))):
+        roofs = {c.device: c for c in ceilings(plan)}
+        points = roofline_points(plan, graph)
+        assert {(p.pool, p.phase) for p in points} == {(pool.name, ph) for pool in plan.pools for ph in pool.phases}
+        for p in points:
+            c = roofs[p.device]
+            assert 0 < p.achieved_flops_per_s <= min(c.peak_flops_per_s,
+                                                     c.mem_bw_bytes_per_s * p.intensity_flops_per_byte) * (1 + 1e-9)
+
+
+def test_decode_attention_counts_each_layer_once(split, tiny_graph):
+    """The attention pool runs the model's attention blocks (2 layers of llama-tiny), grouped as one point."""
+    points = [p for p in roofline_points(split, tiny_graph("llama-tiny")) if p.pool == "attn"]
+    assert [(p.role, p.count) for p in points] == [("attn", 2)]
+
+
+def _x_events(trace):
+    return [e for e in trace["traceEvents"] if e["ph"] == "X"]
+
+
+def test_timeline_is_a_chrome_trace_perfetto_can_open(split, tiny_graph):
+    """The Trace Event Format: complete events with numeric µs times and integer pid/tid, every process named;
+    no track runs two things at once."""
+    trace = json.loads(json.dumps(pipeline_trace(split, tiny_graph("llama-tiny"))))  # JSON-clean
+    assert trace["displayTimeUnit"] == "ms"
+    named = {e["pid"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    tracks = defaultdict(list)
+    for e in _x_events(trace):
+        assert isinstance(e["name"], str) and isinstance(e["pid"], int) and isinstance(e["tid"], int)
+        assert e["ts"] >= 0 and e["dur"] >= 0 and e["pid"] in named and e["args"]["prediction"] is True
+        tracks[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    for spans in tracks.values():
+        spans.sort()
+        assert all(a_end <= b_start + 1e-6 for (_a, a_end), (b_start, _b) in zip(spans, spans[1:]))
+
+
+def test_timeline_follows_each_request_through_its_path(split, tiny_graph):
+    """Colocated: prefill then decode on one pool. Disaggregated: two prefill stages in order, the KV hand-off,
+    then decode steps alternating attention and FFN layer by layer, each event starting as the previous ends."""
+    trace = pipeline_trace(split, tiny_graph("llama-tiny"))
+    pid = {e["args"]["name"].split(" ")[0]: e["pid"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    events = sorted(_x_events(trace), key=lambda e: e["ts"])
+    second = [e for e in events if e["name"].startswith("request 1 ")]
+    assert [e["tid"] for e in second[:2]] == [0, 1] and {e["pid"] for e in second[:2]} == {pid["pre"]}
+    assert second[2]["cat"] == "kv" and second[2]["dur"] == pytest.approx(500.0)  # 0.5 ms, in µs
+    decode = second[3:]
+    assert all(b["ts"] == pytest.approx(a["ts"] + a["dur"], abs=1e-3) for a, b in zip(second, second[1:]))
+    # per step: embed, then (attention, FFN) per layer, then head: 2 + 2 x 2 events on the attn/ffn pools
+    assert len(decode) == DECODE_STEPS * (2 + 2 * 2)
+    assert [e["pid"] for e in decode[:6]] == [pid["ffn"], pid["attn"], pid["ffn"], pid["attn"], pid["ffn"], pid["ffn"]]
+    first = [e for e in events if e["name"].startswith("request 0 ")]
+    assert {e["pid"] for e in first} == {pid["co"]} and len(first) == 1 + DECODE_STEPS
+
+
+def test_summary_names_every_pool_class_and_baseline_and_says_prediction(compiled):
+    plan, graph = compiled
+    md = build_report(plan, graph).summary_md
+    assert "**prediction**" in md and "## Solver" in md and "## Sensitivity" in md and "## Power" in md
+    for pool in plan.pools:
+        assert f"| {pool.name} | {pool.role} | {pool.device} |" in md
+    for c in plan.classes:
+        assert f"| {c.name} |" in md
+    for b in plan.baselines:
+        assert f"| {b.name} |" in md
+    assert f"{plan.solver.status}" in md
+
+
+def test_write_report_writes_every_file(compiled, tmp_path):
+    plan, graph = compiled
+    rows = [{"curve": "heterogeneous", "tpot_target_ms": t, "tokens_per_s_per_user": 1e3 / t,
+             "output_tokens_per_s_per_mw": 1e6 / t} for t in (5.0, 10.0, 20.0)]
+    files = write_report(build_report(plan, graph, frontier=rows, frontier_title="t"), tmp_path)
+    assert sorted(p.name for p in files) == ["pareto.png", "power.png", "report.json", "roofline.png", "summary.md",
+                                             "timeline.json"]
+    for name in ("pareto.png", "power.png", "roofline.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (tmp_path / name).stat().st_size > 10_000
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["prediction"] is True and data["frontier"]["points"] == rows
+    assert not (tmp_path / "x").exists()
+    without = write_report(build_report(plan, graph), tmp_path / "none")
+    assert "pareto.png" not in {p.name for p in without}
