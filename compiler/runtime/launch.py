@@ -66,7 +66,14 @@ def driver_store(port: int, world_size: int, timeout_s: float):
 
 
 def external_port(world_size: int, env: Mapping[str, str] = os.environ) -> int:
-    """``MASTER_PORT`` for a driver whose workers start elsewhere; checks ``RANK`` and ``WORLD_SIZE`` (plan's)."""
+    """``MASTER_PORT`` for a driver whose workers start elsewhere; checks ``RANK`` and ``WORLD_SIZE`` (plan's).
+
+    >>> external_port(5, {"RANK": "0", "WORLD_SIZE": "5", "MASTER_PORT": "29501"}), external_port(5, {})
+    (29501, 29500)
+    >>> external_port(5, {"WORLD_SIZE": "4"})
+    Traceback (most recent call last):
+    compiler.ir.errors.BadInput: WORLD_SIZE=4 but the plan has 5 processes (a driver and 4 workers); fix the launcher's environment
+    """
     if env.get("RANK", "0") != "0":
         raise BadInput(f"RANK={env['RANK']}: the driver (gimletc run/serve) is rank 0; workers run "
                        f"`python -m compiler.runtime.worker --plan DIR`")
@@ -88,7 +95,11 @@ def pin_gloo_to_loopback(master_addr: str) -> None:
 
 def wants_external(env: Mapping[str, str] = os.environ) -> bool:
     """``--workers auto``: external when the environment names this process rank 0 of a world (``RANK=0``,
-    ``WORLD_SIZE``), as the Kubernetes manifests do for the driver pod."""
+    ``WORLD_SIZE``), as the Kubernetes manifests do for the driver pod.
+
+    >>> wants_external({"RANK": "0", "WORLD_SIZE": "5"}), wants_external({"WORLD_SIZE": "5"}), wants_external({})
+    (True, False, False)
+    """
     return env.get("RANK") == "0" and "WORLD_SIZE" in env
 
 

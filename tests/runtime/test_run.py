@@ -60,9 +60,11 @@ def test_prefill_tp1_to_decode_tp2_gives_the_same_tokens(tmp_path_factory, llama
     engine, reqs, _ = run_plan(reverse, prompts=PROMPTS[:4])
     pairs = engine.plan.transfers[0].detail.pairs
     assert [(p.src_tp_rank, p.dst_tp_rank, p.kv_heads) for p in pairs] == [(0, 0, [0, 1]), (0, 1, [1, 2])]
-    _, forward, _ = run_plan(llama_split, prompts=PROMPTS[:4])  # prefill tp=2 -> decode tp=1
-    assert [r.tokens for r in reqs] == [r.tokens for r in forward]
     assert [r.tokens for r in reqs] == [t for t, _ in hf_reference(reverse / "model", PROMPTS[:4], NEW_TOKENS)]
+    # prefill tp=2 -> decode tp=1 is `llama_split`, whose tokens test_llama_split_plan_matches_hf compares with the
+    # same reference: both plans hold the same seeded weights
+    assert (reverse / "model" / "model.safetensors").read_bytes() == (llama_split / "model" /
+                                                                      "model.safetensors").read_bytes()
 
 
 @pytest.mark.slow  # the default run slices both models from save_pretrained folders in test_speculative.py
