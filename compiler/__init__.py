@@ -31,7 +31,7 @@ _EXPORTS: dict[str, str] = {
     "load_workload": "compiler.inputs",
     # the plan API (compiler.api): compile -> Plan; Plan.save / load / summary / run / serve / manifests
     "compile": "compiler.api", "Plan": "compiler.api", "CompileInputs": "compiler.api", "RunResult": "compiler.api",
-    "estimate": "compiler.api", "pareto": "compiler.api", "Frontier": "compiler.api", "explain": "compiler.explain",
+    "estimate": "compiler.api", "pareto": "compiler.api", "Frontier": "compiler.api", "explain": "compiler.explanation",
     # the driver's passes and the plan file
     "Timings": "compiler.driver", "block_graph": "compiler.driver", "summarize": "compiler.trace.summarize",
     "load_plan": "compiler.emit.plan",

@@ -48,7 +48,7 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class CompileInputs:
-    """What a plan was compiled from; saved as ``DIR/report/inputs.json`` so `compiler.explain` can re-cost it.
+    """What a plan was compiled from; saved as ``DIR/report/inputs.json`` so `compiler.explanation` re-costs it.
 
     Paths are absolute. Budgets in watts (and dollars per hour); None keeps the cluster file's.
     """
@@ -224,16 +224,16 @@ class Plan:
         return serve(self._runnable_dir(), host=host, port=port, stage_timeout_s=stage_timeout_s)
 
     def explain(self, target: str | None = None) -> str:
-        """Why each block went where (`compiler.explain`), as the text ``gimletc explain`` prints."""
-        from compiler.explain import explain, render_text
+        """Why each block went where (`compiler.explanation`), as the text ``gimletc explain`` prints."""
+        from compiler.explanation import explain, render_text
 
         return render_text(explain(self._runnable_dir(), target, inputs=self.inputs))
 
 
-def compile(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, *, power_budget: str | float | None = None,
-            objective: str = "throughput", slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
-            dtype: str = "bf16", kv_dtype: str | None = None, time_limit_s: float = 60.0, sensitivity: bool = True,
-            progress: Progress | None = None) -> Plan:
+def compile(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, *,
+            power_budget: str | float | None = None, objective: str = "throughput", slo_ttft_ms: float | None = None,
+            slo_tpot_ms: float | None = None, dtype: str = "bf16", kv_dtype: str | None = None,
+            time_limit_s: float = 60.0, sensitivity: bool = True, progress: Progress | None = None) -> Plan:
     """Trace, cost, place and emit `model` on the `cluster` file's fleet for the `workload` file: the whole of
     ``gimletc compile``, in memory (`Plan.save` writes it). `power_budget` overrides the cluster file's: watts,
     or a string with its unit (``"200kW"``). Raises `BadInput` (a file, field or flag is wrong) or `Infeasible`
@@ -294,9 +294,9 @@ class Frontier:
         return Path(path)
 
 
-def pareto(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, *, power_budget: str | float | None = None,
-           dtype: str = "bf16", kv_dtype: str | None = None, points: int = 8, time_limit_s: float = 60.0,
-           progress: Progress | None = None) -> Frontier:
+def pareto(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, *,
+           power_budget: str | float | None = None, dtype: str = "bf16", kv_dtype: str | None = None, points: int = 8,
+           time_limit_s: float = 60.0, progress: Progress | None = None) -> Frontier:
     """The predicted speed-vs-throughput frontier (as ``gimletc pareto``): for a sweep of TPOT targets, the plan
     and the baselines solved at each. Raises `Infeasible` when no point is feasible."""
     from compiler.driver import pareto as pareto_pass

@@ -219,8 +219,9 @@ def plan_bindings(plan: Plan, prep: Prepared) -> list[Binding]:
     if plan.power_budget_w is not None:
         room = plan.power_budget_w - plan.predicted.provisioned_power_w
         least = min((o.provisioned_w for o in prep.options), default=math.inf)
-        out.append(Binding("power", f"{plan.predicted.provisioned_power_w / 1e3:.1f} of {plan.power_budget_w / 1e3:.1f} "
-                                    f"kW provisioned; the cheapest pool needs {least / 1e3:.1f} kW", room < least))
+        out.append(Binding("power", f"{plan.predicted.provisioned_power_w / 1e3:.1f} of "
+                                    f"{plan.power_budget_w / 1e3:.1f} kW provisioned; the cheapest pool needs "
+                                    f"{least / 1e3:.1f} kW", room < least))
     used: dict[str, int] = {}
     for p in plan.pools:
         used[p.device] = used.get(p.device, 0) + p.replicas * p.devices_per_replica
@@ -273,8 +274,8 @@ def pool_why(plan: Plan, prep: Prepared, pool: Pool, bindings: list[Binding], in
         if key not in memo:
             memo[key] = _without(plan, prep, o, min(inputs.time_limit_s, RESOLVE_LIMIT_S))
         alternatives.insert(0, memo[key])
-    return PoolWhy(pool.name, pool.role, pool.device, f"{pool.replicas} x {pool.devices_per_replica} devices, tp{pool.tp} "
-                   f"pp{pool.pp}, batch {pool.batch}", [c.name for c in pool.predicted_classes],
+    shape = f"{pool.replicas} x {pool.devices_per_replica} devices, tp{pool.tp} pp{pool.pp}, batch {pool.batch}"
+    return PoolWhy(pool.name, pool.role, pool.device, shape, [c.name for c in pool.predicted_classes],
                    pool.predicted_utilisation, cands, own + _slo_bindings(prep, pool), alternatives)
 
 
@@ -330,7 +331,8 @@ def _without(plan: Plan, prep: Prepared, o: PoolOption, time_limit_s: float) -> 
             devices.setdefault(x.kind, {})[d] = devices.get(x.kind, {}).get(d, 0) + n * k
     pools = "; ".join(f"{kind}: " + ", ".join(f"{k} {d}" for d, k in sorted(by.items()))
                       for kind, by in sorted(devices.items()))
-    return f"{what}: objective {plan.solver.objective} {before:.4g} -> {sol.objective.value:.4g}{change}{proven} ({pools})"
+    return (f"{what}: objective {plan.solver.objective} {before:.4g} -> {sol.objective.value:.4g}{change}{proven} "
+            f"({pools})")
 
 
 def block_costs(plan: Plan, prep: Prepared, pool: Pool, block: str, cands: list[Candidate]) -> list[BlockCost]:

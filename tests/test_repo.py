@@ -66,8 +66,8 @@ _ALLOWED = {
                            "compiler.cost", "compiler.place", "compiler.emit", "compiler.runtime"),
     # the Python API sits beside the CLI at the top ([Note: plan API layering] in compiler/api.py)
     "compiler/api.py": ("compiler.ir", "compiler.driver", "compiler.emit", "compiler.runtime", "compiler.inputs",
-                        "compiler.explain"),
-    "compiler/explain.py": ("compiler.ir", "cost_models", "compiler.api", "compiler.driver", "compiler.cost",
+                        "compiler.explanation"),
+    "compiler/explanation.py": ("compiler.ir", "cost_models", "compiler.api", "compiler.driver", "compiler.cost",
                             "compiler.place", "compiler.emit"),
     "compiler/__init__.py": (),
 }

@@ -1,4 +1,4 @@
-"""``gimletc explain DIR [BLOCK|POOL]``: why each block went where (`compiler.explain`).
+"""``gimletc explain DIR [BLOCK|POOL]``: why each block went where (`compiler.explanation`).
 
 For each pool (or the pools that run BLOCK): the best option of its kind on every device type with its
 requests/s per kW, the constraints that bind, and what would change the choice (the placement re-solved without
@@ -50,7 +50,7 @@ def _inputs(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from compiler.explain import explain, render_text
+    from compiler.explanation import explain, render_text
 
     result = explain(args.plan, args.target, inputs=_inputs(args), resolve=not args.no_resolve)
     if args.json:

@@ -124,10 +124,11 @@ def test_a_loaded_plan_deploys_and_summarises_as_the_compile_wrote_it(plan_dir):
 
     plan = compiler.Plan.load(plan_dir)
     assert plan.inputs is not None and plan.inputs.model == "llama-tiny" and plan.path == plan_dir
-    assert {p.name for p in plan.pools} == {p["name"] for p in json.loads((plan_dir / "plan.json").read_text())["pools"]}
+    written = json.loads((plan_dir / "plan.json").read_text())
+    assert {p.name for p in plan.pools} == {p["name"] for p in written["pools"]}
     assert set(plan.manifests()) == {p.name for p in (plan_dir / "k8s").iterdir()}
-    written = (plan_dir / "report" / "summary.md").read_text()
-    assert written.startswith(plan.summary().split("## Frontier")[0].rstrip())
+    summary_md = (plan_dir / "report" / "summary.md").read_text()
+    assert summary_md.startswith(plan.summary().split("## Frontier")[0].rstrip())
 
 
 def test_api_errors_are_the_clis(tmp_path):

@@ -98,11 +98,13 @@ def budget_kw(plan: Plan) -> str:
 
 
 def _classes(plan: Plan) -> str:
-    rows = [[c.name, f"{c.share:.0%}", f"{c.requests_per_s:.2f}", f"{_ms(c.ttft_p50_ms, 0)} / "
-             f"{_ms(c.ttft_slo_percentile_ms, 0)}", "-" if c.slo_ttft_ms is None else f"{c.slo_ttft_ms:g} @p{c.slo_percentile:g}",
-             f"{_ms(c.tpot_p50_ms)} / {_ms(c.tpot_slo_percentile_ms)}",
-             "-" if c.slo_tpot_ms is None else f"{c.slo_tpot_ms:g} @p{c.slo_percentile:g}", "yes" if c.meets_slo else "NO",
-             ", ".join(c.pools)] for c in plan.classes]
+    def slo(target: float | None, pct: float) -> str:
+        return "-" if target is None else f"{target:g} @p{pct:g}"
+
+    rows = [[c.name, f"{c.share:.0%}", f"{c.requests_per_s:.2f}",
+             f"{_ms(c.ttft_p50_ms, 0)} / {_ms(c.ttft_slo_percentile_ms, 0)}", slo(c.slo_ttft_ms, c.slo_percentile),
+             f"{_ms(c.tpot_p50_ms)} / {_ms(c.tpot_slo_percentile_ms)}", slo(c.slo_tpot_ms, c.slo_percentile),
+             "yes" if c.meets_slo else "NO", ", ".join(c.pools)] for c in plan.classes]
     return table(["class", "share", "req/s", "TTFT p50 / pN ms", "TTFT SLO", "TPOT p50 / pN ms", "TPOT SLO", "meets",
                   "pools"], rows)
 
@@ -117,8 +119,8 @@ def _pool_classes(plan: Plan) -> str:
 
 
 def _transfers(plan: Plan) -> str:
-    rows = [[t.kind, t.src_pool, t.dst_pool, f"{t.predicted_requests_per_s:.2f}", f"{t.predicted_bytes_per_s / 1e9:.3f}",
-             f"{t.predicted_latency_ms:.2f}"] for t in plan.transfers]
+    rows = [[t.kind, t.src_pool, t.dst_pool, f"{t.predicted_requests_per_s:.2f}",
+             f"{t.predicted_bytes_per_s / 1e9:.3f}", f"{t.predicted_latency_ms:.2f}"] for t in plan.transfers]
     return table(["kind", "from", "to", "req/s", "GB/s", "latency ms"], rows)
 
 

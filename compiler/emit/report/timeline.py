@@ -38,10 +38,11 @@ class _Trace:
         self.pools = {p.name: p for p in plan.pools}
 
     def add(self, name: str, cat: str, start_us: float, dur_us: float, pid: int, tid: int, **args) -> float:
-        self.events.append({"name": name, "cat": cat, "ph": "X", "ts": round(start_us, 3),
-                            "dur": round(max(dur_us, 0.0), 3), "pid": pid, "tid": tid,
-                            "args": {"prediction": True, **args}})
-        return start_us + dur_us
+        end_us = start_us + max(dur_us, 0.0)
+        ts, end = round(start_us, 3), round(end_us, 3)  # round the ends, so an event starts where the last ended
+        self.events.append({"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": round(end - ts, 3), "pid": pid,
+                            "tid": tid, "args": {"prediction": True, **args}})
+        return end_us
 
     def block_s(self, pool: Pool, phase: str, names: list[str]) -> float:
         """Roofline time of `names` (blocks of `phase`) on one replica of `pool` at its operating point."""
