@@ -70,9 +70,9 @@ def external_port(world_size: int, env: Mapping[str, str] = os.environ) -> int:
 
     >>> external_port(5, {"RANK": "0", "WORLD_SIZE": "5", "MASTER_PORT": "29501"}), external_port(5, {})
     (29501, 29500)
-    >>> external_port(5, {"WORLD_SIZE": "4"})
+    >>> external_port(5, {"WORLD_SIZE": "4"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    compiler.ir.errors.BadInput: WORLD_SIZE=4 but the plan has 5 processes (a driver and 4 workers); fix the launcher's environment
+    compiler.ir.errors.BadInput: WORLD_SIZE=4 but the plan has 5 processes (a driver and 4 workers); ...
     """
     if env.get("RANK", "0") != "0":
         raise BadInput(f"RANK={env['RANK']}: the driver (gimletc run/serve) is rank 0; workers run "
