@@ -18,9 +18,9 @@ the rate, which is positive even when maximising), so:
 
 - ``slo``: a class with no route, its fastest TTFT and TPOT (nearly idle) against its targets;
 - ``inventory``: a class none of whose routes fits the inventory with one replica of each pool;
-- ``power``: the least provisioned power of any route of any class (one replica of each pool) above the
-  budget; with an arrival rate also the LP bound: each class's requests/s at the fewest watts per request/s
-  any route gives within the SLO (replicas may be fractional, pools shared between classes);
+- ``power`` (and ``cost``, dollars per hour, likewise): the least provisioned power of any route of any class
+  (one replica of each pool) above the budget; with an arrival rate also the LP bound: each class's requests/s
+  at the fewest watts per request/s any route gives within the SLO (replicas fractional, pools shared);
 - ``demand``: with an arrival rate, a class's requests/s above what every device of the inventory serves of
   it, each device on the pool kind that serves most of it per device (colocated or prefill; fractional).
 
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from compiler.ir.placement import SLO_SHARE_ADMISSION, ClassTarget, Instance
 from compiler.ir.pool_option import PoolOption
@@ -45,10 +46,6 @@ class Route:
     """One way to serve a class: a colocated pool, or a prefill pool and a decode pool (one replica each)."""
 
     options: tuple[PoolOption, ...]
-
-    @property
-    def provisioned_w(self) -> float:
-        return sum(o.provisioned_w for o in self.options)
 
     def devices(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -111,8 +108,8 @@ def infeasible_by_bounds(model_name: str, inst: Instance) -> str | None:
                            f"replica of its smallest route ({smallest.name}); the cluster has {_devices(inventory)}")
     if reasons:
         return _message(reasons)
-    if inst.power_budget_w is not None:
-        reasons += _power(model_name, inst, fitting)
+    for b in budgets(inst):
+        reasons += _budget(model_name, inst, fitting, b)
     if inst.arrival_rate_per_s is not None:
         reasons += _demand(inst, inventory)
     return _message(reasons) if reasons else None
@@ -148,26 +145,49 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:g} ms"
 
 
-def _power(model_name: str, inst: Instance, fitting: dict[str, list[Route]]) -> list[str]:
-    """The power a placement provisions at least: one replica of each class's cheapest route, or (with an arrival
-    rate) each class's requests/s at its fewest watts per request/s."""
-    budget = inst.power_budget_w
+@dataclass(frozen=True)
+class Budget:
+    """A resource the placement holds under a limit: its name, the limit, one replica's use, how to print it."""
+
+    name: str  # "power budget", "cost budget"
+    limit: float
+    per_replica: Callable[[PoolOption], float]
+    show: Callable[[float], str]
+    slack: float  # below the ILP's rounding of the resource (whole watts, milli-dollars)
+
+
+def budgets(inst: Instance) -> list[Budget]:
+    """The instance's budgets: power (provisioned watts), and dollars per hour where a cost budget and every
+    option's price are known (the solver refuses a cost budget otherwise)."""
+    out = []
+    if inst.power_budget_w is not None:
+        out.append(Budget("power budget", inst.power_budget_w, lambda o: o.provisioned_w,
+                          lambda w: f"{w / 1e3:.1f} kW", 1.0))
+    cost_budget = inst.cost_budget_per_hour
+    if cost_budget is not None and all(inst.price_per_hour(o) is not None for o in inst.options):
+        out.append(Budget("cost budget", cost_budget, inst.price_per_hour, lambda d: f"${d:,.2f}/h", 1e-3))
+    return out
+
+
+def _budget(model_name: str, inst: Instance, fitting: dict[str, list[Route]], b: Budget) -> list[str]:
+    """What a placement spends of `b` at least: one replica of each class's cheapest route, or (with an arrival
+    rate) each class's requests/s at its least spend per request/s."""
     if not fitting:
         return []
-    single = max(((min(rs, key=lambda r: (r.provisioned_w, r.name)), name) for name, rs in fitting.items()),
-                 key=lambda rn: rn[0].provisioned_w)
-    route, name = single
-    if route.provisioned_w > budget * (1 + _REL) + 1.0:
-        return [f"power budget {budget / 1e3:.1f} kW < {route.provisioned_w / 1e3:.1f} kW needed to serve "
-                f"{model_name} at all: the cheapest pools that serve class {name} within its SLO ({route.name}) "
-                f"provision {route.provisioned_w / 1e3:.1f} kW"]
+    def spend(r: Route) -> float:  # noqa: E306
+        return sum(b.per_replica(o) for o in r.options)
+
+    route, name = max(((min(rs, key=lambda r: (spend(r), r.name)), name) for name, rs in fitting.items()),
+                      key=lambda rn: spend(rn[0]))
+    if spend(route) > b.limit * (1 + _REL) + b.slack:
+        return [f"{b.name} {b.show(b.limit)} < {b.show(spend(route))} needed to serve {model_name} at all: the "
+                f"cheapest pools that serve class {name} within its SLO ({route.name}) take {b.show(spend(route))}"]
     if inst.arrival_rate_per_s is None:
         return []
-    need = sum(_rate(inst, c) * _watts_per_rate(inst, c, fitting[c.name]) for c in inst.classes)
-    if need > budget * (1 + _REL) + 1.0:
-        return [f"power budget {budget / 1e3:.1f} kW < {need / 1e3:.1f} kW needed to serve "
-                f"{inst.arrival_rate_per_s:g} req/s of {model_name}, each class on the pools that serve it within "
-                f"its SLO with the fewest watts per request/s"]
+    need = sum(_rate(inst, c) * _spend_per_rate(inst, c, fitting[c.name], b.per_replica) for c in inst.classes)
+    if need > b.limit * (1 + _REL) + b.slack:
+        return [f"{b.name} {b.show(b.limit)} < {b.show(need)} needed to serve {inst.arrival_rate_per_s:g} req/s of "
+                f"{model_name}, each class on the pools that serve it within its SLO for the least per request/s"]
     return []
 
 
@@ -176,10 +196,11 @@ def _rate(inst: Instance, c: ClassTarget) -> float:
     return max(0.0, c.share - 1e-3) * max(0.0, inst.arrival_rate_per_s - 1e-3)
 
 
-def _watts_per_rate(inst: Instance, c: ClassTarget, rs: list[Route]) -> float:
-    """Fewest provisioned watts per request/s of `c`: a colocated pool, or the best prefill plus the best decode."""
+def _spend_per_rate(inst: Instance, c: ClassTarget, rs: list[Route], per_replica: Callable[[PoolOption], float]
+                    ) -> float:
+    """Least spend per request/s of `c`: a colocated pool, or the best prefill plus the best decode."""
     def per(o: PoolOption) -> float:
-        return o.provisioned_w / (o.service(c.name).rate_per_s * inst.cap(o, c))
+        return per_replica(o) / (o.service(c.name).rate_per_s * inst.cap(o, c))
 
     pools = {o.key: o for r in rs for o in r.options}.values()
     colocated = [per(o) for o in pools if o.kind == "colocated"]

@@ -59,6 +59,16 @@ def test_power_bound_at_an_arrival_rate_is_the_fewest_watts_per_request():
     assert msg is not None and f"< {need_w / 1e3:.1f} kW needed to serve 100 req/s" in msg
 
 
+def test_cost_bound_names_the_cheapest_route_in_dollars():
+    """Priced at $2/h and $5/h per device: one replica costs at least $2/h; a $1.50/h budget buys nothing."""
+    a = _colocated("colocated:a:1", "a", 1, 700.0, 10.0)
+    b = _colocated("colocated:b:2", "b", 2, 2000.0, 30.0)
+    inst = replace(_instance([a, b], [("a", 8), ("b", 8)]), prices_per_hour=(("a", 2.0), ("b", 5.0)))
+    msg = infeasible_by_bounds("m", replace(inst, cost_budget_per_hour=1.5))
+    assert msg is not None and "cost budget $1.50/h < $2.00/h needed" in msg and "colocated:a:1" in msg
+    assert infeasible_by_bounds("m", replace(inst, cost_budget_per_hour=2.0)) is None
+
+
 def test_demand_bound_counts_every_device_on_its_best_pool():
     """4 devices of a at 10 req/s x 0.95 each serve at most 38 req/s."""
     a = _colocated("colocated:a:1", "a", 1, 700.0, 10.0)

@@ -58,7 +58,8 @@ def test_every_block_sits_under_its_devices_roofline(compiled, split, tiny_graph
     for plan, graph in (compiled, (split, tiny_graph("llama-tiny"))):
         roofs = {c.device: c for c in ceilings(plan)}
         points = roofline_points(plan, graph)
-        assert {(p.pool, p.phase) for p in points} == {(pool.name, ph) for pool in plan.pools for ph in pool.phases}
+        assert {(p.pool, p.phase) for p in points} == {(pool.name, ph) for pool in plan.pools for ph in pool.phases
+                                                       if pool.role != "drafter"}
         for p in points:
             c = roofs[p.device]
             assert 0 < p.achieved_flops_per_s <= min(c.peak_flops_per_s,

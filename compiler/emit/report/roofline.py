@@ -115,6 +115,8 @@ def roofline_points(plan: Plan, graph: BlockGraph) -> list[RooflinePoint]:
     """Every distinct block of every pool, at the pool's operating point (predictions)."""
     out = []
     for pool in plan.pools:
+        if pool.role == "drafter":  # runs the draft model, whose blocks are not in `graph`
+            continue
         dep = deployment_of(plan, pool)
         for phase in pool.phases:
             point = operating_point(plan, pool, phase)
