@@ -241,3 +241,35 @@ def test_new_catalog_devices(device_id, key, expected):
     from backends.registry import device
 
     assert device(device_id).numbers()[key] == pytest.approx(expected)
+
+
+# ----------------------------------------------------------------- wafer decode at a few ms, HBM decode when relaxed
+def test_decode_runs_on_the_wafer_at_5_ms_and_moves_to_hbm_devices_at_50_ms():
+    """A fleet of Trainium2, CS-3 and H100 serving Llama-3.1-70B, most tokens per watt: at TPOT <= 5 ms only the
+    wafer's SRAM decodes fast enough; at 50 ms decode moves to HBM devices, which serve more per watt there."""
+    from backends.registry import device
+    from compiler.driver import prepare
+
+    scenario = REPO / "examples" / "scenarios" / "trainium_cerebras"
+    prep = prepare("llama-3.1-70b", str(scenario / "cluster.yaml"), str(scenario / "fast.yaml"))
+    assert prep.instance.classes[0].tpot_slo_s == 0.005
+
+    def decoders(tpot_s: float) -> set[str]:
+        sol = solve(prep.instance.with_slo(tpot_s=tpot_s), "tokens-per-watt")
+        assert sol.feasible, tpot_s
+        return {o.kv_device for o, _n in sol.used() if o.kind in ("colocated", "decode", "decode-af")}
+
+    assert decoders(0.005) == {"cerebras-cs3"}
+    relaxed = decoders(0.050)
+    assert relaxed and "cerebras-cs3" not in relaxed
+    assert all(device(d).memory[0].name == "hbm" for d in relaxed)
+
+
+def test_every_scenario_file_loads():
+    from compiler.inputs import load_cluster, load_workload
+
+    files = sorted((REPO / "examples" / "scenarios").rglob("*.yaml"))
+    clusters = [f for f in files if f.name == "cluster.yaml"]
+    assert len(clusters) == 4 and len(files) == 4 + 8
+    for f in files:
+        (load_cluster if f.name == "cluster.yaml" else load_workload)(f)
