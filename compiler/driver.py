@@ -459,7 +459,7 @@ def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, t
         rows.append(_row("heterogeneous", target, sol.output_tokens_per_s(base.classes), sol.provisioned_w,
                          sol.power_w, sol.cost_per_hour, sol.status, sol.devices(), worst))
         for t in sorted((before or set()) - used):
-            dropouts.append({"device": t, "tpot_target_ms": target * 1e3, "where": "heterogeneous",
+            dropouts.append({"device": t, "tpot_target_ms": target * 1e3, "where": f"plan:{t}", "posed": True,
                              "why": f"the plan no longer uses {t}"})
         before = used
         posed = [(n, (lambda f=f: f.with_slo(tpot_s=target)) if not isinstance(f, str) else f) for n, f in fleets]
@@ -479,7 +479,7 @@ def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, t
                     why = b.note if b.status == "skipped" or b.name == "greedy" else \
                         f"no placement meets TPOT {target * 1e3:.2f} ms within the budget"
                     dropouts.append({"device": b.name.split(":", 1)[1] if ":" in b.name else "", "where": b.name,
-                                     "tpot_target_ms": target * 1e3, "why": why})
+                                     "tpot_target_ms": target * 1e3, "why": why, "posed": b.status != "skipped"})
                 continue
             rows.append(_row(b.name, target, b.output_tokens_per_s, b.provisioned_w, b.power_w, b.cost_per_hour,
                              b.status, dict(b.devices), None))

@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
               f"(predicted, {frontier.objective}); wrote {out / 'pareto.png'}, .csv and .json. "
               f"{timings_line(timings.as_dict())}")
         for d in frontier.dropouts:
-            print(f"  {d['where']} drops out at TPOT {d['tpot_target_ms']:.1f} ms: {d['why']}")
+            print(f"  {d['where']} drops out at TPOT {d['tpot_target_ms']:.1f} ms: {d['why']}" if d["posed"] else
+                  f"  {d['where']} is not posed: {d['why']}")
     return 0
 
 
@@ -105,7 +106,7 @@ def _plot(frontier, path: Path) -> None:
     panels = [("output_tokens_per_s_per_mw", 1e3, "output tokens/s per kW provisioned")]
     if priced:
         panels.append(("output_tokens_per_dollar", 1.0, "output tokens per dollar"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5), dpi=110, squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels) + 2.5, 5), dpi=110, squeeze=False)
     for ax, (key, scale, label) in zip(axes[0], panels):
         for name, pts in by_curve.items():
             style = dict(marker="o", linewidth=2.4, color="black") if name == "heterogeneous" else \
@@ -114,18 +115,20 @@ def _plot(frontier, path: Path) -> None:
                     label="heterogeneous (gimletc plan)" if name == "heterogeneous" else name, **style)
         marks: dict[float, list[str]] = {}
         for d in frontier.dropouts:
-            marks.setdefault(1e3 / d["tpot_target_ms"], []).append(d["where"])
+            if d["posed"]:
+                marks.setdefault(1e3 / d["tpot_target_ms"], []).append(d["where"])
         for x, names in sorted(marks.items()):
             ax.axvline(x, color="grey", linewidth=0.6, linestyle=":")
-            ax.annotate("out: " + ", ".join(names), (x, 0.02), xycoords=("data", "axes fraction"), rotation=90,
-                        fontsize=6, color="grey", ha="right", va="bottom")
+            out = "out: " + ", ".join(n.replace("iso-power:", "").replace("iso-cost:", "$") for n in names)
+            ax.annotate(out if len(out) <= 70 else out[:69] + "…", (x, 0.02), xycoords=("data", "axes fraction"),
+                        rotation=90, fontsize=5.5, color="grey", ha="right", va="bottom", annotation_clip=True)
         ax.set_xlabel("tokens/s per user (1000 / TPOT target ms)")
         ax.set_ylabel(label)
         ax.set_xscale("log")
         if all(r[key] and r[key] > 0 for r in frontier.rows):
             ax.set_yscale("log")  # throughput per kW spans orders of magnitude across the sweep
         ax.grid(True, alpha=0.3)
-    axes[0][0].legend(fontsize=7, loc="best")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.suptitle(f"Predicted interactivity frontier ({frontier.objective})\n{frontier.title}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)

@@ -273,3 +273,17 @@ def test_every_scenario_file_loads():
     assert len(clusters) == 4 and len(files) == 4 + 8
     for f in files:
         (load_cluster if f.name == "cluster.yaml" else load_workload)(f)
+
+
+def test_a_sweep_with_a_failing_point_exits_3_naming_it_and_writes_no_frontier(tmp_path):
+    """The fastest TPOT only the wafer reaches, and the wafer (23 kW) does not fit the 10 kW budget: those
+    targets fail, the command says which and why, exits 3 and leaves no frontier file behind."""
+    cluster = _cluster(tmp_path, "name: wafer-out-of-budget\npower_budget_kw: 10\ndevices:\n"
+                                 "  - {device: nvidia-h100-sxm, count: 8}\n  - {device: cerebras-cs3, count: 1}\n")
+    out = tmp_path / "out"
+    proc = run_cli("pareto", "llama-3.1-8b", "--cluster", str(cluster), "--workload", CHAT, "--points", "3",
+                   "--out", str(out))
+    assert proc.returncode == 3, proc.stderr
+    assert "points of the frontier failed" in proc.stderr and "TPOT" in proc.stderr and "power budget" in proc.stderr
+    assert not any((out / f).exists() for f in ("pareto.csv", "pareto.json", "pareto.png"))
+    assert json.loads((out / "status.json").read_text())["exit_code"] == 3
