@@ -358,6 +358,7 @@ class Engine:
     def close(self) -> None:
         if self.closed:
             return
+        self.workers.stopping = True  # workers leaving after ``stop`` are not deaths for the watchdog
         try:
             self._command(list(self.table), {"op": "stop"})
         finally:

@@ -182,8 +182,10 @@ class StageWorker:
             if j > 0:
                 active = [s for s in active if s["k"] > j]
                 seqs = [Seq(s["id"], s["position"] + j, 1) for s in active]
-                ids = torch.tensor([drafts[s["id"]][-1] for s in active], dtype=torch.long)
-                if self.rank in embeds and self.rank != head:
+                if self.rank == head:
+                    ids = torch.tensor([drafts[s["id"]][-1] for s in active], dtype=torch.long)
+                elif self.rank in embeds:  # the token the head just drafted
+                    ids = torch.empty(len(active), dtype=torch.long)
                     dist.recv(ids, src=head, tag=DATA)
             x = self._pass(route, seqs, ids if self.rank in embeds else None, "decode")
             if self.rank != head:
@@ -289,7 +291,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _die_with_parent()
     import torch
-    import torch.distributed as dist
 
     from compiler.emit.topology import rank_from_env
 
@@ -307,8 +308,11 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:
             pass
         return 1
-    dist.destroy_process_group()
-    return 0
+    # The driver has our last reply and is taking the group down; skip tearing down gloo and torch's interpreter
+    # shutdown (seconds on a loaded machine, times every worker, on every close).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 One plan serves both draft lengths at once: a decode pool drafting k=1 and an
 attention/FFN-split decode pair drafting k=3, fed by one prefill pool and one
-drafter pool (5 stage workers). Both models' weights are sliced from
+drafter pool of two tensor-parallel ranks (6 stage workers; the drafter's head
+rank feeds each drafted token back to the other rank). Both models' weights are sliced from
 `save_pretrained` folders (`checkpoints`): the target under another seed than
 a plan's default, the drafter `llama-tiny-draft` with the target's first layer,
 embeddings and head, so it guesses right often but not always. Expectations come from Hugging Face: `generate` for
@@ -30,7 +31,7 @@ def spec_plan(tmp_path_factory):
     shapes = [PoolShape("prefill", "prefill"), PoolShape("dec1", "decode", batch=4, draft="drafter", draft_k=1),
               PoolShape("attn", "decode-attention", batch=4, draft="drafter", draft_k=3,
                         draft_acceptance_rate=0.5),
-              PoolShape("ffn", "decode-ffn"), PoolShape("drafter", "drafter", batch=8)]
+              PoolShape("ffn", "decode-ffn"), PoolShape("drafter", "drafter", tp=2, batch=8)]
     plan = handmade_plan(block_graph("llama-tiny"), shapes, draft_graph=block_graph("llama-tiny-draft"))
     out = tmp_path_factory.mktemp("plan-spec")
     write_plan_dir(plan, "llama-tiny", out, Options(onnx=False, weights_dir=str(target),
