@@ -230,6 +230,6 @@ def baseline_verdicts(plan) -> list[str]:
     compared = [b for b in plan.baselines if b.plan_gain is not None]
     if compared and not any(b.beats_plan for b in compared):
         closest = min(compared, key=lambda b: b.plan_gain)
-        out.append(f"the plan beats every baseline on {words}; the closest is {closest.name} "
+        out.append(f"no baseline beats the plan on {words}; the closest is {closest.name} "
                    f"(plan gain {closest.plan_gain:.2f}x).")
     return out
