@@ -51,6 +51,6 @@ def catalog_rows(devices: Iterable[DeviceSpec]) -> list[dict[str, Any]]:
             "torch_device": d.torch_device, "execution": backend_of(d).execution(d),
             "software": d.software, "image": d.image,
             "sources": sources,
-            "assumed": sorted(k for k in d.numbers() if sources.get(k, "").startswith("assumption:")),
+            "assumed": sorted(k for k in d.claims() if sources.get(k, "").startswith("assumption:")),
         })
     return rows

@@ -1,9 +1,10 @@
 """Cerebras CS-3 (one WSE-3 wafer per system). Numbers from ../shared/reference/hardware_facts.yaml, sources inline.
 
-One device is one CS-3 system (``form="system"``). Weights live in the 44 GB
-of on-wafer SRAM first; what does not fit streams from MemoryX, external
-DRAM/flash servers reached through the system's Ethernet I/O, so that tier's
-bandwidth is the I/O bandwidth, roughly 10^5 times below SRAM. Cerebras
+One device is one CS-3 system (``form="system"``). Inference keeps the weights
+and KV in the 44 GB of on-wafer SRAM: a 70B model at 16 bits runs across four
+systems, one pipeline stage each (SERVING). MemoryX, external DRAM/flash reached
+through the system's Ethernet I/O at roughly 10^5 times below SRAM bandwidth,
+streams weights for training; it is listed as a tier that does not serve. Cerebras
 publishes only a sparse "125 PF peak AI" figure, so the dense rates are a
 labelled assumption, and the ~23 kW power is low-confidence. There is no
 NVLink-like scale-up between wafers: systems talk over SwarmX/Ethernet.
@@ -28,6 +29,8 @@ SYSTEM_IO = ("assumption: the CS-2's published 1.2 Tb/s (12x100 GbE) system I/O,
              + "; CS-3 may have ~30% more (hardware_facts.yaml estimate)")
 MEMORYX_BW = ("assumption: MemoryX streams weights through the system I/O, so 1.2 Tb/s = 150 GB/s (" + ARGONNE
               + "); MemoryX is sized to match it, https://www.cerebras.net/glossary/memoryx/")
+SERVING = ("https://cerebras.ai/blog/introducing-cerebras-inference-ai-at-instant-speed (Llama 3.1 70B at 450 "
+           "tokens/s with native 16-bit weights held in on-chip SRAM; 70B models run on four CS-3 systems)")
 MEMORYX_CAPACITY = ("assumption: the smallest CS-3 MemoryX option, 1.5 TB (also 12 TB and 1.2 PB; "
                     "hardware_facts.yaml), " + CS3_LAUNCH)
 
@@ -39,7 +42,7 @@ class CerebrasBackend(Backend):
             id="cerebras-cs3", vendor="Cerebras", product="CS-3 system (one WSE-3 wafer, 900k cores, 44 GB SRAM)",
             family="cerebras", form="system",
             peak_flops_per_s=(("bf16", 62.5e15), ("fp16", 62.5e15)),
-            memory=(MemoryTier("sram", 44e9, 21e15), MemoryTier("external", 1.5e12, 1.2e12 / 8)),
+            memory=(MemoryTier("sram", 44e9, 21e15), MemoryTier("external", 1.5e12, 1.2e12 / 8, serves=False)),
             tdp_w=23000, idle_w=2300,
             devices_per_node=1,
             scale_up=None,
@@ -53,6 +56,7 @@ class CerebrasBackend(Backend):
                 "peak_flops_per_s.bf16": DENSE, "peak_flops_per_s.fp16": DENSE,
                 "memory.sram.capacity_bytes": CS3_LAUNCH, "memory.sram.bw_bytes_per_s": CS3_LAUNCH + " (21 PB/s)",
                 "memory.external.capacity_bytes": MEMORYX_CAPACITY, "memory.external.bw_bytes_per_s": MEMORYX_BW,
+                "memory.external.serves": SERVING + "; MemoryX streams weights for training, not inference",
                 "tdp_w": CS3_LAUNCH + " (low confidence: ~23 kW is the commonly quoted figure and Cerebras says "
                                       "CS-3 draws the same power as CS-2; no primary CS-3 datasheet found)",
                 "idle_w": "assumption: not published; 10% of system power, the rule used for chips (probably low for "

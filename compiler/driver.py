@@ -31,6 +31,7 @@ from compiler.ir.precision import Precision
 from compiler.place.bounds import infeasible_by_bounds
 
 if TYPE_CHECKING:  # typing only: importing them would load pydantic, which `import compiler` must not
+    from compiler.cost.drafted import DraftModel
     from compiler.emit.plan import Plan
     from compiler.inputs import Cluster, Workload
     from compiler.ir.estimate import Estimate
@@ -148,6 +149,24 @@ class Prepared:
     precision: Precision
     options: tuple[PoolOption, ...]
     instance: Instance
+    draft: DraftModel | None = None  # the workload's drafter, traced (``speculative:``)
+
+
+def draft_model(model: str, workload: Workload, workload_path: str, *, timings: Timings | None = None,
+                progress: Progress | None = None) -> DraftModel | None:
+    """Trace the workload's drafter, if it names one; it must share the target's vocabulary."""
+    from compiler.cost.drafted import DraftModel
+
+    spec = workload.speculative
+    if spec is None:
+        return None
+    target, drafter = (resolve_model(m).config.get("vocab_size") for m in (model, spec.drafter))
+    if target != drafter:
+        raise BadInput(f"{workload_path}: speculative.drafter {spec.drafter!r} has vocab_size {drafter}, the target "
+                       f"{model!r} has {target}: a drafter must share the target's vocabulary (e.g. llama-3.2-1b for "
+                       f"Llama 3.x)")
+    graph = block_graph(spec.drafter, timings=timings, progress=progress)
+    return DraftModel(spec.drafter, graph, spec.acceptance_rate, spec.draft_tokens)
 
 
 def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
@@ -174,11 +193,12 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
             workload = workload.model_copy(update={"slo": slo})
     graph = block_graph(model, timings=timings, progress=progress)
     check_context(model, workload, workload_path)
+    draft = draft_model(model, workload, workload_path, timings=timings, progress=progress)
     budget = cluster.power_budget_w
     note(f"costing pools for {graph.model} on {cluster.name}")
     with timings.step("cost"):
         try:
-            options, skipped = enumerate_options(graph, cluster, workload, precision)
+            options, skipped = enumerate_options(graph, cluster, workload, precision, draft=draft)
         except BadInput as e:
             raise Infeasible(f"memory: {e}{_dtype_hint(cluster, precision)}") from None
         for reason in skipped:
@@ -186,7 +206,7 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
         instance = build_instance(graph, cluster, workload, options, precision, budget)
     with timings.step("bounds"):  # infeasible in seconds when a lower bound shows it; TPOT aside (pareto sweeps it)
         _raise_if_bounded(graph.model, without_tpot(instance))
-    return Prepared(graph, cluster, workload, precision, tuple(options), instance)
+    return Prepared(graph, cluster, workload, precision, tuple(options), instance, draft)
 
 
 def _raise_if_bounded(model_name: str, instance: Instance) -> None:
@@ -269,7 +289,8 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     with timings.step("sensitivity"):
         moved = sensitivity(prep, sol, objective, progress=progress) if analyse else []
     with timings.step("emit"):
-        plan = emit_plan(prep.graph, prep.cluster, prep.workload, precision, prep.instance, sol, base, moved)
+        plan = emit_plan(prep.graph, prep.cluster, prep.workload, precision, prep.instance, sol, base, moved,
+                         draft_graph=prep.draft.graph if prep.draft is not None else None)
     return Compilation(plan, sol, prep, timings)
 
 
@@ -311,19 +332,19 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
     before = _pool_shapes(sol)
     out = []
     for family, devices in sorted(families.items()):
-        for field in SENSITIVITY_FIELDS:
+        for name in SENSITIVITY_FIELDS:
             for sign in (1, -1):
                 change = sign * SENSITIVITY_CHANGE
-                note(f"sensitivity: {family}.{field} {change:+.0%}")
-                adjust = lambda d, f=field, c=change: with_fields(d, **{f: min(1.0, getattr(d, f) * (1 + c))})  # noqa: E731
+                note(f"sensitivity: {family}.{name} {change:+.0%}")
+                adjust = lambda d, f=name, c=change: with_fields(d, **{f: min(1.0, getattr(d, f) * (1 + c))})  # noqa: E731
                 moved, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only=devices,
-                                             adjust=adjust)
+                                             adjust=adjust, draft=prep.draft)
                 kept = [o for o in prep.options if not set(o.device_types) & devices]
                 s = solve(prep.instance.with_options(sorted(kept + moved, key=lambda o: o.key)), objective,
                           tie_break_budget=SENSITIVITY_TIE_BREAK_S)
                 after = _pool_shapes(s) if s.feasible else set()
                 value = s.objective.value if s.feasible else 0.0
-                out.append(Sensitivity(f"{family}.{field}", change,
+                out.append(Sensitivity(f"{family}.{name}", change,
                                        value / sol.objective.value - 1 if sol.objective.value else 0.0,
                                        tuple(sorted(after - before)), tuple(sorted(before - after))))
     return out

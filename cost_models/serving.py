@@ -9,11 +9,9 @@ Functions (each documented and tested on its own):
 - `memory_plan`: weights and KV per device, which tier holds them, how many tokens of KV fit.
 - `max_batch`: largest batch for a KV length distribution, paged (block size) vs contiguous.
 - `step`: one engine step carrying decodes and a prefill chunk together (weights read once): blocks,
-  TP all-reduces, PP hops, the engine's step and per-sequence overheads.
+  TP all-reduces, PP hops with micro-batches in flight, the engine's step and per-sequence overheads.
 - `decode_step`, `prefill_time`: the two pure cases of `step`.
-- `af_decode_step`: a decode step with attention and FFN on different pools.
 - `prefix_cached_tokens`: prompt tokens left to compute after prefix-cache hits.
-- `speculative_tpot`: time per output token with a draft model.
 - `moe_expert_parallel_step`: a MoE block's step split over expert-parallel devices.
 """
 
@@ -80,11 +78,12 @@ class MemoryPlan:
 
 def memory_plan(graph: BlockGraph, dep: Deployment, kv_bytes_hint: float = 0.0,
                 roles: tuple[str, ...] | None = None) -> MemoryPlan:
-    """Place one replica's weights (fastest tier first) and the KV it will hold.
+    """Place one replica's weights (fastest serving tier first) and the KV it will hold.
 
     Weights (of the blocks in `roles`, default all) split evenly over the tp*pp
     devices of a replica. KV fills the fastest tier's room left after weights,
     then slower tiers; `kv_bytes_hint` (per device) decides the KV tier split.
+    A tier that does not serve (`MemoryTier.serves`) holds neither.
     """
     if roles is None:
         weights = graph.weight_bytes(dep.precision) / dep.group
@@ -94,7 +93,7 @@ def memory_plan(graph: BlockGraph, dep: Deployment, kv_bytes_hint: float = 0.0,
     usable = dep.device.capacity_bytes * (1 - RUNTIME_RESERVE_FRACTION)
     left = weights
     w_frac, room = [], []
-    for tier in dep.device.memory:
+    for tier in dep.device.serving_tiers:
         cap = tier.capacity_bytes * (1 - RUNTIME_RESERVE_FRACTION)
         used = min(left, cap)
         if used > 0:
@@ -115,9 +114,14 @@ def memory_plan(graph: BlockGraph, dep: Deployment, kv_bytes_hint: float = 0.0,
     return MemoryPlan(weights, usable, kv_capacity, TierSplit(tuple(w_frac)), kv_tiers)
 
 
-def devices_to_hold(weight_bytes: float, device: DeviceSpec) -> int:
-    """Fewest devices whose memory, less the runtime reserve, holds `weight_bytes` (at least 1)."""
-    return max(1, math.ceil(weight_bytes / (device.capacity_bytes * (1 - RUNTIME_RESERVE_FRACTION))))
+def devices_to_hold(weight_bytes: float, device: DeviceSpec, *, resident: bool = False) -> int:
+    """Fewest devices whose memory, less the runtime reserve, holds `weight_bytes` (at least 1).
+
+    `resident`: in the fastest tier alone (SRAM on a wafer or a Corsair card), the placement that never
+    reads weights from a slower tier.
+    """
+    capacity = device.fast_capacity_bytes if resident else device.capacity_bytes
+    return max(1, math.ceil(weight_bytes / (capacity * (1 - RUNTIME_RESERVE_FRACTION))))
 
 
 def max_batch(capacity_bytes: float, kv_bytes_per_token: float, lengths: Sequence[int], *, max_len: int | None = None,
@@ -155,6 +159,17 @@ class StepTime:
 
 
 _GROUPS: dict[int, tuple[BlockGraph, dict]] = {}
+#: Entries a graph's memo of block times keeps before it starts over (bounds memory across many compiles).
+MEMO_ENTRIES = 200_000
+
+
+def _memo(graph: BlockGraph) -> dict:
+    """Per-graph memo (block groups, block times), dropped when a new graph reuses the id."""
+    entry = _GROUPS.get(id(graph))
+    if entry is None or entry[0] is not graph:
+        entry = (graph, {})
+        _GROUPS[id(graph)] = entry
+    return entry[1]
 
 
 def block_groups(graph: BlockGraph, phase: str, roles: tuple[str, ...] | None = None) -> list[tuple[Block, int]]:
@@ -164,11 +179,7 @@ def block_groups(graph: BlockGraph, phase: str, roles: tuple[str, ...] | None = 
     kind (two of each for sliding/full mixes), so costing a deployment takes a
     handful of roofline evaluations whatever the depth.
     """
-    entry = _GROUPS.get(id(graph))
-    if entry is None or entry[0] is not graph:
-        entry = (graph, {})
-        _GROUPS[id(graph)] = entry
-    memo = entry[1]
+    memo = _memo(graph)
     key = (phase, roles)
     if key not in memo:
         groups: dict[tuple, list] = {}
@@ -186,7 +197,14 @@ def block_groups(graph: BlockGraph, phase: str, roles: tuple[str, ...] | None = 
 
 def blocks_time(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str, float], plan: MemoryPlan,
                 roles: tuple[str, ...] | None = None) -> BlockTime:
-    """Sum of block times of a phase (optionally only some roles) on one tp-sharded replica."""
+    """Sum of block times of a phase (optionally only some roles) on one tp-sharded replica (memoised: the
+    attention/FFN search costs the same group at the same point many times)."""
+    memo = _memo(graph).setdefault("blocks_time", {})
+    key = (dep.device, dep.tp, dep.precision, dep.derate, phase, tuple(sorted(point.items())),
+           plan.weight_tiers, plan.kv_tiers, roles)
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
     total = comp = mem = over = 0.0
     for b, n in block_groups(graph, phase, roles):
         t: BlockTime = block_time(b, point, dep.device, precision=dep.precision, derate=dep.derate,
@@ -195,7 +213,10 @@ def blocks_time(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str,
         comp += n * t.compute_s
         mem += n * t.memory_s
         over += n * t.overhead_s
-    return BlockTime(total, comp, mem, over)
+    if len(memo) >= MEMO_ENTRIES:
+        memo.clear()
+    memo[key] = out = BlockTime(total, comp, mem, over)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,18 +241,95 @@ class Batch:
 
 def _twins(graph: BlockGraph) -> dict[str, Block]:
     """Prefill block by name: the prefill twin of each decode block (memoised with the block groups)."""
-    entry = _GROUPS.get(id(graph))
-    memo = entry[1] if entry is not None and entry[0] is graph else None
-    if memo is None:
-        block_groups(graph, "decode")
-        memo = _GROUPS[id(graph)][1]
+    memo = _memo(graph)
     if "twins" not in memo:
         memo["twins"] = {b.name: b for b in graph.phase_blocks("prefill")}
     return memo["twins"]
 
 
-def step(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan) -> StepTime:
-    """One engine step of one tp x pp replica carrying `batch`; see [Note: one weight read per step]."""
+#: Shortest prompt chunk a pipeline splits one prompt into (assumption: below a few hundred tokens a chunk's
+#: matmuls no longer fill the device, and more chunks only add per-step overhead).
+MIN_PIPELINE_CHUNK_TOKENS = 256
+
+
+def pipeline_micro_batches(batch: Batch, pp: int) -> float:
+    """Micro-batches a `pp`-stage replica keeps in flight for `batch`; see [Note: pipelines that fill]."""
+    if pp == 1:
+        return 1.0
+    if batch.decodes:
+        return min(float(pp), max(1.0, batch.decodes))
+    if batch.prefill_requests >= 2:
+        return batch.prefill_requests
+    prompt = batch.prefill_tokens / max(batch.prefill_requests, 1.0)
+    return min(float(pp), max(1.0, prompt / MIN_PIPELINE_CHUNK_TOKENS))
+
+
+def step(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan, *,
+         micro_batches: float | None = None) -> StepTime:
+    """One engine step of one tp x pp replica carrying `batch`; see [Note: one weight read per step].
+
+    [Note: pipelines that fill] A pp-stage replica keeps `m` micro-batches in
+    flight (`pipeline_micro_batches`; ``micro_batches=1`` runs the stages one
+    after another). One micro-batch's pass takes every stage in turn plus the
+    hops between them; a stage is busy for 1/pp of the blocks per micro-batch.
+    Prefill micro-batches (one prompt each, or chunks of one long prompt) do
+    not wait for each other: the batch takes ``pass + (m - 1) x stage``, the
+    bubble formula, so compute-bound prefill nears pp times the throughput of
+    running the stages one after another. A decode micro-batch needs its token
+    from the last stage before its next step, so a step takes
+    ``max(m x stage, pass)``: with m = min(pp, B) groups of sequences, a
+    memory-bound step is no faster (each micro-batch streams its stage's
+    weights again); the gain is that pp times the sequences fit the same step.
+    Times returned are per device: a device's compute and memory busy time
+    over the step (what power reads), the step's wall time.
+    """
+    m = micro_batches if micro_batches is not None else pipeline_micro_batches(batch, dep.pp)
+    if dep.pp == 1:
+        m = 1.0
+    one = _pass(graph, dep, _slice(batch, m), plan)
+    stage = (one.blocks_s + one.tp_comm_s) / dep.pp
+    if batch.decodes:
+        time = max(m * stage, m * one.host_s, one.time_s)
+    else:
+        time = one.time_s + (m - 1) * max(stage, one.host_s)
+    per_device = m / dep.pp
+    return StepTime(time, per_device * one.compute_s, per_device * one.memory_s,
+                    per_device * (one.tp_comm_s + one.hops_s), per_device * one.block_overhead_s + m * one.host_s)
+
+
+def _slice(batch: Batch, m: float) -> Batch:
+    """One of `m` equal micro-batches of `batch`: groups of sequences, whole prompts, or chunks of prompts.
+
+    A chunk's queries attend to as many keys as the whole prompt's, so the chunks together do its attention.
+    """
+    if m <= 1:
+        return batch
+    tokens = batch.prefill_tokens / m
+    requests = batch.prefill_requests / m
+    if not batch.prefill_tokens or requests >= 1:
+        return Batch(batch.decodes / m, batch.context, tokens, max(requests, 1.0), batch.prefill_context)
+    prompt = batch.prefill_tokens / batch.prefill_requests
+    return Batch(batch.decodes / m, batch.context, tokens, 1.0, batch.prefill_context or prompt)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pass:
+    """One micro-batch through every stage of a replica, and its parts."""
+
+    blocks_s: float  # every block's time, on one tp shard
+    compute_s: float
+    memory_s: float
+    block_overhead_s: float
+    tp_comm_s: float
+    hops_s: float
+    host_s: float  # the engine's scheduling of this micro-batch
+
+    @property
+    def time_s(self) -> float:
+        return self.blocks_s + self.tp_comm_s + self.hops_s + self.host_s
+
+
+def _pass(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan) -> _Pass:
     decode_point = {"B": batch.decodes, "L": batch.context}
     prefill_point = None
     scale = 1.0
@@ -252,80 +350,57 @@ def step(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan) -> 
         t: BlockTime = step_block_time(parts, dep.device, precision=dep.precision, derate=dep.derate, shards=dep.tp,
                                        tiers=plan.weight_tiers, kv_tiers=plan.kv_tiers, attention_scale=scales)
         total, comp, mem, over = total + n * t.time_s, comp + n * t.compute_s, mem + n * t.memory_s, over + n * t.overhead_s
-    comm = _comm_s(graph, dep, batch, decode_point, prefill_point)
-    host = dep.step_overhead_s + dep.engine.seq_overhead_s * batch.sequences
-    return StepTime(total + comm + host, comp, mem, comm, over + host)
-
-
-def _comm_s(graph: BlockGraph, dep: Deployment, batch: Batch, decode_point: dict, prefill_point: dict | None) -> float:
-    """TP all-reduces of the residual stream each block hands on, and the PP hops between stages."""
     residual = 0.0
     for phase, point in (("decode", decode_point if batch.decodes else None), ("prefill", prefill_point)):
         edge = graph.residual_edge(phase) if point is not None else None
         residual += edge.act_bytes(**point) if edge is not None else 0.0
-    comm = 0.0
+    host = dep.step_overhead_s + dep.engine.seq_overhead_s * batch.sequences
+    return _Pass(total, comp, mem, over, _tp_comm_s(graph, dep, batch, residual), _hops_s(dep, residual), host)
+
+
+def _tp_comm_s(graph: BlockGraph, dep: Deployment, batch: Batch, residual: float) -> float:
+    """Megatron-style TP all-reduces the residual stream each block hands on (embed, attention, FFN/MoE)."""
     link = dep.device.scale_up or dep.device.scale_out
-    if dep.tp > 1 and link is not None:
-        # Megatron-style TP all-reduces the residual stream each block hands on (embed, attention, FFN/MoE).
-        edges = sum(1 for e in graph.edges if e.phase == ("decode" if batch.decodes else "prefill")
-                    and e.kind == "activation")
-        comm += edges * allreduce_s(residual, dep.tp, bw_bytes_per_s=link.bw_bytes_per_s * dep.derate.link_eff,
-                                    latency_s=link.latency_s)
-    if dep.pp > 1:
-        up = dep.device.scale_up
-        hop = up if up is not None and dep.group <= up.domain_devices else dep.device.scale_out
-        comm += (dep.pp - 1) * p2p_s(residual, bw_bytes_per_s=hop.bw_bytes_per_s * dep.derate.link_eff,
-                                     latency_s=hop.latency_s)
-    return comm
+    if dep.tp == 1 or link is None:
+        return 0.0
+    phase = "decode" if batch.decodes else "prefill"
+    edges = sum(1 for e in graph.edges if e.phase == phase and e.kind == "activation")
+    return edges * allreduce_s(residual, dep.tp, bw_bytes_per_s=link.bw_bytes_per_s * dep.derate.link_eff,
+                               latency_s=link.latency_s)
+
+
+def _hops_s(dep: Deployment, residual: float) -> float:
+    """The pp - 1 stage boundaries: over the scale-up link inside a scale-up domain, over scale-out (Ethernet
+    between wafer-scale systems, the NIC between servers) where the next stage sits in another domain."""
+    if dep.pp == 1:
+        return 0.0
+    up, out = dep.device.scale_up, dep.device.scale_out
+    crossing = dep.pp - 1 if up is None else min(dep.pp - 1, math.ceil(dep.group / up.domain_devices) - 1)
+    total = 0.0
+    for link, hops in ((up, dep.pp - 1 - crossing), (out or up, crossing)):
+        if hops and link is not None:
+            total += hops * p2p_s(residual, bw_bytes_per_s=link.bw_bytes_per_s * dep.derate.link_eff,
+                                  latency_s=link.latency_s)
+    return total
 
 
 def decode_step(graph: BlockGraph, dep: Deployment, batch: float, context: float,
-                plan: MemoryPlan | None = None) -> StepTime:
+                plan: MemoryPlan | None = None, *, micro_batches: float | None = None) -> StepTime:
     """One decode step: `batch` sequences, each with `context` cached tokens, one new token each."""
     plan = plan or memory_plan(graph, dep, graph.kv_bytes_per_sequence(context, dep.precision) * batch / dep.group)
-    return step(graph, dep, Batch(decodes=batch, context=context), plan)
-
-
-def af_decode_step(graph: BlockGraph, attn: Deployment, ffn: Deployment, batch: float, context: float, *,
-                   link_bw_bytes_per_s: float, link_latency_s: float) -> tuple[StepTime, MemoryPlan, MemoryPlan]:
-    """One decode step with attention and FFN disaggregated (MegaScale-Infer style).
-
-    Attention blocks and the KV cache live on `attn`; FFN/MoE blocks, embedding and
-    head on `ffn`. Each layer ships its hidden states attention -> FFN and back,
-    ``2 x layers`` point-to-point transfers per step over the link between the pools.
-    """
-    point = {"B": batch, "L": context}
-    attn_roles, ffn_roles = ("attn",), ("embed", "ffn", "moe", "head")
-    kv = graph.kv_bytes_per_sequence(context, attn.precision) * batch / attn.group
-    plan_a = memory_plan(graph, attn, kv, roles=attn_roles)
-    plan_f = memory_plan(graph, ffn, 0.0, roles=ffn_roles)
-    ta = blocks_time(graph, attn, "decode", point, plan_a, attn_roles)
-    tf = blocks_time(graph, ffn, "decode", point, plan_f, ffn_roles)
-    comm = 0.0
-    for dep, roles in ((attn, attn_roles), (ffn, ffn_roles)):
-        link = dep.device.scale_up or dep.device.scale_out
-        if dep.tp > 1 and link is not None:
-            for e in graph.edges:
-                if e.phase == "decode" and e.kind == "activation" and graph.block(e.src, "decode").role in roles:
-                    comm += allreduce_s(e.act_bytes(**point), dep.tp, bw_bytes_per_s=link.bw_bytes_per_s *
-                                        dep.derate.link_eff, latency_s=link.latency_s)
-    seam = graph.residual_edge("decode").act_bytes(**point)
-    comm += 2 * graph.num_layers * p2p_s(seam, bw_bytes_per_s=link_bw_bytes_per_s, latency_s=link_latency_s)
-    overhead = max(attn.step_overhead_s, ffn.step_overhead_s) + attn.engine.seq_overhead_s * batch
-    af = StepTime(ta.time_s + tf.time_s + comm + overhead, ta.compute_s + tf.compute_s, ta.memory_s + tf.memory_s,
-                  comm, ta.overhead_s + tf.overhead_s + overhead)
-    return af, plan_a, plan_f
+    return step(graph, dep, Batch(decodes=batch, context=context), plan, micro_batches=micro_batches)
 
 
 def prefill_time(graph: BlockGraph, dep: Deployment, batch: float, prompt: float, *, chunk_tokens: int | None = None,
-                 plan: MemoryPlan | None = None) -> StepTime:
+                 plan: MemoryPlan | None = None, micro_batches: float | None = None) -> StepTime:
     """Prefill `batch` prompts of `prompt` tokens; with `chunk_tokens`, in chunks of that many tokens.
 
     A chunked prefill does the same work plus one step overhead per extra chunk
     (attention over earlier chunks is already in the S x S term).
     """
     plan = plan or memory_plan(graph, dep, graph.kv_bytes_per_sequence(prompt, dep.precision) * batch / dep.group)
-    whole = step(graph, dep, Batch(prefill_tokens=batch * prompt, prefill_requests=batch), plan)
+    whole = step(graph, dep, Batch(prefill_tokens=batch * prompt, prefill_requests=batch), plan,
+                 micro_batches=micro_batches)
     if not chunk_tokens or chunk_tokens >= prompt * batch:
         return whole
     extra = (math.ceil(prompt * batch / chunk_tokens) - 1) * dep.step_overhead_s
@@ -335,18 +410,6 @@ def prefill_time(graph: BlockGraph, dep: Deployment, batch: float, prompt: float
 def prefix_cached_tokens(prompt: int, shared_prefix: int, hit_rate: float) -> float:
     """Prompt tokens still to compute when `hit_rate` of requests find their `shared_prefix` cached."""
     return prompt - hit_rate * min(shared_prefix, prompt)
-
-
-def speculative_tpot(target_verify_s: float, draft_step_s: float, draft_len: int, acceptance: float) -> float:
-    """Mean time per output token with speculative decoding.
-
-    Each round: `draft_len` draft steps, one target pass verifying ``draft_len + 1``
-    positions. With per-token acceptance rate a, a round yields
-    ``(1 - a^(k+1)) / (1 - a)`` tokens on average (Leviathan et al., 2023).
-    """
-    a, k = acceptance, draft_len
-    tokens = k + 1 if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
-    return (k * draft_step_s + target_verify_s) / tokens
 
 
 def moe_expert_parallel_step(graph: BlockGraph, block: Block, dep: Deployment, point: dict[str, float],

@@ -95,6 +95,10 @@ def _scenarios(path: str, out_path: str | None, as_json: bool) -> int:
     return 0
 
 
+def _shares(tiers: dict[str, float]) -> str:
+    return ", ".join(f"{name} {share:.0%}" for name, share in tiers.items())
+
+
 def render(r: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -105,8 +109,9 @@ def render(r: dict[str, Any]) -> None:
                         f"{r['batch']} per replica — PREDICTED", title_justify="left")
     table.add_column("metric")
     table.add_column("predicted", justify="right")
+    slow = f"  (reads {', '.join(r['slow_tiers'])}: slow tier)" if r.get("slow_tiers") else ""
     rows = [
-        ("TTFT", f"{r['ttft_ms']:.1f} ms"), ("TPOT", f"{r['tpot_ms']:.2f} ms"),
+        ("TTFT", f"{r['ttft_ms']:.1f} ms{slow}"), ("TPOT", f"{r['tpot_ms']:.2f} ms{slow}"),
         ("end-to-end latency", f"{r['e2e_latency_s']:.2f} s"),
         ("output tokens/s (system)", f"{r['output_tokens_per_s']:.0f}"),
         ("total tokens/s (system)", f"{r['total_tokens_per_s']:.0f}"),
@@ -114,6 +119,9 @@ def render(r: dict[str, Any]) -> None:
         ("batch per replica (max that fits)", f"{r['batch']} ({r['max_batch']})"),
         ("memory per device", f"{r['memory_bytes'] / 1e9:.1f} of {r['memory_capacity_bytes'] / 1e9:.0f} GB"
                               + ("" if r["fits"] else "  (does NOT fit)")),
+        ("weights / KV in", f"{_shares(r['weight_tiers'])} / {_shares(r['kv_tiers'])}"
+                            + ("" if r["resident_devices"] <= r["tp"] * r["pp"] else
+                               f"  ({r['fast_tier']}-resident from {r['resident_devices']} devices per replica)")),
         ("power (all devices)", f"{r['power_w'] / 1e3:.2f}kW"),
         ("energy per output token", f"{r['energy_j_per_token']:.3f} J"),
         ("bound by", f"prefill: {r['bound']['prefill']}, decode: {r['bound']['decode']}"),

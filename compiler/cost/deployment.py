@@ -41,6 +41,23 @@ def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precisio
     return Deployment(spec, count, derate, tp, pp, precision, served_by)
 
 
-def devices_needed(graph: BlockGraph, dep: Deployment) -> int:
-    """Smallest tp*pp group whose memory holds the weights with room for one sequence of KV."""
-    return devices_to_hold(graph.weight_bytes(dep.precision) * 1.02, dep.device)
+def devices_needed(graph: BlockGraph, dep: Deployment, *, resident: bool = False) -> int:
+    """Smallest tp*pp group whose memory (`resident`: fastest tier alone) holds the weights with room for a
+    sequence of KV."""
+    return devices_to_hold(graph.weight_bytes(dep.precision) * 1.02, dep.device, resident=resident)
+
+
+#: Widest tensor-parallel group tried (all-reduce cost grows past it; the usual 8-GPU server).
+MAX_TP = 8
+
+
+def group_shape(device_id: str, devices: int) -> tuple[int, int]:
+    """(tp, pp) of a replica of at least `devices` devices: tensor parallel (a power of two) inside one
+    scale-up domain, pipeline stages beyond it; all pipeline where there is no scale-up fabric (wafer-scale
+    systems talk over Ethernet)."""
+    up = device(device_id).scale_up
+    domain = up.domain_devices if up is not None else 1
+    tp = 1
+    while tp * 2 <= min(domain, devices, MAX_TP):
+        tp *= 2
+    return tp, -(-devices // tp)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.errors import BadInput
 from compiler.ir.estimate import Estimate
-from compiler.cost.deployment import devices_needed
+from compiler.cost.deployment import devices_needed, group_shape
 from cost_models.power import energy_per_token_j, step_power_w
 from cost_models.load import RequestShape, closed_loop
 from cost_models.serving import Deployment, MemoryPlan, StepTime, decode_step, max_batch, memory_plan, prefill_time
@@ -78,6 +78,8 @@ def estimate(graph: BlockGraph, dep: Deployment, *, input_len: int, output_len: 
         energy_j_per_token=energy_per_token_j(power, e2e, requests * output_len),
         bound_prefill=phases.prefill.bound, bound_decode=phases.decode.bound, derate=dep.derate.provenance,
         interference=phases.interference, prefill_tokens_per_step=phases.prefill_tokens_per_step,
+        weight_tiers=dict(plan.weight_tiers.fractions), kv_tiers=dict(plan.kv_tiers.fractions),
+        fast_tier=dep.device.memory[0].name, resident_devices=devices_needed(graph, dep, resident=True),
     )
 
 
@@ -86,11 +88,20 @@ def _check_fits(graph: BlockGraph, dep: Deployment) -> MemoryPlan:
     plan = memory_plan(graph, dep)
     if not plan.fits:
         need = devices_needed(graph, dep)
+        tp, pp = group_shape(dep.device.id, need)
+        flags = " ".join(f"--{k} {v}" for k, v in (("tp", tp), ("pp", pp)) if v > 1) + f" --count {tp * pp}"
         raise BadInput(
             f"{graph.model} ({graph.weight_bytes(dep.precision) / 1e9:.1f} GB at {dep.precision.weights}) does not fit "
-            f"{dep.group} x {dep.device.id} ({dep.device.capacity_bytes / 1e9:.0f} GB each); it needs at least {need} "
-            f"devices per replica: try --tp {need} --count {need}")
+            f"{dep.group} x {dep.device.id} ({_tiers_text(dep)}); it needs at least {need} devices per "
+            f"replica: try {flags}")
     return plan
+
+
+def _tiers_text(dep: Deployment) -> str:
+    """'44 GB sram each; external memory does not serve inference': what a stage may use, and may not."""
+    serving = " + ".join(f"{t.capacity_bytes / 1e9:.0f} GB {t.name}" for t in dep.device.serving_tiers)
+    idle = [t.name for t in dep.device.memory if not t.serves]
+    return serving + " each" + (f"; {', '.join(idle)} memory does not serve inference" if idle else "")
 
 
 def _batch_per_replica(graph: BlockGraph, dep: Deployment, replica_kv: float, seq_kv: float, input_len: int,

@@ -13,27 +13,25 @@ each class it serves it records the rate one replica sustains and a
 latency-versus-utilisation curve (`cost_models.load`). Options do not depend on
 the SLOs: the placement reads the curves against the targets.
 
-[Note: request classes] A mix is never collapsed to a mean request. A class's
-prompt length, decode context (its input plus half its output) and output
-length cost its steps; its longest request decides where it fits, so a
-200K-token class limits only the pools it can be routed to. An option's batch
-is a number of sequences; every class it serves fits that batch on its own, so
-any mix of those classes fits too.
-
-Steps: `_classes` (the workload's classes as the numbers they are costed at);
-per device type `_shapes` (tp x pp groups worth trying) and `_replica_options`
-(decode, colocated and prefill options of one shape); then `_af_options`.
+Steps: `class_demands` (the workload's classes as the numbers they are costed
+at, `compiler.cost.costing`); per device type `_shapes` (tp x pp groups worth
+trying) and `_replica_options` (decode, colocated and prefill options of one
+shape); then the attention/FFN options (`compiler.cost.af_options`) and, when
+the workload drafts, decode options with a drafter pool (`compiler.cost.drafted`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from dataclasses import dataclass
 from typing import Callable
 
-from backends.registry import backend_of, device
-from compiler.cost.deployment import deployment
+from backends.registry import device
+from compiler.cost.af_options import af_options, worth_placing
+from compiler.cost.costing import (
+    BATCHES, PREFILL_BATCHES, ClassDemand, class_demands, replica_power, tiers_text, unsupported, usable_services,
+)
+from compiler.cost.deployment import deployment, group_shape
+from compiler.cost.drafted import DraftModel, drafted_options, drafters
 from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
 from compiler.ir.block_graph import BlockGraph
@@ -41,61 +39,31 @@ from compiler.ir.errors import BadInput
 from compiler.ir.pool_option import ClassService, PoolOption
 from compiler.ir.precision import Precision
 from cost_models.derates import Derate
-from cost_models.load import (
-    RequestShape, StepTable, colocated_curve, decode_curve, decode_table, prefill_curve, prefill_table,
-)
-from cost_models.power import step_power_w
+from cost_models.load import colocated_curve, decode_curve, decode_table, prefill_curve, prefill_table
 from cost_models.serving import (
-    Deployment, StepTime, af_decode_step, decode_step, devices_to_hold, max_batch, memory_plan, prefill_time,
+    Deployment, MemoryPlan, StepTime, decode_step, devices_to_hold, max_batch, memory_plan, prefill_time,
 )
 
 log = logging.getLogger(__name__)
 
-BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-PREFILL_BATCHES = (1, 2, 4, 8)
-
-
-@dataclass(frozen=True, slots=True)
-class ClassDemand:
-    """One request class as the numbers it is costed at; `percentile` is its SLO percentile (0-1)."""
-
-    name: str
-    shape: RequestShape
-    percentile: float
-    kv_mean_bytes: float  # one request's KV at the class's mean lengths
-    kv_max_bytes: float  # ... at its longest prompt and output
-
-    @property
-    def kv_bytes_per_token(self) -> float:
-        return self.kv_mean_bytes / self.shape.kv_tokens
-
-
-def class_demands(graph: BlockGraph, workload: Workload, precision: Precision) -> list[ClassDemand]:
-    out = []
-    for c in workload.classes:
-        shape = RequestShape(c.input_len.mean, c.output_len.mean, c.prefill_tokens_mean)
-        out.append(ClassDemand(
-            c.name, shape, workload.class_slo(c).percentile / 100,
-            graph.kv_bytes_per_sequence(shape.kv_tokens, precision),
-            graph.kv_bytes_per_sequence(c.input_len.max + c.output_len.max, precision)))
-    return out
-
 
 def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload, precision: Precision, *,
-                      only: set[str] | None = None,
-                      adjust: Callable[[Derate], Derate] | None = None) -> tuple[list[PoolOption], list[str]]:
+                      only: set[str] | None = None, adjust: Callable[[Derate], Derate] | None = None,
+                      draft: DraftModel | None = None) -> tuple[list[PoolOption], list[str]]:
     """All candidate pools for `graph` on `cluster` under `workload`; also the reasons types were skipped.
 
     `only` restricts the costing to options touching those device types, whose derates `adjust` changes
-    (what the sensitivity analysis re-costs).
+    (what the sensitivity analysis re-costs). `draft` (the workload's drafter, traced) adds decode options
+    with a drafter pool (`compiler.cost.drafted`).
     """
     classes = class_demands(graph, workload, precision)
+    pool = drafters(draft, cluster, precision) if draft is not None else []
     options: list[PoolOption] = []
     skipped: list[str] = []
     for dev_id, count in sorted(cluster.inventory().items()):
         if only is not None and dev_id not in only:
             continue
-        reasons = _unsupported(dev_id, precision)
+        reasons = unsupported(dev_id, precision)
         if reasons:
             skipped.append("; ".join(reasons))
             continue
@@ -105,8 +73,8 @@ def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload, p
             continue
         for tp, pp in shapes:
             dep = deployment(dev_id, tp * pp, tp, pp, precision, cluster.engine(dev_id), adjust)
-            options += _replica_options(graph, dep, classes)
-    options += _af_options(graph, cluster, precision, classes, only, adjust)
+            options += _replica_options(graph, dep, classes, draft, pool, cluster)
+    options += worth_placing(af_options(graph, cluster, precision, classes, only, adjust), options)
     if not options:
         raise BadInput(f"no device type in the cluster can hold {graph.model} at {precision.weights}: "
                        + "; ".join(skipped))
@@ -114,34 +82,27 @@ def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload, p
     return options, skipped
 
 
-def _unsupported(device_id: str, precision: Precision) -> list[str]:
-    spec = device(device_id)
-    return backend_of(spec).unsupported_reasons(spec, precision.weights)
-
-
 def _shapes(graph: BlockGraph, device_id: str, count: int, precision: Precision,
             weight_fraction: float = 1.0) -> list[tuple[int, int]]:
-    """(tp, pp) shapes worth trying: the smallest group that holds the weights, and twice and four times it."""
+    """(tp, pp) shapes worth trying: the smallest group that holds the weights, twice and four times it, and
+    the smallest that holds them in the fastest tier alone (dozens of Corsair cards' SRAM) and twice that."""
     spec = device(device_id)
-    need = devices_to_hold(graph.weight_bytes(precision) * weight_fraction, spec)
-    domain = spec.scale_up.domain_devices if spec.scale_up is not None else 1
+    weights = graph.weight_bytes(precision) * weight_fraction
+    need = devices_to_hold(weights, spec)
+    resident = devices_to_hold(weights, spec, resident=True)
+    targets = (need, 2 * need, 4 * need) + ((resident, 2 * resident) if resident > need else ())
     shapes = []
-    for target in (need, 2 * need, 4 * need):
-        tp = 1
-        while tp * 2 <= min(domain, target, 8):
-            tp *= 2
-        pp = math.ceil(target / tp)
+    for target in targets:
+        tp, pp = group_shape(device_id, target)
         if tp * pp <= count and (tp, pp) not in shapes:
             shapes.append((tp, pp))
     return shapes
 
 
-def _power(dep: Deployment, step: StepTime) -> float:
-    return dep.group * step_power_w(dep.device, time_s=step.time_s, compute_s=step.compute_s, memory_s=step.memory_s)
-
-
-def _replica_options(graph: BlockGraph, dep: Deployment, classes: list[ClassDemand]) -> list[PoolOption]:
-    """Decode, colocated and prefill options of one replica shape, each serving the classes that fit it."""
+def _replica_options(graph: BlockGraph, dep: Deployment, classes: list[ClassDemand], draft: DraftModel | None,
+                     pool: list[Deployment], cluster: Cluster) -> list[PoolOption]:
+    """Decode (alone, and beside each drafter in `pool`), colocated and prefill options of one replica shape,
+    each serving the classes that fit it."""
     plan = memory_plan(graph, dep)
     replica_kv = plan.kv_capacity_bytes * dep.group
     fits = [c for c in classes if replica_kv >= c.kv_max_bytes]  # holds at least one longest request
@@ -161,8 +122,10 @@ def _replica_options(graph: BlockGraph, dep: Deployment, classes: list[ClassDema
         colocated = [ClassService(c.name, *colocated_curve(graph, dep, b, c.shape, tables[c.name], c.percentile))
                      for c in served]
         step = _step_at(graph, dep, b, served[0])
-        out.append(_option(f"decode:{shape}:b{b}", "decode", dep, b, step, decode))
-        out.append(_option(f"colocated:{shape}:c{b}", "colocated", dep, b, step, colocated))
+        out.append(_option(f"decode:{shape}:b{b}", "decode", dep, b, step, decode, plan))
+        out.append(_option(f"colocated:{shape}:c{b}", "colocated", dep, b, step, colocated, plan))
+        if draft is not None:
+            out += drafted_options(graph, dep, plan, b, served, tables, draft, pool, cluster)
     for k in PREFILL_BATCHES:
         served = [c for c in fits if k * c.shape.computed_prompt * c.kv_bytes_per_token <= replica_kv]
         if not served:
@@ -172,7 +135,7 @@ def _replica_options(graph: BlockGraph, dep: Deployment, classes: list[ClassDema
             table = prefill_table(graph, dep, tuple(j for j in PREFILL_BATCHES if j <= k), c.shape, plan)
             prefill.append(ClassService(c.name, *prefill_curve(table, k, dep.engine.request_overhead_s, c.percentile)))
         step = prefill_time(graph, dep, k, served[0].shape.computed_prompt, plan=plan)
-        out.append(_option(f"prefill:{shape}:b{k}", "prefill", dep, k, step, prefill))
+        out.append(_option(f"prefill:{shape}:b{k}", "prefill", dep, k, step, prefill, plan))
     return out
 
 
@@ -182,61 +145,8 @@ def _step_at(graph: BlockGraph, dep: Deployment, batch: int, c: ClassDemand) -> 
     return decode_step(graph, dep, batch, c.shape.decode_context, kv_plan)
 
 
-def _option(key: str, kind: str, dep: Deployment, batch: int, step: StepTime,
-            services: list[ClassService]) -> PoolOption:
-    services = [s for s in services if s.rate_per_s > 0 and math.isfinite(s.rate_per_s)]
-    return PoolOption(key, kind, ((dep.device.id, dep.group),), _power(dep, step), dep.group * dep.device.tdp_w,
-                      dep.device.id, dep.tp, dep.pp, batch, tuple(services), (("bound", step.bound),))
-
-
-def _af_options(graph: BlockGraph, cluster: Cluster, precision: Precision, classes: list[ClassDemand],
-                only: set[str] | None = None, adjust: Callable[[Derate], Derate] | None = None) -> list[PoolOption]:
-    """Attention on one type, FFN/MoE on another; smallest groups that hold each side."""
-    inventory = cluster.inventory()
-    attn_params = sum(b.weight_params for b in graph.phase_blocks("decode") if b.role == "attn")
-    attn_fraction = attn_params / max(graph.params_total, 1)
-    usable = [d for d in sorted(inventory) if not _unsupported(d, precision)]
-    out = []
-    for ta in usable:
-        for tf in usable:
-            if ta == tf or (only is not None and ta not in only and tf not in only):
-                continue
-            sa = _shapes(graph, ta, inventory[ta], precision, attn_fraction)
-            sf = _shapes(graph, tf, inventory[tf], precision, 1 - attn_fraction)
-            if not sa or not sf:
-                continue
-            (tpa, ppa), (tpf, ppf) = sa[-1 if len(sa) > 1 else 0], sf[0]
-            if ppa > 1 or ppf > 1:
-                continue  # pipelining on top of attention/FFN disaggregation is not modelled
-            attn = deployment(ta, tpa, tpa, 1, precision, cluster.engine(ta), adjust if ta in (only or ()) else None)
-            ffn = deployment(tf, tpf, tpf, 1, precision, cluster.engine(tf), adjust if tf in (only or ()) else None)
-            out += _af_pair(graph, cluster, attn, ffn, classes)
-    return out
-
-
-def _af_pair(graph: BlockGraph, cluster: Cluster, attn: Deployment, ffn: Deployment,
-             classes: list[ClassDemand]) -> list[PoolOption]:
-    bw, lat = cluster.link(attn.device.id, ffn.device.id)
-    out = []
-    for b in BATCHES:
-        steps, served = {}, []
-        for c in classes:
-            step, plan_a, plan_f = af_decode_step(graph, attn, ffn, b, c.shape.decode_context,
-                                                  link_bw_bytes_per_s=bw, link_latency_s=lat)
-            if plan_a.kv_capacity_bytes * attn.group >= max(c.kv_mean_bytes * b, c.kv_max_bytes) and plan_f.fits:
-                steps[c.name] = step
-                served.append(c)
-        if not served:
-            break
-        services = []
-        for c in served:
-            table = StepTable(((float(b), steps[c.name].time_s),))  # one batch: the occupancy is not re-costed
-            services.append(ClassService(c.name, *decode_curve(table, b, c.shape.output_len, c.percentile)))
-        step = steps[served[0].name]
-        power = _power(attn, step) + _power(ffn, step)
-        tdp = attn.group * attn.device.tdp_w + ffn.group * ffn.device.tdp_w
-        out.append(PoolOption(
-            f"decode-af:{attn.device.id}:tp{attn.tp}+{ffn.device.id}:tp{ffn.tp}:b{b}", "decode-af",
-            ((attn.device.id, attn.group), (ffn.device.id, ffn.group)), power, tdp, attn.device.id, attn.tp, 1, b,
-            tuple(services), (("ffn_tp", ffn.tp), ("bound", step.bound))))
-    return out
+def _option(key: str, kind: str, dep: Deployment, batch: int, step: StepTime, services: list[ClassService],
+            plan: MemoryPlan) -> PoolOption:
+    return PoolOption(key, kind, ((dep.device.id, dep.group),), replica_power(dep, step), dep.group * dep.device.tdp_w,
+                      dep.device.id, dep.tp, dep.pp, batch, usable_services(services),
+                      (("bound", step.bound), ("weights_in", tiers_text(plan.weight_tiers))))

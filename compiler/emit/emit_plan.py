@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from compiler.emit.plan import (
-    GAIN_METRICS, Baseline, ClassResult, Plan, Pool, PoolClass, Predicted, SensitivityResult, SolverReport, Stage,
-    Transfer,
+    GAIN_METRICS, Baseline, ClassResult, Draft, Plan, Pool, PoolClass, Predicted, SensitivityResult, SolverReport,
+    Stage, Transfer,
 )
 from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
@@ -28,10 +28,12 @@ _PHASES_OF = {"colocated": ["prefill", "decode"], "prefill": ["prefill"], "decod
 
 
 def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision: Precision, inst: Instance,
-              sol: Solution, baselines: list[BaselineSolution], sensitivity: list[Sensitivity] = ()) -> Plan:
+              sol: Solution, baselines: list[BaselineSolution], sensitivity: list[Sensitivity] = (), *,
+              draft_graph: BlockGraph | None = None) -> Plan:
+    """The plan of a solved placement; `draft_graph` is the drafter's (``speculative:``) when a pool drafts."""
     options = list(inst.options)
     used = sol.used()
-    pools, pool_of = _pools(graph, inst, sol, used)
+    pools, pool_of = _pools(graph, inst, sol, used, draft_graph)
     latencies = class_latencies(inst, sol)
     out_tps = sol.output_tokens_per_s(inst.classes)
     predicted = _predicted(sol, latencies, out_tps)
@@ -41,7 +43,9 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
         inventory={t: n for t, n in inst.inventory if n > 0}, workload=workload.name,
         mean_input_len=workload.mean_input_len,
         mean_output_len=workload.mean_output_len, slo_ttft_ms=workload.slo.ttft_ms, slo_tpot_ms=workload.slo.tpot_ms,
-        pools=pools, transfers=_kv_transfers(inst, sol, used, pool_of) + _activation_transfers(graph, sol, used, pool_of),
+        pools=pools,
+        transfers=(_kv_transfers(inst, sol, used, pool_of) + _activation_transfers(graph, sol, used, pool_of)
+                   + _draft_transfers(inst, sol, used, pool_of)),
         classes=[_class_result(workload, inst, sol, c, latencies.get(c.name), pool_of) for c in inst.classes],
         predicted=predicted,
         solver=SolverReport(status=sol.status, objective=sol.objective.name, objective_value=sol.objective.value,
@@ -128,9 +132,10 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1e3
 
 
-def _pools(graph: BlockGraph, inst: Instance, sol: Solution,
-           used: list[tuple[PoolOption, int]]) -> tuple[list[Pool], dict[str, list[str]]]:
-    """One pool per used option (two for decode-af: attention and FFN), and each option's pool names."""
+def _pools(graph: BlockGraph, inst: Instance, sol: Solution, used: list[tuple[PoolOption, int]],
+           draft_graph: BlockGraph | None) -> tuple[list[Pool], dict[str, list[str]]]:
+    """One pool per used option (two for decode-af: attention and FFN; two for a drafted decode: the target
+    and its drafter), and each option's pool names."""
     pools: list[Pool] = []
     pool_of: dict[str, list[str]] = {}
     for i, (o, n) in enumerate(used):
@@ -139,25 +144,60 @@ def _pools(graph: BlockGraph, inst: Instance, sol: Solution,
         classes = _pool_classes(o, sol.served_on(o.key), util)
         worst = lambda index: max((getattr(c, index) for c in classes if getattr(c, index) is not None),  # noqa: E731
                                   default=None)
-        common = dict(replicas=n, batch=o.batch, option=o.key,
+        common = dict(batch=o.batch, option=o.key,
                       predicted_requests_per_s=sum(sol.served_on(o.key).values()),
                       predicted_ttft_ms=worst("ttft_slo_percentile_ms"), predicted_tpot_ms=worst("tpot_slo_percentile_ms"),
                       predicted_utilisation=util, predicted_classes=classes)
         if o.kind == "decode-af":
-            total = o.devices_per_replica
-            for (suffix, role, roles), (dev, per) in zip(_AF_HALVES, o.devices):
+            for (suffix, role, roles), (dev, per, replicas) in zip(_AF_HALVES, _af_halves(o, n)):
                 pools.append(Pool(name=f"{name}{suffix}", role=role, device=dev, devices_per_replica=per, tp=per,
-                                  pp=1, phases=["decode"], stages=stages(graph, dev, 1, ["decode"], roles),
-                                  predicted_power_w=o.power_w * n * (per / total), **common))
+                                  pp=1, replicas=replicas, phases=["decode"],
+                                  stages=stages(graph, dev, 1, ["decode"], roles),
+                                  predicted_power_w=o.power_w * n * per * replicas / (n * o.devices_per_replica),
+                                  **common))
             pool_of[o.key] = [f"{name}a", f"{name}f"]
             continue
         phases = _PHASES_OF[o.kind]
+        d = dict(o.detail)
+        if "draft_device" in d:  # [Note: speculative decoding placement] in cost_models.speculative
+            pools += _drafted(graph, draft_graph, o, n, name, common)
+            pool_of[o.key] = [name, f"{name}d"]
+            continue
         (dev, per), = o.devices
         pools.append(Pool(name=name, role=o.kind, device=dev, devices_per_replica=per, tp=o.tp, pp=o.pp,
-                          phases=phases, stages=stages(graph, dev, o.pp, phases, None),
+                          replicas=n, phases=phases, stages=stages(graph, dev, o.pp, phases, None),
                           predicted_power_w=o.power_w * n, **common))
         pool_of[o.key] = [name]
     return pools, pool_of
+
+
+def _drafted(graph: BlockGraph, draft_graph: BlockGraph | None, o: PoolOption, n: int, name: str,
+             common: dict) -> list[Pool]:
+    """A drafted decode option's target pool (with its `draft` block) and drafter pool, one drafter replica per
+    target replica (compiler/runtime/speculative.py pairs replica r with drafter r % replicas)."""
+    if draft_graph is None:
+        raise ValueError(f"option {o.key} drafts but emit_plan was given no draft graph")
+    d = dict(o.detail)
+    target = o.tp * o.pp
+    share = lambda devices: o.power_w * n * devices / o.devices_per_replica  # noqa: E731
+    draft = Draft(pool=f"{name}d", model=d["draft_model"], model_sha256=draft_graph.config_sha256, k=d["draft_k"],
+                  predicted_acceptance_rate=d["draft_acceptance"])
+    return [Pool(name=name, role="decode", device=o.kv_device, devices_per_replica=target, tp=o.tp, pp=o.pp,
+                 replicas=n, phases=["decode"], stages=stages(graph, o.kv_device, o.pp, ["decode"], None),
+                 predicted_power_w=share(target), draft=draft, **common),
+            Pool(name=f"{name}d", role="drafter", device=d["draft_device"], devices_per_replica=d["draft_tp"],
+                 tp=d["draft_tp"], pp=1, replicas=n, phases=["prefill", "decode"],
+                 stages=stages(draft_graph, d["draft_device"], 1, ["prefill", "decode"], None),
+                 predicted_power_w=share(d["draft_tp"]), **common)]
+
+
+def _af_halves(o: PoolOption, n: int) -> tuple[tuple[str, int, int], ...]:
+    """(device, devices per replica, replicas) of the attention and FFN pools of `n` replicas of decode-af
+    option `o`: M attention groups per replica, one FFN pool replica holding all N FFN groups (a MoE's experts
+    split over them, so the runtime sees one wider FFN group); attention replica r pairs with FFN replica
+    r // M ([Note: attention/FFN ping-pong] in `cost_models.af`)."""
+    d = dict(o.detail)
+    return ((o.kv_device, o.tp, n * d["attn_groups"]), (d["ffn_device"], d["ffn_tp"] * d["ffn_groups"], n))
 
 
 def _pool_classes(o: PoolOption, served: dict[str, float], util: float) -> list[PoolClass]:
@@ -205,6 +245,20 @@ def _activation_transfers(graph: BlockGraph, sol: Solution, used: list[tuple[Poo
             out.append(Transfer(kind="activation", src_pool=pool_of[o.key][0], dst_pool=pool_of[o.key][1],
                                 predicted_requests_per_s=sum(sol.served_on(o.key).values()),
                                 predicted_bytes_per_s=per_step * n / step_s, predicted_latency_ms=0.0))
+    return out
+
+
+def _draft_transfers(inst: Instance, sol: Solution, used: list[tuple[PoolOption, int]],
+                     pool_of: dict[str, list[str]]) -> list[Transfer]:
+    """Drafted tokens from each drafter pool to its target pool (and the verdicts back), per output token."""
+    out = []
+    for o, _n in used:
+        if len(pool_of[o.key]) == 2 and o.kind == "decode":
+            served = sol.served_on(o.key)
+            tokens = sum(rate * inst.target(c).output_len for c, rate in served.items())
+            out.append(Transfer(kind="draft", src_pool=pool_of[o.key][1], dst_pool=pool_of[o.key][0],
+                                predicted_requests_per_s=sum(served.values()),
+                                predicted_bytes_per_s=tokens * o.link_bytes_per_token, predicted_latency_ms=0.0))
     return out
 
 

@@ -122,6 +122,26 @@ class RequestClass(Frozen):
         return self.input_len.mean - cached
 
 
+#: Per-token acceptance rate assumed when a workload drafts without giving one: Leviathan et al. 2023
+#: (https://arxiv.org/abs/2211.17192, table 3) measure 0.55-0.8 for drafters 10-100x smaller than their
+#: targets; 0.7 is the middle of that range (assumption for any given pair and traffic).
+DEFAULT_ACCEPTANCE_RATE = 0.7
+#: Tokens drafted per verification when not given: Chen et al. 2023 (https://arxiv.org/abs/2302.01318) draft
+#: K = 4 for Chinchilla 70B from a 4B drafter (1.9-2.5x faster decoding).
+DEFAULT_DRAFT_TOKENS = 4
+
+
+class Speculative(Frozen):
+    """Speculative decoding as a placement choice: a drafter model the placement may give its own pool."""
+
+    drafter: str = Field(description="the draft model: a preset (e.g. llama-3.2-1b) or a config path; same "
+                                     "vocabulary as the target")
+    acceptance_rate: float = Field(default=DEFAULT_ACCEPTANCE_RATE, gt=0, lt=1,
+                                   description="per-token probability the target accepts a drafted token")
+    draft_tokens: int = Field(default=DEFAULT_DRAFT_TOKENS, ge=1, le=16,
+                              description="tokens drafted per verification (k)")
+
+
 class Workload(Frozen):
     """The traffic to serve: request classes, arrival rate and SLOs.
 
@@ -135,6 +155,8 @@ class Workload(Frozen):
     arrival_rate_per_s: Annotated[float, Field(gt=0)] | Literal["maximise"] = Field(
         default="maximise", description="requests per second, or 'maximise' for the highest sustainable rate")
     slo: Slo = Field(default_factory=Slo)
+    speculative: Speculative | None = Field(
+        default=None, description="let decode pools draft with a small model on a pool of its own")
 
     @model_validator(mode="after")
     def _classes_or_trace(self) -> Workload:

@@ -27,7 +27,7 @@ True
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from compiler.ir.poly import ZERO, Poly
@@ -259,6 +259,18 @@ class BlockGraph:
     unaccounted: tuple[UnaccountedOp, ...] = ()
     trace: tuple[tuple[str, str], ...] = ()
     schema_version: int = 1
+    # Derived once from `blocks` (costing asks for them millions of times): layer count, and the decode KV
+    # elements per token by sliding window (None: full attention).
+    layers: int = field(init=False, compare=False, repr=False)
+    kv_by_window: tuple[tuple[int | None, int], ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", 1 + max((b.layer for b in self.blocks if b.layer is not None), default=-1))
+        windows: dict[int | None, int] = {}
+        for b in self.blocks:
+            if b.phase == "decode" and b.kv_elems_per_token:
+                windows[b.window_tokens or None] = windows.get(b.window_tokens or None, 0) + b.kv_elems_per_token
+        object.__setattr__(self, "kv_by_window", tuple(windows.items()))
 
     def block(self, name: str, phase: str) -> Block:
         for b in self.blocks:
@@ -271,11 +283,11 @@ class BlockGraph:
 
     @property
     def num_layers(self) -> int:
-        return 1 + max((b.layer for b in self.blocks if b.layer is not None), default=-1)
+        return self.layers
 
     def kv_elems_per_token(self) -> int:
         """KV elements per token of context, all layers (decode twins carry the same value)."""
-        return sum(b.kv_elems_per_token for b in self.phase_blocks("decode"))
+        return sum(elems for _window, elems in self.kv_by_window)
 
     def kv_bytes_per_token(self, precision: Precision) -> float:
         return self.kv_elems_per_token() * precision.kv_bytes
@@ -286,10 +298,7 @@ class BlockGraph:
         The one rule for a sequence's KV footprint: memory plans, pool options,
         the KV hand-off and ``inspect`` all use it.
         """
-        per = 0.0
-        for b in self.phase_blocks("decode"):
-            if b.kv_elems_per_token:
-                per += b.kv_elems_per_token * (min(tokens, b.window_tokens) if b.window_tokens else tokens)
+        per = sum(elems * (min(tokens, window) if window else tokens) for window, elems in self.kv_by_window)
         return per * precision.kv_bytes
 
     def weight_bytes(self, precision: Precision) -> float:

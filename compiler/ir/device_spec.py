@@ -20,11 +20,16 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class MemoryTier:
-    """One level of memory per device: ``sram`` (on-chip), ``hbm``/``dram`` (device), ``host``/``external``."""
+    """One level of memory per device: ``sram`` (on-chip), ``hbm``/``dram`` (device), ``host``/``external``.
+
+    ``serves`` is False for a tier no inference runtime keeps weights or KV in (Cerebras MemoryX streams
+    weights for training; inference keeps them in wafer SRAM): it is listed, never used for serving.
+    """
 
     name: str
     capacity_bytes: float
     bw_bytes_per_s: float
+    serves: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +48,8 @@ class DeviceSpec:
 
     ``peak_flops_per_s`` maps dtype (``fp32``, ``bf16``, ``fp16``, ``fp8``, ``fp4``, ``int8``) to the
     dense peak; a dtype absent from it is not supported natively.
-    ``memory`` lists tiers fastest first; weights and KV live in the first tier that holds them.
+    ``memory`` lists tiers fastest first; weights and KV live in the first serving tier that holds them
+    (`cost_models.serving.memory_plan`), and time uses the tier actually read.
     ``k8s_resource`` is None where no public device plugin exists (``k8s_note`` says so).
     ``k8s_node_labels`` are the node labels a vendor's labeller publishes for this product (the default node
     selector of generated manifests); ``dra_device_class`` is the DeviceClass of the vendor's Dynamic Resource
@@ -86,9 +92,18 @@ class DeviceSpec:
         return next((t for t in self.memory if t.name == name), None)
 
     @property
+    def serving_tiers(self) -> tuple[MemoryTier, ...]:
+        return tuple(t for t in self.memory if t.serves)
+
+    @property
     def capacity_bytes(self) -> float:
-        """All memory a stage can place weights and KV in (every tier)."""
-        return sum(t.capacity_bytes for t in self.memory)
+        """All memory a stage can place weights and KV in (every serving tier)."""
+        return sum(t.capacity_bytes for t in self.serving_tiers)
+
+    @property
+    def fast_capacity_bytes(self) -> float:
+        """The fastest tier's capacity: what a placement whose weights stay resident there may use."""
+        return self.memory[0].capacity_bytes
 
     def source(self, key: str) -> str | None:
         return dict(self.sources).get(key)
@@ -107,6 +122,10 @@ class DeviceSpec:
                 out[f"{name}.latency_s"] = link.latency_s
         return out
 
+    def claims(self) -> list[str]:
+        """Source keys of every number and every product claim (a tier that does not serve) that needs a source."""
+        return sorted([*self.numbers(), *(f"memory.{t.name}.serves" for t in self.memory if not t.serves)])
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):
@@ -114,8 +133,8 @@ class DeviceSpec:
             if f.name == "peak_flops_per_s":
                 value = dict(value)
             elif f.name == "memory":
-                value = [{"name": t.name, "capacity_bytes": t.capacity_bytes, "bw_bytes_per_s": t.bw_bytes_per_s}
-                         for t in value]
+                value = [{"name": t.name, "capacity_bytes": t.capacity_bytes, "bw_bytes_per_s": t.bw_bytes_per_s,
+                          "serves": t.serves} for t in value]
             elif isinstance(value, Link):
                 value = {"name": value.name, "bw_bytes_per_s": value.bw_bytes_per_s, "latency_s": value.latency_s,
                          "domain_devices": value.domain_devices}

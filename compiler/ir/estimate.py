@@ -7,7 +7,7 @@ documented metric keys of ``gimletc estimate --json``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 KEYS = ("ttft_ms", "tpot_ms", "e2e_latency_s", "output_tokens_per_s", "total_tokens_per_s", "tokens_per_s_per_user",
@@ -48,10 +48,21 @@ class Estimate:
     derate: str
     interference: float | None = None  # concurrency mode: step slowdown from prefill chunks
     prefill_tokens_per_step: float | None = None
+    weight_tiers: dict[str, float] = field(default_factory=dict)  # share of a device's weights in each tier
+    kv_tiers: dict[str, float] = field(default_factory=dict)
+    fast_tier: str = ""
+    resident_devices: int = 0  # fewest devices per replica holding the weights in `fast_tier` alone
+
+    @property
+    def slow_tiers(self) -> list[str]:
+        """Tiers below the fastest that weights or KV are read from: figures that depend on them say so."""
+        return sorted({t for tiers in (self.weight_tiers, self.kv_tiers) for t, share in tiers.items()
+                       if share > 0 and t != self.fast_tier})
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"prediction": True, **asdict(self)}
         out["bound"] = {"prefill": out.pop("bound_prefill"), "decode": out.pop("bound_decode")}
+        out["slow_tiers"] = self.slow_tiers
         for key in ("interference", "prefill_tokens_per_step"):
             if out[key] is None:
                 del out[key]

@@ -100,6 +100,7 @@ class PoolOption:
     batch: int
     classes: tuple[ClassService, ...] = ()  # the classes whose longest request fits, in workload order
     detail: tuple[tuple[str, Any], ...] = ()
+    link_bytes_per_token: float = 0.0  # per output token, between its two device types (attention/FFN seam)
 
     def uses(self, device_id: str) -> int:
         return dict(self.devices).get(device_id, 0)

@@ -116,8 +116,9 @@ def units(plan: Plan) -> list[Unit]:
                     feeders.append(((t.src_pool, r), route(plan, [(t.src_pool, r)], "prefill")))
             for r in range(pool.replicas):
                 members = [(pool.name, r)]
-                if pool.role == "decode-attention":
-                    members.append((_partner(plan, pool).name, r))
+                if pool.role == "decode-attention":  # M attention replicas share one FFN replica (M:N)
+                    partner = _partner(plan, pool)
+                    members.append((partner.name, r * partner.replicas // pool.replicas))
                 out.append(Unit(f"{pool.name}/r{r}", tuple(members), route(plan, members, "decode"), tuple(feeders),
                                 pool.batch, sources[0].detail, pool.name,
                                 drafter_of(plan, pool, r, lambda m, ph: route(plan, m, ph))))

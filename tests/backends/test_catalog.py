@@ -53,7 +53,7 @@ def test_every_contracted_id_exists_once_in_its_family():
 def test_every_number_has_a_url_or_a_labelled_source():
     unsourced = []
     for d in registry.all_devices():
-        for key in d.numbers():
+        for key in d.claims():
             source = d.source(key) or ""
             label = next((p for p in SOURCE_LABELS if source.startswith(p)), None)
             if label is None or not source[len(label):].strip():  # a bare "assumption:" says nothing
@@ -63,7 +63,7 @@ def test_every_number_has_a_url_or_a_labelled_source():
 
 def test_no_source_names_a_number_the_device_does_not_have():
     """A source key that matches no number is a typo that leaves the real number unsourced."""
-    stray = [f"{d.id}: {key}" for d in registry.all_devices() for key, _ in d.sources if key not in d.numbers()]
+    stray = [f"{d.id}: {key}" for d in registry.all_devices() for key, _ in d.sources if key not in d.claims()]
     assert not stray, stray
 
 

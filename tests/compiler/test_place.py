@@ -163,3 +163,25 @@ def test_objectives_need_what_they_need():
     with pytest.raises(BadInput, match="needs a target"):
         solve(random_instance(1), "power")
     assert math.isfinite(solve(random_instance(3), "tokens-per-watt", workers=1).requests_per_s)
+
+
+def test_hidden_states_between_two_types_are_charged_to_their_link():
+    """An attention/FFN option across types a and b moves 1 MB per output token, half each way; a link of
+    50 MB/s (each direction) between the pools carries 100 tokens/s = 1 request/s of 100 tokens, though its
+    replicas could serve 40."""
+    curve = tuple((u, 0.0, 0.0, 0.01, 0.01) for u in (0.05, 0.5, 0.95))
+    af = PoolOption("decode-af:a+b", "decode-af", (("a", 1), ("b", 1)), power_w=100.0, provisioned_w=100.0,
+                    kv_device="a", tp=1, pp=1, batch=8, classes=(ClassService("c", 10.0, curve),),
+                    link_bytes_per_token=1e6)
+    prefill = PoolOption("prefill:a", "prefill", (("a", 1),), power_w=100.0, provisioned_w=100.0, kv_device="a",
+                         tp=1, pp=1, batch=8, classes=(ClassService("c", 100.0, tuple(
+                             (u, 0.1, 0.1, 0.0, 0.0) for u in (0.05, 0.5, 0.95))),))
+    target = ClassTarget("c", 1.0, None, None, 1e3, 100.0)
+    handoff = tuple((("c", x, y), 0.0) for x in TYPES for y in TYPES)
+    inst = Instance((af, prefill), (("a", 4), ("b", 4)), None, (target,),
+                    link_bw_bytes_per_s=((("a", "b"), 50e6),), handoff_s=handoff)
+    sol = solve(inst, "throughput", time_limit_s=10)
+    assert sol.requests_per_s == pytest.approx(1.0, abs=0.002)
+    wide = solve(Instance((af, prefill), (("a", 4), ("b", 4)), None, (target,),
+                          link_bw_bytes_per_s=((("a", "b"), 50e9),), handoff_s=handoff), "throughput", time_limit_s=10)
+    assert wide.requests_per_s > 10 * sol.requests_per_s
