@@ -91,9 +91,9 @@ class Instance:
     def cap(self, option: PoolOption, cls: ClassTarget) -> float:
         """The utilisation at which `cls` meets its SLO on `option` (0.0: never; absent class: 0.0).
 
-        Prefill options meet `SLO_SHARE_PREFILL` of the TTFT target, leaving the rest for the KV
-        hand-off and the wait for a decode slot; decode options keep that wait within
-        `SLO_SHARE_ADMISSION` of it.
+        Prefill options meet `SLO_SHARE_PREFILL` of the TTFT target, leaving `SLO_SHARE_HANDOFF` for the
+        KV hand-off and `SLO_SHARE_ADMISSION` for the wait for a decode slot; decode options keep that
+        wait within `SLO_SHARE_ADMISSION` of it.
         """
         service = option.service(cls.name)
         if service is None:
@@ -119,8 +119,13 @@ class Instance:
         return replace(self, classes=classes)
 
 
-#: Shares of a class's TTFT target: what a prefill pool may spend, and what the wait for a decode slot may.
-SLO_SHARE_PREFILL = 0.9
+#: Shares of a class's TTFT target: what a prefill pool may spend at its cap, what the KV hand-off to the decode
+#: pool may (a flow whose hand-off takes longer is refused), and what the wait for a decode slot may. They sum to
+#: 1. With no hand-off share, a prefill pool at its cap left a KV transfer of any size no time, and every
+#: disaggregated flow from it was refused (the Trainium-prefill, CS-3-decode scenario of tools/bench_value.py).
+#: 5% of a 1 s TTFT is 50 ms: 70B's KV of a 1K-token prompt (0.34 GB) over a 100 Gb/s NIC takes ~27 ms.
+SLO_SHARE_PREFILL = 0.85
+SLO_SHARE_HANDOFF = 0.05
 SLO_SHARE_ADMISSION = 0.1
 
 

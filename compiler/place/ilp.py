@@ -329,7 +329,7 @@ class PlacementModel:
 def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float = 60.0, workers: int = 1,
           families: Sequence[str] = FAMILIES, tie_break: bool = True,
           tie_break_budget: float | None = None, explain: bool = True, gap: float = 0.0,
-          ratio_hint: float = 0.0) -> Solution:
+          ratio_hint: float = 0.0, hint: Solution | None = None) -> Solution:
     """Solve `inst`. An infeasible instance returns status "infeasible" with the binding families (found by
     re-solving with families dropped; `explain` False skips that and leaves them empty).
 
@@ -339,7 +339,8 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     single-threaded. `gap` > 0 stops the first stage at that relative gap
     (status ``feasible``, bound reported): what a sweep of many points affords.
     `ratio_hint` starts a ratio objective (tokens per watt or per dollar) from a
-    guess of its value, e.g. a neighbouring point's.
+    guess of its value, e.g. a neighbouring point's. `hint` starts the search from another solution's replica
+    counts (those of options this instance has), e.g. the plan's own when an efficiency moves.
     """
     from compiler.place.infeasible import binding_families
 
@@ -355,6 +356,9 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
         inst = replace(inst, options=prune(inst))
     model = PlacementModel(inst, families)
     model.gap, model.ratio_hint = gap, ratio_hint
+    for key, count in hint.replicas if hint is not None else ():
+        if key in model.n:
+            model.m.add_hint(model.n[key], count)
     outcome = _solve_model(model, objective, start + time_limit_s, workers, tie_break,
                            TIE_BREAK_DETERMINISTIC_S if tie_break_budget is None else tie_break_budget)
     if outcome is None:
@@ -437,9 +441,17 @@ def _first_stage(model: PlacementModel, expr, sense: str, deadline: float, worke
                                  max_deterministic_time=PROVE_DETERMINISTIC_S)
     if status != cp.FEASIBLE or model.gap or deadline - time.perf_counter() <= 0:
         return solver, status
+    if workers == 1 and _gap(solver) <= FALLBACK_GAP:
+        return solver, status  # a single-threaded search is deterministic: keep its better incumbent
     fallback, again = model.solve(expr, sense, deadline - time.perf_counter(), 1,
                                   relative_gap_limit=FALLBACK_GAP, max_deterministic_time=FALLBACK_DETERMINISTIC_S)
     return (fallback, again) if again in (cp.OPTIMAL, cp.FEASIBLE) else (solver, status)
+
+
+def _gap(solver) -> float:
+    """The relative gap between `solver`'s incumbent and its bound."""
+    value, bound = solver.objective_value, solver.best_objective_bound
+    return abs(bound - value) / max(abs(bound), 1e-9)
 
 
 #: [Note: solving to a gap] Most instances are proven optimal in well under a
@@ -447,9 +459,10 @@ def _first_stage(model: PlacementModel, expr, sense: str, deadline: float, worke
 #: the LP bound a percent or two above any placement) are not proven in
 #: minutes. Stopping such a search at a wall-clock limit would make the plan
 #: depend on the machine and the thread timing. So the parallel search gets a
-#: deterministic budget to prove the optimum; if it does not, the objective is
-#: solved again single-threaded (deterministic) until within `FALLBACK_GAP` of
-#: its bound, and the plan reports that gap ("feasible"). The cost model's own
+#: deterministic budget to prove the optimum; if it does not, a single-threaded
+#: search (deterministic) keeps its incumbent when within `FALLBACK_GAP` of the
+#: bound, and a parallel one is solved again single-threaded until within
+#: `FALLBACK_GAP`; the plan reports the gap ("feasible"). The cost model's own
 #: uncertainty (the sensitivity analysis moves efficiencies by 20%) dwarfs 2%.
 PROVE_DETERMINISTIC_S = 5.0
 FALLBACK_GAP = 0.02

@@ -39,7 +39,11 @@ def test_plan_carries_every_baseline_with_gains_in_the_objectives_terms(compiled
     baseline's (throughput: a ratio of requests/s), below 1 included, and the summary says plainly when a single
     device type at equal power beats this fixed fleet."""
     plan, _, stdout = compiled("chat")
-    assert plan["solver"]["status"] == "optimal" and plan["solver"]["gap"] <= 1e-3
+    from compiler.place.ilp import FALLBACK_GAP
+
+    # proven optimal, or (a large mix whose integer replicas leave the bound a little above any placement) within
+    # the fallback gap of CP-SAT's bound: [Note: solving to a gap]
+    assert plan["solver"]["status"] in ("optimal", "feasible") and plan["solver"]["gap"] <= FALLBACK_GAP
     names = [b["name"] for b in plan["baselines"]]
     assert {f"iso-power:{d}" for d in plan["inventory"]} | {"vendor-islands", "no-disaggregation", "greedy"} \
         == set(names)
