@@ -312,15 +312,16 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
     measurements pin down (`Derate.assumed`), moved by +-20%, re-costs that family's options and solves again.
 
     Returns a `Sensitivity` per (factor, direction); the plan lists them, and the summary names those that
-    change the chosen pools. Solves without the tie-break stages, so a change in pools is a change in what the
-    objective prefers, not in which of equal placements is picked.
+    change the chosen pools. Each solve starts from the plan's placement and stops within `FALLBACK_GAP` of its
+    bound ([Note: solving to a gap]); pools are reported as changed only where the objective moves by more than
+    that gap (within it, other pools are ties the solver's tolerance cannot tell from the plan's).
     """
     from dataclasses import replace as with_fields
 
     from backends.registry import device
     from compiler.cost.pool_options import enumerate_options
     from compiler.ir.placement import Sensitivity
-    from compiler.place.ilp import solve
+    from compiler.place.ilp import FALLBACK_GAP, solve
     from cost_models.derates import derate_for
 
     note = progress or _quiet
@@ -341,11 +342,12 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
                                              adjust=adjust, draft=prep.draft)
                 kept = [o for o in prep.options if not set(o.device_types) & devices]
                 s = solve(prep.instance.with_options(sorted(kept + moved, key=lambda o: o.key)), objective,
-                          tie_break_budget=SENSITIVITY_TIE_BREAK_S)
-                after = _pool_shapes(s) if s.feasible else set()
+                          tie_break_budget=SENSITIVITY_TIE_BREAK_S, gap=FALLBACK_GAP, hint=sol)
                 value = s.objective.value if s.feasible else 0.0
-                out.append(Sensitivity(f"{family}.{name}", change,
-                                       value / sol.objective.value - 1 if sol.objective.value else 0.0,
+                moved_by = value / sol.objective.value - 1 if sol.objective.value else 0.0
+                # Within the solver's tolerance the plan still stands: pools differing there are ties, not changes.
+                after = before if abs(moved_by) <= FALLBACK_GAP else _pool_shapes(s) if s.feasible else set()
+                out.append(Sensitivity(f"{family}.{name}", change, moved_by,
                                        tuple(sorted(after - before)), tuple(sorted(before - after))))
     return out
 

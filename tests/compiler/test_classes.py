@@ -20,7 +20,7 @@ def plans(tmp_path_factory):
         if key not in memo:
             out = tmp_path_factory.mktemp("plan")
             proc = run_cli("compile", model, "--cluster", str(cluster), "--workload", str(workload), "--out", str(out),
-                           "--no-onnx")
+                           "--no-onnx", "--no-report", "--no-sensitivity")  # the placement is what these tests read
             assert proc.returncode == 0, proc.stderr
             memo[key] = json.loads((out / "plan.json").read_text())
         return memo[key]
