@@ -32,7 +32,8 @@ class Frozen(BaseModel):
     @classmethod
     def _sane_number(cls, value: Any) -> Any:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > MAX_NUMBER:
-            raise ValueError(f"{value:.3g} is larger than any real fleet or workload (limit {MAX_NUMBER:.0e}); "
+            shown = f"{value:.3g}" if isinstance(value, float) else f"a {len(str(abs(value)))}-digit number"
+            raise ValueError(f"{shown} is larger than any real fleet or workload (limit {MAX_NUMBER:.0e}); "
                              "check the units")
         return value
 

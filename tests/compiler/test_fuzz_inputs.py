@@ -213,6 +213,15 @@ def test_fuzz_workload_files():
     assert _run(st.one_of(mutated(WORKLOAD_BASES), nudged(WORKLOAD_BASES), RAW), check) >= CASES
 
 
+def test_an_integer_too_large_for_a_float_is_one_line_bad_input():
+    """Found by the fuzzer: a 401-digit input_len crashed the range check's message (OverflowError)."""
+    path = _write("huge.yaml", (b"name: chat\nclasses:\n  - {name: chat, share: 1, input_len: 1" + b"0" * 400
+                                + b", output_len: 256}\nslo: {ttft_ms: 1000, tpot_ms: 50}\n"))
+    with pytest.raises(BadInput, match="401-digit number is larger than any real fleet") as e:
+        load_workload(path)
+    assert "\n" not in str(e.value) and str(e.value).startswith(f"{path}: ")
+
+
 # ------------------------------------------------------------------------------------------ scenarios
 
 SCENARIO_ROWS = [
