@@ -60,3 +60,41 @@ def assert_one_line_error(proc, *needles: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("gimletc: error:"), proc.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
+
+
+def _resolved_env(container, labels):
+    """A container's environment as the kubelet would resolve it (downward-API label references)."""
+    out = {}
+    for e in container["env"]:
+        if "value" in e:
+            out[e["name"]] = e["value"]
+        else:
+            path = e["valueFrom"]["fieldRef"]["fieldPath"]
+            out[e["name"]] = labels[path.removeprefix("metadata.labels['").removesuffix("']")]
+    return out
+
+
+def pod_processes(files: dict):
+    """Every process a plan's Kubernetes manifests start, as (environment, command), expanding replicas and groups
+    (StatefulSet pod index; LeaderWorkerSet group and worker index; external systems from their ConfigMap)."""
+    for obj in files.values():
+        kind, spec = obj["kind"], obj.get("spec", {})
+        if kind == "StatefulSet":
+            for ordinal in range(spec["replicas"]):
+                for c in spec["template"]["spec"]["containers"]:
+                    yield _resolved_env(c, {"apps.kubernetes.io/pod-index": str(ordinal)}), c["command"]
+        elif kind == "LeaderWorkerSet":
+            lwt = spec["leaderWorkerTemplate"]
+            for group in range(spec["replicas"]):
+                for worker in range(lwt["size"]):
+                    labels = {"leaderworkerset.sigs.k8s.io/group-index": str(group),
+                              "leaderworkerset.sigs.k8s.io/worker-index": str(worker)}
+                    for c in lwt["workerTemplate"]["spec"]["containers"]:
+                        yield _resolved_env(c, labels), c["command"]
+        elif kind == "Deployment":
+            for _ in range(spec["replicas"]):
+                for c in spec["template"]["spec"]["containers"]:
+                    yield _resolved_env(c, {}), c["command"]
+        elif kind == "ConfigMap" and obj["metadata"]["name"].endswith("-workers"):  # external systems
+            for text in obj["data"].values():
+                yield dict(line.split("=", 1) for line in text.splitlines()), ["python", "-m", "compiler.runtime.worker"]

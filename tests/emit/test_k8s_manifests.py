@@ -18,6 +18,7 @@ from compiler.emit.plan import load_plan
 from compiler.emit.topology import rank_of, world_size
 from compiler.inputs import load_cluster
 from compiler.ir.errors import BadInput
+from tests.conftest import pod_processes
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "k8s_golden"
@@ -210,48 +211,11 @@ def test_a_resource_name_from_the_cluster_file_gives_cerebras_real_pods(golden, 
 # -------------------------------------------------------------------------------------------- rendezvous
 
 
-def _env(container, labels):
-    """A container's environment as the kubelet would resolve it (downward-API label references)."""
-    out = {}
-    for e in container["env"]:
-        if "value" in e:
-            out[e["name"]] = e["value"]
-        else:
-            path = e["valueFrom"]["fieldRef"]["fieldPath"]
-            out[e["name"]] = labels[path.removeprefix("metadata.labels['").removesuffix("']")]
-    return out
-
-
-def _processes(files):
-    """Every process the manifests start, as (environment, command), expanding replicas and groups."""
-    for obj in files.values():
-        kind, spec = obj["kind"], obj.get("spec", {})
-        if kind == "StatefulSet":
-            for ordinal in range(spec["replicas"]):
-                for c in spec["template"]["spec"]["containers"]:
-                    yield _env(c, {"apps.kubernetes.io/pod-index": str(ordinal)}), c["command"]
-        elif kind == "LeaderWorkerSet":
-            lwt = spec["leaderWorkerTemplate"]
-            for group in range(spec["replicas"]):
-                for worker in range(lwt["size"]):
-                    labels = {"leaderworkerset.sigs.k8s.io/group-index": str(group),
-                              "leaderworkerset.sigs.k8s.io/worker-index": str(worker)}
-                    for c in lwt["workerTemplate"]["spec"]["containers"]:
-                        yield _env(c, labels), c["command"]
-        elif kind == "Deployment":
-            for _ in range(spec["replicas"]):
-                for c in spec["template"]["spec"]["containers"]:
-                    yield _env(c, {}), c["command"]
-        elif kind == "ConfigMap" and obj["metadata"]["name"].endswith("-workers"):  # external systems
-            for text in obj["data"].values():
-                yield dict(line.split("=", 1) for line in text.splitlines()), ["python", "-m", "compiler.runtime.worker"]
-
-
 @pytest.mark.parametrize("mode", ["device-plugin", "dra"])
 def test_rendezvous_environment_lets_every_worker_find_the_others(golden, tmp_path, mode):
     plan, cluster = golden
     files = read_back(manifests(plan, cluster, mode=mode), tmp_path)
-    procs = list(_processes(files))
+    procs = list(pod_processes(files))
     drivers = [env for env, cmd in procs if cmd[:2] == ["gimletc", "serve"]]
     workers = [env for env, cmd in procs if "compiler.runtime.worker" in cmd]
     assert len(drivers) == 1 and len(workers) + 1 == len(procs)

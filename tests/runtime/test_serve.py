@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, pod_processes
 from tests.runtime.conftest import NEW_TOKENS, PROMPTS, hf_reference
 
 
@@ -77,39 +77,13 @@ def test_openai_client_streams_hf_tokens_and_metrics_parse(llama_split):
 
 
 def _pod_envs(plan_dir) -> tuple[dict, list[dict]]:
-    """The driver's and every worker pod container's environment, as the plan's Kubernetes manifests declare them,
-    with each pod's labels filled in (StatefulSet pod index; LeaderWorkerSet group and worker index)."""
+    """The driver's and every worker's environment, as the plan's Kubernetes manifests declare them."""
     from compiler.emit.k8s.manifests import manifests
     from compiler.emit.plan import load_plan
 
-    def env_of(container, labels):
-        out = {}
-        for e in container["env"]:
-            if "value" in e:
-                out[e["name"]] = e["value"]
-            else:
-                path = e["valueFrom"]["fieldRef"]["fieldPath"]
-                out[e["name"]] = labels[path[len("metadata.labels['"):-2]]
-        return out
-
-    driver, workers = None, []
-    for obj in manifests(load_plan(plan_dir)).values():
-        kind, spec = obj.get("kind"), obj.get("spec", {})
-        if kind == "Deployment":
-            driver = env_of(spec["template"]["spec"]["containers"][0], {})
-        elif kind == "StatefulSet":
-            for replica in range(spec["replicas"]):
-                for c in spec["template"]["spec"]["containers"]:
-                    workers.append(env_of(c, {"apps.kubernetes.io/pod-index": str(replica)}))
-        elif kind == "LeaderWorkerSet":
-            group = spec["leaderWorkerTemplate"]
-            for replica in range(spec["replicas"]):
-                for index in range(group["size"]):
-                    labels = {"leaderworkerset.sigs.k8s.io/group-index": str(replica),
-                              "leaderworkerset.sigs.k8s.io/worker-index": str(index)}
-                    for c in group["workerTemplate"]["spec"]["containers"]:
-                        workers.append(env_of(c, labels))
-    return driver, workers
+    procs = list(pod_processes(manifests(load_plan(plan_dir))))
+    (driver,) = [env for env, cmd in procs if cmd[:2] == ["gimletc", "serve"]]
+    return driver, [env for env, cmd in procs if "compiler.runtime.worker" in cmd]
 
 
 @pytest.mark.timeout(240)
