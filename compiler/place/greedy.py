@@ -1,4 +1,4 @@
-"""A greedy placement: the heuristic the exact ILP is compared against (a baseline, never a solver hint).
+"""A greedy placement: the heuristic the exact ILP is compared against (a baseline), and where its search starts.
 
 Fill the fleet with the self-contained (colocated) pool that serves the most
 requests of the workload's mix per provisioned watt (per dollar under a priced

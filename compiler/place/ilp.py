@@ -63,6 +63,7 @@ from compiler.ir.placement import (
     FAMILIES, OBJECTIVES, PRICED_OBJECTIVES, SLO_SHARE_ADMISSION, Instance, Objective, Solution,
 )
 from compiler.ir.pool_option import PoolOption
+from compiler.place.greedy import greedy
 
 RATE_SCALE = 1000  # requests/s are modelled in milli-requests/s
 COST_SCALE = 1000  # dollars per hour are modelled in milli-dollars per hour
@@ -295,24 +296,62 @@ class PlacementModel:
                     tpot = o.service(c.name).at(cap)[4]
                     self.m.add(self.tpot_us >= scaled(tpot, 1e6)).only_enforce_if(self.use[o.key])
 
-    def solve(self, objective, sense: str, time_limit_s: float, workers: int, **params):
-        """Optimise `objective` (None: any feasible point)."""
+    def solve(self, objective, sense: str, time_limit_s: float, **params):
+        """Optimise `objective` (None: any feasible point) with one single-threaded search; `params` are CP-SAT
+        parameters (a deterministic-time budget, a search configuration)."""
+        self._objective(objective, sense)
+        return self._run(time_limit_s, **params)
+
+    def search(self, objective, sense: str, time_limit_s: float, budget: float, **params):
+        """Optimise `objective` with every `PORTFOLIO` configuration at once, one thread each, `budget`
+        deterministic seconds each: the best placement found, carrying the tightest bound any search proved
+        (see [Note: a deterministic portfolio])."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._objective(objective, sense)
+        cp = self.cp
+        configs = [{k: getattr(cp, v) if isinstance(v, str) else v for k, v in c.items()} for c in PORTFOLIO]
+        solvers = [self._solver(time_limit_s, max_deterministic_time=budget, **params, **c) for c in configs]
+        with ThreadPoolExecutor(len(solvers) - 1) as pool:  # CP-SAT releases the GIL while it searches
+            others = [pool.submit(s.solve, self.m) for s in solvers[1:]]
+            first = solvers[0].solve(self.m)
+            if first == cp.OPTIMAL and _gap(solvers[0]) == 0:
+                for s in solvers[1:]:  # the first configuration's proof decides; what a stopped search
+                    s.stop_search()     # reports depends on when it stopped, so it is not read
+                return solvers[0], first
+            runs = [(solvers[0], first)] + [(s, f.result()) for s, f in zip(solvers[1:], others)]
+        if any(status == cp.INFEASIBLE for _s, status in runs):
+            return next(r for r in runs if r[1] == cp.INFEASIBLE)
+        found = [(s, status) for s, status in runs if status in (cp.OPTIMAL, cp.FEASIBLE)]
+        if not found:
+            return runs[0]
+        sign = 1 if sense == "max" else -1
+        best = max(found, key=lambda r: (r[1] == cp.OPTIMAL and _gap(r[0]) == 0, sign * r[0].objective_value))
+        bounds = [s.best_objective_bound for s, _status in runs]
+        return _Best(best[0], min(bounds) if sense == "max" else max(bounds)), best[1]
+
+    def _objective(self, objective, sense: str) -> None:
         if objective is None:
             self.m.clear_objective()
         elif sense == "max":
             self.m.maximize(objective)
         else:
             self.m.minimize(objective)
+
+    def _run(self, time_limit_s: float, **params):
+        solver = self._solver(time_limit_s, **params)
+        return solver, solver.solve(self.m)
+
+    def _solver(self, time_limit_s: float, **params):
         solver = self.cp.CpSolver()
         solver.parameters.max_time_in_seconds = max(time_limit_s, 0.1)
-        solver.parameters.num_workers = workers
+        solver.parameters.num_workers = 1
         solver.parameters.random_seed = 0
         if self.gap:
             solver.parameters.relative_gap_limit = self.gap
         for key, value in params.items():
             setattr(solver.parameters, key, value)
-        status = solver.solve(self.m)
-        return solver, status
+        return solver
 
     def hint_from(self, solver) -> None:
         """Start the next stage from `solver`'s placement (complete and feasible, so the hint is too)."""
@@ -326,21 +365,32 @@ class PlacementModel:
         self.m.add(expr >= value if sense == "max" else expr <= value)
 
 
-def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float = 60.0, workers: int = 1,
+class _Best:
+    """A finished `CpSolver` (its placement and incumbent) with the tightest bound of a portfolio's searches."""
+
+    def __init__(self, solver, bound: float) -> None:
+        self._solver = solver
+        self.best_objective_bound = bound
+
+    def __getattr__(self, name: str):
+        return getattr(self._solver, name)
+
+
+def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float = 60.0,
           families: Sequence[str] = FAMILIES, tie_break: bool = True,
           tie_break_budget: float | None = None, explain: bool = True, gap: float = 0.0,
           ratio_hint: float = 0.0, hint: Solution | None = None) -> Solution:
     """Solve `inst`. An infeasible instance returns status "infeasible" with the binding families (found by
     re-solving with families dropped; `explain` False skips that and leaves them empty).
 
-    The first stage (the objective) runs on `workers` threads (one by default:
-    CP-SAT's parallel search does not repeat itself, and the same inputs must
-    give the same plan); the secondary stages that make the solution unique run
-    single-threaded. `gap` > 0 stops the first stage at that relative gap
+    The first stage (the objective) runs a deterministic portfolio of searches
+    ([Note: a deterministic portfolio]); the secondary stages that make the
+    solution unique run single-threaded. `gap` > 0 stops the first stage at that relative gap
     (status ``feasible``, bound reported): what a sweep of many points affords.
     `ratio_hint` starts a ratio objective (tokens per watt or per dollar) from a
     guess of its value, e.g. a neighbouring point's. `hint` starts the search from another solution's replica
-    counts (those of options this instance has), e.g. the plan's own when an efficiency moves.
+    counts (those of options this instance has), e.g. the plan's own when an efficiency moves; without one it
+    starts from the greedy placement (`compiler.place.greedy`).
     """
     from compiler.place.infeasible import binding_families
 
@@ -356,16 +406,29 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
         inst = replace(inst, options=prune(inst))
     model = PlacementModel(inst, families)
     model.gap, model.ratio_hint = gap, ratio_hint
-    for key, count in hint.replicas if hint is not None else ():
+    for key, count in hint.replicas if hint is not None else sorted(greedy(full, objective).items()):
         if key in model.n:
             model.m.add_hint(model.n[key], count)
-    outcome = _solve_model(model, objective, start + time_limit_s, workers, tie_break,
+    outcome = _solve_model(model, objective, start + time_limit_s, tie_break,
                            TIE_BREAK_DETERMINISTIC_S if tie_break_budget is None else tie_break_budget)
     if outcome is None:
         binding = binding_families(full, families) if explain else ()
         return Solution("infeasible", Objective(objective, 0.0, 0.0), binding=binding,
                         wall_s=time.perf_counter() - start)
     return _solution(model, *outcome, objective, start)
+
+
+def feasible(inst: Instance) -> bool:
+    """Whether any placement of `inst` meets every constraint: one search with no objective (tenths of a second
+    where an optimisation takes seconds; ``gimletc pareto`` bisects the fastest TPOT target with it)."""
+    inst = inst.with_options(split_by_class(inst.options, _mixed_caps(inst)))
+    model = PlacementModel(replace(inst, options=prune(inst)))
+    _solver, status = model.solve(None, "max", FEASIBILITY_LIMIT_S)
+    return status in (model.cp.OPTIMAL, model.cp.FEASIBLE)
+
+
+#: Wall seconds a feasibility search may take; one that runs out counts as infeasible (none has come close).
+FEASIBILITY_LIMIT_S = 30.0
 
 
 def _check_prices(inst: Instance, objective: str) -> None:
@@ -401,22 +464,20 @@ def split_by_class(options: Sequence[PoolOption], keys: set[str]) -> list[PoolOp
     return sorted(out, key=lambda o: o.key)
 
 
-def _solve_model(model: PlacementModel, objective: str, deadline: float, workers: int, tie_break: bool,
-                 budget: float):
+def _solve_model(model: PlacementModel, objective: str, deadline: float, tie_break: bool, budget: float):
     """Run the lexicographic stages; None if infeasible, else (solver, proven, first-stage value and bound)."""
     cp = model.cp
-    stages, solved = _stages(model, objective, deadline, workers)
+    stages, solved = _stages(model, objective, deadline)
     if tie_break:
         stages = stages + [(model.devices, "min"), (model.order, "min")]
     proven, first = True, (0.0, 0.0)
     solver = None
     for i, (expr, sense) in enumerate(stages):
         if i == 0:
-            solver, status = solved or _first_stage(model, expr, sense, deadline, workers)
+            solver, status = solved or _first_stage(model, expr, sense, deadline)
         else:  # [Note: deterministic tie-breaks]
             model.hint_from(solver)
-            tie, status = model.solve(expr, sense, deadline - time.perf_counter(), 1,
-                                      max_deterministic_time=budget)
+            tie, status = model.solve(expr, sense, deadline - time.perf_counter(), max_deterministic_time=budget)
             if status not in (cp.OPTIMAL, cp.FEASIBLE):
                 break  # no better tie-break within its budget: keep the previous stage's placement
             solver = tie
@@ -433,19 +494,24 @@ def _solve_model(model: PlacementModel, objective: str, deadline: float, workers
     return solver, proven, first
 
 
-def _first_stage(model: PlacementModel, expr, sense: str, deadline: float, workers: int):
-    """The objective: proven optimal by the parallel search within `PROVE_DETERMINISTIC_S`, or else solved to
-    `FALLBACK_GAP` single-threaded; see [Note: solving to a gap]."""
+def _first_stage(model: PlacementModel, expr, sense: str, deadline: float):
+    """The objective: the portfolio's best within `PROVE_DETERMINISTIC_S`, searched again from it (to
+    `FALLBACK_GAP`, within `FALLBACK_DETERMINISTIC_S`) when that is further than `FALLBACK_GAP` from its bound;
+    see [Note: solving to a gap]."""
     cp = model.cp
-    solver, status = model.solve(expr, sense, deadline - time.perf_counter(), workers,
-                                 max_deterministic_time=PROVE_DETERMINISTIC_S)
-    if status != cp.FEASIBLE or model.gap or deadline - time.perf_counter() <= 0:
+    solver, status = model.search(expr, sense, deadline - time.perf_counter(), PROVE_DETERMINISTIC_S)
+    if status != cp.FEASIBLE or model.gap or deadline - time.perf_counter() <= 0 or _gap(solver) <= FALLBACK_GAP:
         return solver, status
-    if workers == 1 and _gap(solver) <= FALLBACK_GAP:
-        return solver, status  # a single-threaded search is deterministic: keep its better incumbent
-    fallback, again = model.solve(expr, sense, deadline - time.perf_counter(), 1,
-                                  relative_gap_limit=FALLBACK_GAP, max_deterministic_time=FALLBACK_DETERMINISTIC_S)
-    return (fallback, again) if again in (cp.OPTIMAL, cp.FEASIBLE) else (solver, status)
+    model.hint_from(solver)
+    again = model.search(expr, sense, deadline - time.perf_counter(), FALLBACK_DETERMINISTIC_S,
+                         relative_gap_limit=FALLBACK_GAP)
+    if again[1] not in (cp.OPTIMAL, cp.FEASIBLE):
+        return solver, status
+    better = again[0].objective_value > solver.objective_value if sense == "max" else \
+        again[0].objective_value < solver.objective_value
+    bound = min if sense == "max" else max
+    kept = again if better else (solver, status)
+    return _Best(kept[0], bound(solver.best_objective_bound, again[0].best_objective_bound)), kept[1]
 
 
 def _gap(solver) -> float:
@@ -458,15 +524,32 @@ def _gap(solver) -> float:
 #: second; a few (large mixes with few big pools, where integer replicas leave
 #: the LP bound a percent or two above any placement) are not proven in
 #: minutes. Stopping such a search at a wall-clock limit would make the plan
-#: depend on the machine and the thread timing. So the parallel search gets a
-#: deterministic budget to prove the optimum; if it does not, a single-threaded
-#: search (deterministic) keeps its incumbent when within `FALLBACK_GAP` of the
-#: bound, and a parallel one is solved again single-threaded until within
-#: `FALLBACK_GAP`; the plan reports the gap ("feasible"). The cost model's own
-#: uncertainty (the sensitivity analysis moves efficiencies by 20%) dwarfs 2%.
-PROVE_DETERMINISTIC_S = 5.0
+#: depend on the machine and the thread timing. So the first stage gets a
+#: deterministic budget (CP-SAT's count of work, not wall seconds) to prove
+#: the optimum; if it does not and its best is further than `FALLBACK_GAP`
+#: from the bound, a second round starts from that best and stops within
+#: `FALLBACK_GAP` or at its own budget; the plan reports the gap ("feasible").
+#: The cost model's own uncertainty (the sensitivity analysis moves
+#: efficiencies by 20%) dwarfs 2%.
+#:
+#: [Note: a deterministic portfolio] No single CP-SAT configuration suits every
+#: instance here: the default search (LP at level 1) finds good placements of
+#: the big 70B mixes but cannot prove a 405B mix (bound 45% above the best)
+#: or find any placement of mixtral-8x7b on the mixed fleet within 5
+#: deterministic seconds, while a full linearisation (level 2) with
+#: pseudo-cost branching proves both in a tenth of a second and does worse on
+#: the mixes. CP-SAT's own parallel portfolio is not repeatable, so `search`
+#: runs each configuration of `PORTFOLIO` single-threaded (deterministic) on
+#: its own thread, each with the same deterministic budget, and keeps the
+#: best placement (the first configuration's on a tie) with the tightest
+#: bound: the same inputs give the same plan on any machine, and two cores
+#: search at once. Every search starts from the greedy placement (or the
+#: plan's, in the sensitivity re-solves) as a hint.
+PROVE_DETERMINISTIC_S = 1.0
 FALLBACK_GAP = 0.02
-FALLBACK_DETERMINISTIC_S = 20.0
+FALLBACK_DETERMINISTIC_S = 2.0
+#: CP-SAT configurations `PlacementModel.search` runs side by side (names of `cp_model` constants as strings).
+PORTFOLIO = ({}, {"linearization_level": 2, "search_branching": "PSEUDO_COST_SEARCH"})
 
 
 #: [Note: deterministic tie-breaks] Stages after the first only choose among
@@ -475,16 +558,16 @@ FALLBACK_DETERMINISTIC_S = 20.0
 #: work, not wall seconds), so the same inputs stop at the same incumbent on
 #: any machine and the plan stays byte-identical even when a tie-break is
 #: not proven optimal; the value it reached is fixed before the next stage.
-TIE_BREAK_DETERMINISTIC_S = 2.0
+TIE_BREAK_DETERMINISTIC_S = 0.5
 
 
-def _stages(model: PlacementModel, objective: str, deadline: float, workers: int) -> tuple[list[tuple], tuple | None]:
+def _stages(model: PlacementModel, objective: str, deadline: float) -> tuple[list[tuple], tuple | None]:
     """The lexicographic objectives: the user's first, then what makes its optimum cheapest; and the first
     stage already solved, where finding it solved it (Dinkelbach), else None."""
     if objective == "tokens-per-watt":
-        return _dinkelbach(model, deadline, workers, model.power, model.ratio_hint * RATE_SCALE)
+        return _dinkelbach(model, deadline, model.power, model.ratio_hint * RATE_SCALE)
     if objective == "tokens-per-dollar":
-        return _dinkelbach(model, deadline, workers, model.cost, model.ratio_hint)
+        return _dinkelbach(model, deadline, model.cost, model.ratio_hint)
     return {
         "throughput": lambda: [(model.lam, "max"), (model.power, "min")],
         "power": lambda: [(model.power, "min"), (model.lam, "max")],
@@ -524,7 +607,7 @@ def _solution(model: PlacementModel, solver, proven: bool, first: tuple[float, f
         options=tuple(model.opts))
 
 
-def _dinkelbach(model: PlacementModel, deadline: float, workers: int, per, start: float = 0.0):
+def _dinkelbach(model: PlacementModel, deadline: float, per, start: float = 0.0):
     """Max lam/`per` (provisioned power, or dollars per hour) as a sequence of max lam - q*per solves
     (Dinkelbach, 1967), from q = `start` (any guess: a ratio above the optimum costs one step). Returns the
     stages and the last solve: at q = the best ratio found its optimum has a ratio of at least q, so it is the
@@ -533,7 +616,7 @@ def _dinkelbach(model: PlacementModel, deadline: float, workers: int, per, start
     q, best, last = start, 0.0, None
     for _ in range(20):
         expr = model.lam * scale - scaled(q, scale) * per
-        solver, status = model.solve(expr, "max", deadline - time.perf_counter(), workers)
+        solver, status = model.search(expr, "max", deadline - time.perf_counter(), PROVE_DETERMINISTIC_S)
         if status not in (model.cp.OPTIMAL, model.cp.FEASIBLE):
             last = last or (expr, (solver, status))  # keep the last solve that found a placement
             break

@@ -32,7 +32,7 @@ def binding_families(inst: Instance, families: Sequence[str]) -> tuple[str, ...]
 
 def _feasible(inst: Instance, families: Sequence[str]) -> bool:
     model = PlacementModel(inst, families)
-    _solver, status = model.solve(None, "max", 30.0, 1)
+    _solver, status = model.solve(None, "max", 30.0)
     return status in (model.cp.OPTIMAL, model.cp.FEASIBLE)
 
 

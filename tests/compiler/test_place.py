@@ -96,7 +96,7 @@ def brute_force(inst: Instance) -> int:
 def test_ilp_optimum_matches_exhaustive_enumeration(seed):
     inst = random_instance(seed)
     want = brute_force(inst)
-    sol = solve(inst, "throughput", time_limit_s=20, workers=1)
+    sol = solve(inst, "throughput", time_limit_s=20)
     if want < 1:  # nothing can be served: the ILP must say infeasible
         assert sol.status == "infeasible" and sol.binding
         return
@@ -107,7 +107,7 @@ def test_ilp_optimum_matches_exhaustive_enumeration(seed):
 def test_no_pool_runs_above_the_cap_of_a_class_it_serves():
     for seed in range(20):
         inst = random_instance(seed)
-        sol = solve(inst, time_limit_s=20, workers=1)
+        sol = solve(inst, time_limit_s=20)
         for o, _n in sol.used():
             for c in sol.served_on(o.key):
                 assert sol.utilisation(o) <= inst.cap(o, inst.target(c)) + 1e-3 < 1
@@ -121,7 +121,7 @@ def test_two_classes_with_different_caps_never_share_a_replica_above_the_stricte
     chat = ClassTarget("chat", 0.5, 0.8, None, 1e6, 100.0)  # cap where 0.2 + 2u = 0.8: u = 0.3
     docs = ClassTarget("docs", 0.5, 5.0, None, 1e6, 100.0)  # cap 0.95
     inst = Instance((pool,), (("a", 4),), None, (chat, docs), (), ())
-    sol = solve(inst, time_limit_s=20, workers=1)
+    sol = solve(inst, time_limit_s=20)
     assert sol.status == "optimal"
     for o, _n in sol.used():
         for c in sol.served_on(o.key):
@@ -145,7 +145,7 @@ def test_greedy_is_feasible_and_never_beats_the_optimum():
     for seed in range(20):
         inst = random_instance(seed)
         hint = greedy(inst)
-        sol = solve(inst, time_limit_s=20, workers=1)
+        sol = solve(inst, time_limit_s=20)
         if sol.status == "optimal":
             # the ILP rounds each replica's capacity down to whole milli-requests/s
             assert greedy_rate(inst, hint) <= sol.requests_per_s + 2 * sum(hint.values()) / RATE_SCALE + 1e-9
@@ -162,7 +162,7 @@ def test_objectives_need_what_they_need():
 
     with pytest.raises(BadInput, match="needs a target"):
         solve(random_instance(1), "power")
-    assert math.isfinite(solve(random_instance(3), "tokens-per-watt", workers=1).requests_per_s)
+    assert math.isfinite(solve(random_instance(3), "tokens-per-watt").requests_per_s)
 
 
 def test_hidden_states_between_two_types_are_charged_to_their_link():
