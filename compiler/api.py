@@ -42,6 +42,9 @@ INPUTS_FILE = "inputs.json"
 #: short: the report stays cheap beside the compile; `gimletc pareto` draws the full sweep).
 REPORT_POINTS = 3
 REPORT_SOLVE_LIMIT_S = 5.0
+#: Relative gap at which each of the report's solves stops: a picture affords the plan's own fallback gap (2%,
+#: `compiler.place.ilp.FALLBACK_GAP`); each row's status says ``feasible`` when a point stopped short of proof.
+REPORT_GAP = 0.02
 
 Progress = Callable[[str], None]
 
@@ -164,7 +167,8 @@ class Plan:
             write_manifests(self.manifests(manifests), out / "k8s")
         if report:
             graph = self._compilation.prepared.graph if self._compilation else None
-            write_report(self.document, out, graph=graph, inputs=self.inputs, points=report_points)
+            write_report(self.document, out, graph=graph, inputs=self.inputs, points=report_points,
+                         compilation=self._compilation)
         self.path = out
         return out
 
@@ -329,31 +333,46 @@ def repeat_warnings_muted() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def report_frontier(inputs: CompileInputs, points: int) -> tuple[list[dict] | None, str, str | None]:
+def report_frontier(inputs: CompileInputs, points: int, compilation: Compilation | None = None
+                    ) -> tuple[list[dict] | None, str, str | None]:
     """(rows, title, note) of the frontier the report draws: `points` TPOT targets of `compiler.driver.pareto`
-    (None and a note saying why when skipped or infeasible)."""
-    from compiler.driver import pareto as pareto_pass
+    (None and a note saying why when skipped or infeasible). With the `compilation` the plan came from, its
+    costed options and fleets are swept (no second trace or costing)."""
+    from compiler.driver import PARETO_OBJECTIVES, frontier, pareto as pareto_pass
     from compiler.ir.errors import Infeasible
 
     if points <= 0:
         return None, "", "Not computed (--report-points 0); `gimletc pareto` draws it."
+    limit = min(inputs.time_limit_s, REPORT_SOLVE_LIMIT_S)
     try:
         with repeat_warnings_muted():
-            result = pareto_pass(inputs.model, inputs.cluster, inputs.workload, precision=inputs.precision(),
-                                 points=points, time_limit_s=min(inputs.time_limit_s, REPORT_SOLVE_LIMIT_S),
-                                 **inputs.budgets())
+            if compilation is not None:
+                objective = compilation.solution.objective.name
+                result = frontier(compilation.prepared, points=points, time_limit_s=limit,
+                                  fleets=compilation.fleets or None, gap=REPORT_GAP, curves=_strongest(compilation),
+                                  objective=objective if objective in PARETO_OBJECTIVES else "tokens-per-watt")
+            else:
+                result = pareto_pass(inputs.model, inputs.cluster, inputs.workload, precision=inputs.precision(),
+                                     points=points, time_limit_s=limit, **inputs.budgets())
     except Infeasible as e:
         return None, "", f"No frontier: {e}"
     title, rows = _title_and_rows(result)
     return rows, title, None
 
 
+def _strongest(compilation: Compilation) -> tuple[str, ...]:
+    """The single-type fleet (iso-power or iso-cost) that came closest to the plan in its compile: the one
+    baseline the report's frontier draws beside the plan (``gimletc pareto`` draws them all)."""
+    fleets = [b for b in compilation.plan.baselines if b.name.startswith("iso-") and b.plan_gain]
+    return (min(fleets, key=lambda b: (b.plan_gain, b.name)).name,) if fleets else ()
+
+
 def write_report(document: PlanDocument, out: str | os.PathLike, *, graph: BlockGraph | None = None,
                  inputs: CompileInputs | None = None, points: int = REPORT_POINTS,
-                 progress: Progress | None = None) -> list[Path]:
+                 progress: Progress | None = None, compilation: Compilation | None = None) -> list[Path]:
     """Write ``out/report/`` (`compiler.emit.report`) for the plan `document`: the frontier (`points` TPOT
-    targets; needs `inputs`), then summary, pictures, timeline, and `inputs` as ``inputs.json``. Returns the
-    files written."""
+    targets; needs `inputs`, and reuses `compilation`'s costing when given), then summary, pictures, timeline,
+    and `inputs` as ``inputs.json``. Returns the files written."""
     from compiler.driver import block_graph
     from compiler.emit.report import build_report
     from compiler.emit.report import write_report as write_files
@@ -362,7 +381,7 @@ def write_report(document: PlanDocument, out: str | os.PathLike, *, graph: Block
     folder = Path(out) / REPORT_DIR
     if inputs is not None:
         (progress or (lambda _m: None))(f"report: the frontier at {points} TPOT targets")
-        rows, title, note = report_frontier(inputs, points)
+        rows, title, note = report_frontier(inputs, points, compilation)
     else:
         rows, title, note = None, "", "Not computed: the plan's compile inputs are unknown."
     graph = graph if graph is not None else block_graph(inputs.model if inputs else document.model)

@@ -22,7 +22,7 @@ import logging
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Collection, Iterator
 
 from compiler.inputs.model_spec import ModelSpec, resolve_model
 from compiler.ir.block_graph import BlockGraph
@@ -254,6 +254,7 @@ class Compilation:
     solution: Solution
     prepared: Prepared
     timings: Timings
+    fleets: list = field(default_factory=list)  # the single-type fleets the baselines solved (`_fleets`)
 
 
 def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
@@ -282,16 +283,17 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
         if not sol.feasible:
             raise Infeasible(explain(prep.graph.model, prep.instance, sol))
     with timings.step("baselines"):
-        base = []
+        base, fleets = [], []
         if baselines:
             note("baselines: each device type alone within the budget, vendor islands, no disaggregation, greedy")
-            base = solve_baselines(prep.instance, objective, time_limit_s=time_limit_s, fleets=_fleets(prep))
+            fleets = _fleets(prep)
+            base = solve_baselines(prep.instance, objective, time_limit_s=time_limit_s, fleets=fleets)
     with timings.step("sensitivity"):
         moved = sensitivity(prep, sol, objective, progress=progress) if analyse else []
     with timings.step("emit"):
         plan = emit_plan(prep.graph, prep.cluster, prep.workload, precision, prep.instance, sol, base, moved,
                          draft_graph=prep.draft.graph if prep.draft is not None else None)
-    return Compilation(plan, sol, prep, timings)
+    return Compilation(plan, sol, prep, timings, fleets)
 
 
 def _fleets(prep: Prepared) -> list:
@@ -386,7 +388,7 @@ def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w:
     heterogeneous plan and every baseline of [Note: baselines].
 
     The TPOT targets run log-spaced from relaxed (the slowest TPOT any pool shows, capped at `MAX_TPOT_S`) to
-    the fastest at which some pool serves every class (`fastest_tpot`). Options and the single-type fleets are
+    the fastest at which a placement exists (`fastest_tpot`). Options and the single-type fleets are
     costed once; each point re-reads their latency curves against its target (`Instance.with_slo`) and solves
     `objective` for the plan and each baseline. A baseline infeasible at one target is infeasible at every
     tighter one, so it drops out of the sweep there (recorded in ``dropouts``, with each device type that
@@ -395,24 +397,37 @@ def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w:
     """
     if objective not in PARETO_OBJECTIVES:
         raise BadInput(f"--objective {objective!r}: the frontier maximises one of {', '.join(PARETO_OBJECTIVES)}")
-    note = progress or _quiet
     timings = timings if timings is not None else Timings()
     prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, precision=precision,
                    progress=progress, timings=timings, cost_budget_per_hour=cost_budget_per_hour)
+    return frontier(prep, points=points, time_limit_s=time_limit_s, progress=progress, timings=timings,
+                    objective=objective)
+
+
+def frontier(prep: Prepared, *, points: int = 8, time_limit_s: float = 60.0, progress: Progress | None = None,
+             timings: Timings | None = None, objective: str = "tokens-per-watt", fleets: list | None = None,
+             gap: float | None = None, curves: Collection[str] | None = None) -> Frontier:
+    """`pareto`'s sweep of a prepared compile (`compile`'s own, for its report): `fleets` are the single-type
+    fleets when already costed (`Compilation.fleets`), `gap` the relative gap of each solve (`SWEEP_GAP`),
+    `curves` the baselines to sweep beside the plan (None: all of them)."""
+    note = progress or _quiet
+    timings = timings if timings is not None else Timings()
     lo = fastest_tpot(prep.instance)
     slowest = max((s.curve[0][4] for o in prep.options if o.kind != "prefill" for s in o.classes), default=0.0)
     if lo is None:
-        raise Infeasible(f"no point of the frontier is feasible: no pool of {prep.cluster.name} serves every class "
-                         f"of {prep.workload.name} within its TTFT target at any TPOT; "
+        raise Infeasible(f"no point of the frontier is feasible: no placement on {prep.cluster.name} serves every "
+                         f"class of {prep.workload.name} within its TTFT target at any TPOT; "
                          + _no_frontier_reason(prep, MAX_TPOT_S, time_limit_s))
     hi = max(min(slowest, MAX_TPOT_S), lo)
     targets = [hi * (lo / hi) ** (i / max(points - 1, 1)) for i in range(points)]  # relaxed first
     targets[-1] = lo if points > 1 else targets[-1]  # exactly the fastest, not a rounding below it
-    with timings.step("baselines"):
-        note("costing each device type alone within the budget (once for the whole sweep)")
-        fleets = _fleets(prep)
+    if fleets is None:
+        with timings.step("baselines"):
+            note("costing each device type alone within the budget (once for the whole sweep)")
+            fleets = _fleets(prep)
     with timings.step("sweep"):
-        rows, dropouts, failed = _sweep(prep, fleets, targets, objective, time_limit_s, note)
+        rows, dropouts, failed = _sweep(prep, fleets, targets, objective, time_limit_s, note,
+                                        SWEEP_GAP if gap is None else gap, curves)
     title = f"{prep.graph.model} on {prep.cluster.name}, workload {prep.workload.name}"
     if len(failed) == len(targets):
         raise Infeasible(f"no point of the frontier is feasible ({len(targets)} TPOT targets, {lo * 1e3:.1f} to "
@@ -424,10 +439,13 @@ def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w:
 
 
 def fastest_tpot(inst: Instance) -> float | None:
-    """The smallest TPOT target (among the TPOTs the pools show at their lightest load) at which every class has
-    a route: a colocated pool, or a prefill pool whose KV reaches a decode pool in time, each within the class's
-    targets ([Note: class caps]). None when no target gives every class one."""
+    """The smallest TPOT target (among the TPOTs the pools show at their lightest load) at which a placement
+    exists. Every class needs a route (a colocated pool, or a prefill pool whose KV reaches a decode pool in
+    time, each within the class's targets; [Note: class caps]) and the routes must fit the budgets and the
+    inventory together: the first is a quick check, the second a feasibility search (`ilp.feasible`), both
+    monotone in the target, so each bisects. None when no target has a placement."""
     from compiler.ir.placement import SLO_SHARE_ADMISSION
+    from compiler.place.ilp import feasible
 
     def routed(i: Instance) -> bool:
         for c in i.classes:
@@ -446,15 +464,23 @@ def fastest_tpot(inst: Instance) -> float | None:
                          if s.curve[0][4] > 0})
     if not candidates or not routed(inst.with_slo(tpot_s=candidates[-1])):
         return None
-    lo, hi = 0, len(candidates) - 1  # routed() is monotone in the target: bisect for the first that routes
+    first = _first_true(candidates, lambda t: routed(inst.with_slo(tpot_s=t)))
+    placed = _first_true(candidates[first:], lambda t: feasible(inst.with_slo(tpot_s=t)))
+    return candidates[first + placed] if placed < len(candidates) - first else None
+
+
+def _first_true(values: list[float], test: Callable[[float], bool]) -> int:
+    """The index of the first value that passes `test` (false, then true: monotone), or len(values) if none."""
+    lo, hi = 0, len(values)
     while lo < hi:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if routed(inst.with_slo(tpot_s=candidates[mid])) else (mid + 1, hi)
-    return candidates[lo]
+        lo, hi = (lo, mid) if test(values[mid]) else (mid + 1, hi)
+    return lo
 
 
 def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, time_limit_s: float,
-           note: Progress) -> tuple[list[dict], list[dict], list[tuple[float, str]]]:
+           note: Progress, gap: float, curves: Collection[str] | None = None
+           ) -> tuple[list[dict], list[dict], list[tuple[float, str]]]:
     """Rows per (target, curve) with a placement, the dropouts, and the failed heterogeneous targets."""
     from compiler.emit.emit_plan import class_latencies
     from compiler.ir.placement import Baseline
@@ -471,7 +497,7 @@ def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, t
     for i, target in enumerate(targets):
         note(f"TPOT target {target * 1e3:.1f} ms ({i + 1}/{len(targets)})")
         base = prep.instance.with_slo(tpot_s=target)  # the options' latency curves are read against the new target
-        sol = solve(base, objective, time_limit_s=time_limit_s, tie_break=False, gap=SWEEP_GAP,
+        sol = solve(base, objective, time_limit_s=time_limit_s, tie_break=False, gap=gap,
                     ratio_hint=hint.get("heterogeneous", 0.0))
         if not sol.feasible:
             failed.append((target, explain(prep.graph.model, base, sol)))
@@ -488,11 +514,11 @@ def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, t
         posed = [(n, (lambda f=f: f.with_slo(tpot_s=target)) if not isinstance(f, str) else f) for n, f in fleets]
         posed += [("vendor-islands", lambda: islands(base)), ("no-disaggregation", lambda: colocated_only(base))]
         for name, fleet in posed + [("greedy", None)]:
-            if name in gone:
+            if name in gone or (curves is not None and name not in curves):
                 continue
             b = (Baseline(name, "skipped", note=fleet) if isinstance(fleet, str) else
                  greedy_baseline(base, objective) if fleet is None else
-                 solved(name, fleet(), objective, time_limit_s, explain=False, gap=SWEEP_GAP,
+                 solved(name, fleet(), objective, time_limit_s, explain=False, gap=gap,
                         ratio_hint=hint.get(name, 0.0)))
             if b.objective is not None:
                 hint[name] = b.objective.value

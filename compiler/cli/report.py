@@ -40,5 +40,5 @@ def write(plan, result, args: argparse.Namespace, out: Path, timings, progress=N
 
     with timings.step("report"):
         paths = write_report(plan, out, graph=result.prepared.graph, inputs=inputs_of(args),
-                             points=args.report_points, progress=progress)
+                             points=args.report_points, progress=progress, compilation=result)
     return [str(p.relative_to(out)) for p in paths]

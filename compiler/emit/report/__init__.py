@@ -81,8 +81,11 @@ def build_report(plan: Plan, graph: BlockGraph, *, frontier: Sequence[dict] | No
     power = power_breakdown(plan)
     files = [(name, what) for name, what in FILES if name != "pareto.png" or frontier]
     if frontier:
-        frontier_note = frontier_note or (f"{sum(r.get('curve') == 'heterogeneous' for r in frontier)} heterogeneous "
-                                          f"points; this plan is the star in `pareto.png`.")
+        others = sorted({r["curve"] for r in frontier} - {"heterogeneous"})
+        frontier_note = frontier_note or (
+            f"{sum(r.get('curve') == 'heterogeneous' for r in frontier)} heterogeneous points"
+            + (f", beside {', '.join(others)}" if others else "") + "; this plan is the star in `pareto.png`. "
+            "`gimletc pareto` sweeps every baseline.")
     md = summary_markdown(plan, power, files=files, frontier_note=frontier_note)
     return Report(plan, md, power, tuple(ceilings(plan)), tuple(roofline_points(plan, graph)),
                   pipeline_trace(plan, graph), tuple(frontier) if frontier else None, frontier_title)
