@@ -204,13 +204,15 @@ class PlacementModel:
         [Note: class caps] With one cap per class, o may run at most at the cap of
         the strictest class it serves. The linear form (each class's load over its
         cap, summed) is exact when the classes on o share a cap, and would let a mix
-        run above the strictest one otherwise; so `solve` first splits every option
-        whose classes' caps differ into one option per class (`split_by_class`: the
-        same replica serving that class alone, at its own cap). Replicas of one
-        pool then serve one class each, which costs the placement the little a
-        shared replica would gain by mixing. Caps within 1% of each other are not
-        split; their classes share the strictest cap, since every class on a
-        replica waits in the same queue.
+        run above the strictest one otherwise; so every replica is also held to the
+        strictest cap (``capped`` below), and `candidates` adds, for every option
+        whose classes' caps differ, one option per class (`split_by_class`: the
+        same replica serving that class alone, at its own cap). The option itself
+        stays where it mixes the workload best of its group: a fleet with room
+        for one big replica (four wafers of 70B on eight) serves every class on
+        it, at the strictest cap, where per-class replicas would need three.
+        Caps within 1% of each other are not split; their classes share the
+        strictest cap, since every class on a replica waits in the same queue.
         """
         for o in self.opts:
             terms = [(c.name, self.flow(c.name, o.key), o.service(c.name).rate_per_s, self.caps[(c.name, o.key)])
@@ -401,9 +403,7 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     _check_prices(inst, objective)
     start = time.perf_counter()
     full = inst
-    inst = inst.with_options(split_by_class(inst.options, _mixed_caps(inst)))  # [Note: class caps]
-    if "slo" in families and objective != "latency":
-        inst = replace(inst, options=prune(inst))
+    inst = inst.with_options(candidates(inst, prune_them="slo" in families and objective != "latency"))
     model = PlacementModel(inst, families)
     model.gap, model.ratio_hint = gap, ratio_hint
     for key, count in hint.replicas if hint is not None else sorted(greedy(full, objective).items()):
@@ -421,8 +421,7 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
 def feasible(inst: Instance) -> bool:
     """Whether any placement of `inst` meets every constraint: one search with no objective (tenths of a second
     where an optimisation takes seconds; ``gimletc pareto`` bisects the fastest TPOT target with it)."""
-    inst = inst.with_options(split_by_class(inst.options, _mixed_caps(inst)))
-    model = PlacementModel(replace(inst, options=prune(inst)))
+    model = PlacementModel(inst.with_options(candidates(inst)))
     _solver, status = model.solve(None, "max", FEASIBILITY_LIMIT_S)
     return status in (model.cp.OPTIMAL, model.cp.FEASIBLE)
 
@@ -451,6 +450,39 @@ def _mixed_caps(inst: Instance) -> set[str]:
         if len(caps) > 1 and max(caps) - min(caps) > 0.01:
             out.add(o.key)
     return out
+
+
+def candidates(inst: Instance, *, prune_them: bool = True) -> list[PoolOption]:
+    """The options the model places ([Note: class caps]): each option whose classes meet their SLOs at different
+    utilisations also as one option per class (`split_by_class`), pruned (`prune`); the option itself stays as
+    a mixing replica, at its strictest class's cap, where it mixes the workload best of its group
+    (`_best_mixers`): a fleet with room for one replica must be able to serve every class on it."""
+    mixed = _mixed_caps(inst)
+    split = inst.with_options(split_by_class(inst.options, mixed))
+    if not prune_them:
+        return [*split.options, *(o for o in inst.options if o.key in mixed)]
+    return sorted([*prune(split), *_best_mixers(inst, mixed)], key=lambda o: o.key)
+
+
+def _best_mixers(inst: Instance, keys: set[str]) -> list[PoolOption]:
+    """Of the options named in `keys`, per group of interchangeable ones (as in `prune`), the one that serves the
+    most of the workload's mix at the strictest cap of the classes it serves (none where it serves fewer than
+    two classes within their SLOs: its per-class twins cover that)."""
+    def rate(o: PoolOption) -> float:
+        usable = [(c, inst.cap(o, c)) for c in inst.classes if o.service(c.name) is not None]
+        usable = [(c, cap) for c, cap in usable if cap > 0]
+        if len(usable) < 2:
+            return 0.0
+        strictest = min(cap for _c, cap in usable)
+        return 1.0 / sum(c.share / (o.service(c.name).rate_per_s * strictest) for c, _cap in usable)
+
+    best: dict[tuple, tuple[float, PoolOption]] = {}
+    for o in sorted((o for o in inst.options if o.key in keys), key=lambda o: o.key):
+        r = rate(o)
+        group = (o.kind, o.devices, o.kv_device, o.pp, o.provisioned_w)
+        if r > 0 and (group not in best or r > best[group][0]):
+            best[group] = (r, o)
+    return [o for _r, o in best.values()]
 
 
 def split_by_class(options: Sequence[PoolOption], keys: set[str]) -> list[PoolOption]:

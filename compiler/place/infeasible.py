@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from compiler.ir.placement import FAMILIES, Instance, Solution
-from compiler.place.ilp import PlacementModel, solve
+from compiler.place.ilp import PlacementModel, candidates, solve
 
 
 def binding_families(inst: Instance, families: Sequence[str]) -> tuple[str, ...]:
@@ -31,7 +31,7 @@ def binding_families(inst: Instance, families: Sequence[str]) -> tuple[str, ...]
 
 
 def _feasible(inst: Instance, families: Sequence[str]) -> bool:
-    model = PlacementModel(inst, families)
+    model = PlacementModel(inst.with_options(candidates(inst, prune_them="slo" in families)), families)
     _solver, status = model.solve(None, "max", 30.0)
     return status in (model.cp.OPTIMAL, model.cp.FEASIBLE)
 

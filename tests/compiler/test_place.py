@@ -132,6 +132,20 @@ def test_two_classes_with_different_caps_never_share_a_replica_above_the_stricte
     assert sol.requests_per_s < 4 * 10 * 0.95
 
 
+def test_one_replica_serves_every_class_when_the_fleet_holds_only_one():
+    """Room for a single replica of the only pool, whose classes have different caps: one replica mixes both at
+    the stricter cap (a placement with a replica per class would need two and find none)."""
+    curve = tuple((u, 0.2 + u, 0.2 + 2 * u, 0.01, 0.01) for u in (0.05, 0.3, 0.6, 0.95))  # TTFT p90 = 0.2 + 2u
+    pool = PoolOption("colocated:a:0", "colocated", (("a", 4),), 2000.0, 2800.0, "a", 4, 1, 8,
+                      (ClassService("chat", 10.0, curve), ClassService("docs", 10.0, curve)))
+    chat = ClassTarget("chat", 0.5, 0.8, None, 1e6, 100.0)  # cap 0.3
+    docs = ClassTarget("docs", 0.5, 5.0, None, 1e6, 100.0)  # cap 0.95
+    sol = solve(Instance((pool,), (("a", 4),), None, (chat, docs), (), ()), time_limit_s=20)
+    assert sol.status == "optimal" and sol.replicas == (("colocated:a:0", 1),)
+    assert sol.requests_per_s == pytest.approx(10.0 * 0.3, rel=1e-3)  # both classes at the stricter cap
+    assert dict(sol.class_requests_per_s)["docs"] == pytest.approx(dict(sol.class_requests_per_s)["chat"], rel=1e-3)
+
+
 def test_infeasible_names_the_power_budget():
     curve = ((0.05, 0.5, 0.5, 0.03, 0.03), (0.95, 0.6, 0.7, 0.03, 0.04))
     opt = PoolOption("colocated:a:0", "colocated", (("a", 4),), 2000.0, 2800.0, "a", 4, 1, 8,
