@@ -69,7 +69,7 @@ class Engine:
 _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhead and no extra scheduler cost"
 
 #: What the two-level sweep fit shares across engines: the step costs of one step on Hopper GPUs.
-_SHARED = dict(step_overhead_s=2.666e-3, block_overhead_s=1e-7, seq_overhead_s=3.153e-5)
+_SHARED = dict(step_overhead_s=1.262e-3, block_overhead_s=6.173e-6, seq_overhead_s=2.691e-5)
 _SHARED_SOURCE = SWEEP_FIT.format(rows="all 842 rows, shared by the three engines")
 
 
@@ -85,10 +85,10 @@ ENGINES: dict[str, Engine] = {
         ("step_overhead_s", "the device family's derate (cost_models/derates.py)"),
         ("seq_overhead_s", _GENERIC_SOURCE), ("request_overhead_s", _GENERIC_SOURCE),
         ("prefill_budget_tokens", "the default all three measured engines share: " + TRTLLM_DEFAULTS))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, request_overhead_s=0.1304, sync_fraction=0.1867,
+    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, request_overhead_s=0.1341, sync_fraction=0.1803,
                       admission_fraction=0.01),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, request_overhead_s=0.02543, sync_fraction=0.2111, admission_fraction=0.01),
-    "sglang": _fitted("sglang", SGLANG_DEFAULTS, request_overhead_s=0.2743, sync_fraction=0.6437,
+    "vllm": _fitted("vllm", VLLM_DEFAULTS, request_overhead_s=0.02962, sync_fraction=0.1974, admission_fraction=0.01),
+    "sglang": _fitted("sglang", SGLANG_DEFAULTS, request_overhead_s=0.3128, sync_fraction=0.6015,
                       admission_fraction=1.0),
 }
 GENERIC = ENGINES["generic"]
