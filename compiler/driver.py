@@ -406,10 +406,12 @@ def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w:
 
 def frontier(prep: Prepared, *, points: int = 8, time_limit_s: float = 60.0, progress: Progress | None = None,
              timings: Timings | None = None, objective: str = "tokens-per-watt", fleets: list | None = None,
-             gap: float | None = None, curves: Collection[str] | None = None) -> Frontier:
+             gap: float | None = None, curves: Collection[str] | None = None,
+             budget: float | None = None) -> Frontier:
     """`pareto`'s sweep of a prepared compile (`compile`'s own, for its report): `fleets` are the single-type
     fleets when already costed (`Compilation.fleets`), `gap` the relative gap of each solve (`SWEEP_GAP`),
-    `curves` the baselines to sweep beside the plan (None: all of them)."""
+    `curves` the baselines to sweep beside the plan (None: all of them), `budget` each solve's deterministic
+    seconds (`compiler.place.ilp.solve`)."""
     note = progress or _quiet
     timings = timings if timings is not None else Timings()
     lo = fastest_tpot(prep.instance)
@@ -427,7 +429,7 @@ def frontier(prep: Prepared, *, points: int = 8, time_limit_s: float = 60.0, pro
             fleets = _fleets(prep)
     with timings.step("sweep"):
         rows, dropouts, failed = _sweep(prep, fleets, targets, objective, time_limit_s, note,
-                                        SWEEP_GAP if gap is None else gap, curves)
+                                        SWEEP_GAP if gap is None else gap, curves, budget)
     title = f"{prep.graph.model} on {prep.cluster.name}, workload {prep.workload.name}"
     if len(failed) == len(targets):
         raise Infeasible(f"no point of the frontier is feasible ({len(targets)} TPOT targets, {lo * 1e3:.1f} to "
@@ -479,7 +481,7 @@ def _first_true(values: list[float], test: Callable[[float], bool]) -> int:
 
 
 def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, time_limit_s: float,
-           note: Progress, gap: float, curves: Collection[str] | None = None
+           note: Progress, gap: float, curves: Collection[str] | None = None, budget: float | None = None
            ) -> tuple[list[dict], list[dict], list[tuple[float, str]]]:
     """Rows per (target, curve) with a placement, the dropouts, and the failed heterogeneous targets."""
     from compiler.emit.emit_plan import class_latencies
@@ -497,7 +499,7 @@ def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, t
     for i, target in enumerate(targets):
         note(f"TPOT target {target * 1e3:.1f} ms ({i + 1}/{len(targets)})")
         base = prep.instance.with_slo(tpot_s=target)  # the options' latency curves are read against the new target
-        sol = solve(base, objective, time_limit_s=time_limit_s, tie_break=False, gap=gap,
+        sol = solve(base, objective, time_limit_s=time_limit_s, tie_break=False, gap=gap, budget=budget,
                     ratio_hint=hint.get("heterogeneous", 0.0))
         if not sol.feasible:
             failed.append((target, explain(prep.graph.model, base, sol)))
@@ -518,7 +520,7 @@ def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, t
                 continue
             b = (Baseline(name, "skipped", note=fleet) if isinstance(fleet, str) else
                  greedy_baseline(base, objective) if fleet is None else
-                 solved(name, fleet(), objective, time_limit_s, explain=False, gap=gap,
+                 solved(name, fleet(), objective, time_limit_s, explain=False, gap=gap, budget=budget,
                         ratio_hint=hint.get(name, 0.0)))
             if b.objective is not None:
                 hint[name] = b.objective.value

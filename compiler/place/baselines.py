@@ -45,14 +45,14 @@ def colocated_only(inst: Instance) -> Instance:
 
 
 def solved(name: str, inst: Instance, objective: str, time_limit_s: float, explain: bool = True,
-           gap: float = 0.0, ratio_hint: float = 0.0) -> Baseline:
-    """`inst` solved for `objective` (without the tie-break stages; to `gap`, exactly by default), as a `Baseline`
-    named `name`."""
+           gap: float = 0.0, ratio_hint: float = 0.0, budget: float | None = None) -> Baseline:
+    """`inst` solved for `objective` (without the tie-break stages; to `gap`, exactly by default; `budget` as in
+    `compiler.place.ilp.solve`), as a `Baseline` named `name`."""
     if not inst.options:
         return Baseline(name, "skipped", note="no pool option of this kind holds the model")
     try:
         s = solve(inst, objective, time_limit_s=time_limit_s, tie_break=False, explain=explain, gap=gap,
-                  ratio_hint=ratio_hint)
+                  ratio_hint=ratio_hint, budget=budget)
     except BadInput as e:  # e.g. a priced objective on a type without a price
         return Baseline(name, "skipped", note=str(e))
     except Infeasible as e:  # out of time before any placement

@@ -100,6 +100,7 @@ class PlacementModel:
 
         self.cp = cp_model
         self.gap = 0.0  # relative gap at which an objective stage may stop (`solve`'s `gap`)
+        self.budget = PROVE_DETERMINISTIC_S  # deterministic seconds of each first-stage search (`solve`'s `budget`)
         self.ratio_hint = 0.0  # a guess of a ratio objective's optimum, in its reported unit (`solve`)
         self.inst = inst
         self.m = cp_model.CpModel()
@@ -381,7 +382,7 @@ class _Best:
 def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float = 60.0,
           families: Sequence[str] = FAMILIES, tie_break: bool = True,
           tie_break_budget: float | None = None, explain: bool = True, gap: float = 0.0,
-          ratio_hint: float = 0.0, hint: Solution | None = None) -> Solution:
+          ratio_hint: float = 0.0, hint: Solution | None = None, budget: float | None = None) -> Solution:
     """Solve `inst`. An infeasible instance returns status "infeasible" with the binding families (found by
     re-solving with families dropped; `explain` False skips that and leaves them empty).
 
@@ -392,7 +393,8 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     `ratio_hint` starts a ratio objective (tokens per watt or per dollar) from a
     guess of its value, e.g. a neighbouring point's. `hint` starts the search from another solution's replica
     counts (those of options this instance has), e.g. the plan's own when an efficiency moves; without one it
-    starts from the greedy placement (`compiler.place.greedy`).
+    starts from the greedy placement (`compiler.place.greedy`). `budget` is the deterministic seconds of each
+    first-stage search (`PROVE_DETERMINISTIC_S`): what-if solves that stop at a gap afford less.
     """
     from compiler.place.infeasible import binding_families
 
@@ -406,6 +408,7 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     inst = inst.with_options(candidates(inst, prune_them="slo" in families and objective != "latency"))
     model = PlacementModel(inst, families)
     model.gap, model.ratio_hint = gap, ratio_hint
+    model.budget = PROVE_DETERMINISTIC_S if budget is None else budget
     for key, count in hint.replicas if hint is not None else sorted(greedy(full, objective).items()):
         if key in model.n:
             model.m.add_hint(model.n[key], count)
@@ -531,7 +534,7 @@ def _first_stage(model: PlacementModel, expr, sense: str, deadline: float):
     `FALLBACK_GAP`, within `FALLBACK_DETERMINISTIC_S`) when that is further than `FALLBACK_GAP` from its bound;
     see [Note: solving to a gap]."""
     cp = model.cp
-    solver, status = model.search(expr, sense, deadline - time.perf_counter(), PROVE_DETERMINISTIC_S)
+    solver, status = model.search(expr, sense, deadline - time.perf_counter(), model.budget)
     if status != cp.FEASIBLE or model.gap or deadline - time.perf_counter() <= 0 or _gap(solver) <= FALLBACK_GAP:
         return solver, status
     model.hint_from(solver)
@@ -648,7 +651,7 @@ def _dinkelbach(model: PlacementModel, deadline: float, per, start: float = 0.0)
     q, best, last = start, 0.0, None
     for _ in range(20):
         expr = model.lam * scale - scaled(q, scale) * per
-        solver, status = model.search(expr, "max", deadline - time.perf_counter(), PROVE_DETERMINISTIC_S)
+        solver, status = model.search(expr, "max", deadline - time.perf_counter(), model.budget)
         if status not in (model.cp.OPTIMAL, model.cp.FEASIBLE):
             last = last or (expr, (solver, status))  # keep the last solve that found a placement
             break

@@ -35,6 +35,22 @@ def test_compile_writes_the_report_and_records_it(plan_dir):
     assert "this plan is the star" in (plan_dir / "report" / "summary.md").read_text()
 
 
+def test_the_reports_frontier_draws_the_plan_beside_the_single_type_fleet_closest_to_it(tmp_path):
+    cluster = tmp_path / "budgeted.yaml"
+    cluster.write_text((TINY / "cluster.yaml").read_text() + "power_budget_kw: 3\n")
+    out = tmp_path / "out"
+    proc = run_cli("compile", "llama-tiny", "--cluster", str(cluster), "--workload", str(TINY / "workload.yaml"),
+                   "--out", str(out), "--no-onnx", "--no-sensitivity")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads((out / "plan.json").read_text())
+    report = json.loads((out / "report" / "report.json").read_text())
+    fleets = [b for b in plan["baselines"] if b["name"].startswith("iso-power:") and b.get("plan_gain")]
+    assert len(fleets) >= 2
+    closest = min(fleets, key=lambda b: (b["plan_gain"], b["name"]))["name"]
+    assert {r["curve"] for r in report["frontier"]["points"]} == {"heterogeneous", closest}
+    assert closest in (out / "report" / "summary.md").read_text()
+
+
 def test_explain_lists_every_pool_with_its_candidates_and_constraints(plan_dir):
     proc = run_cli("explain", str(plan_dir), "--no-resolve")
     assert proc.returncode == 0, proc.stderr
