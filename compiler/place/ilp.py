@@ -318,9 +318,9 @@ class PlacementModel:
         with ThreadPoolExecutor(len(solvers) - 1) as pool:  # CP-SAT releases the GIL while it searches
             others = [pool.submit(s.solve, self.m) for s in solvers[1:]]
             first = solvers[0].solve(self.m)
-            if first == cp.OPTIMAL and _gap(solvers[0]) == 0:
-                for s in solvers[1:]:  # the first configuration's proof decides; what a stopped search
-                    s.stop_search()     # reports depends on when it stopped, so it is not read
+            if first == cp.OPTIMAL:  # proven, or within the gap asked for: the first configuration decides;
+                for s in solvers[1:]:  # what a stopped search reports depends on when it stopped, so it is
+                    s.stop_search()     # not read
                 return solvers[0], first
             runs = [(solvers[0], first)] + [(s, f.result()) for s, f in zip(solvers[1:], others)]
         if any(status == cp.INFEASIBLE for _s, status in runs):
@@ -578,7 +578,9 @@ def _gap(solver) -> float:
 #: its own thread, each with the same deterministic budget, and keeps the
 #: best placement (the first configuration's on a tie) with the tightest
 #: bound: the same inputs give the same plan on any machine, and two cores
-#: search at once. Every search starts from the greedy placement (or the
+#: search at once. When the first configuration proves its answer (or reaches
+#: the gap asked for), it decides and the others are stopped unread (what a
+#: stopped search reports depends on when it stopped). Every search starts from the greedy placement (or the
 #: plan's, in the sensitivity re-solves) as a hint.
 PROVE_DETERMINISTIC_S = 1.0
 FALLBACK_GAP = 0.02
