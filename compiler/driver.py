@@ -464,8 +464,6 @@ def fastest_tpot(inst: Instance) -> float | None:
 
     candidates = sorted({s.curve[0][4] for o in inst.options if o.kind != "prefill" for s in o.classes
                          if s.curve[0][4] > 0})
-    if not candidates or not routed(inst.with_slo(tpot_s=candidates[-1])):
-        return None
     first = _first_true(candidates, lambda t: routed(inst.with_slo(tpot_s=t)))
     placed = _first_true(candidates[first:], lambda t: feasible(inst.with_slo(tpot_s=t)))
     return candidates[first + placed] if placed < len(candidates) - first else None

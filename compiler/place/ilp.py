@@ -323,6 +323,12 @@ class PlacementModel:
                     s.stop_search()     # not read
                 return solvers[0], first
             runs = [(solvers[0], first)] + [(s, f.result()) for s, f in zip(solvers[1:], others)]
+        return self.best_of(runs, sense)
+
+    def best_of(self, runs: list, sense: str):
+        """Of finished searches of one objective, in order: an infeasibility proof, else the best placement (a
+        proven one first; the earlier on a tie) carrying the tightest bound of them all, else the first."""
+        cp = self.cp
         if any(status == cp.INFEASIBLE for _s, status in runs):
             return next(r for r in runs if r[1] == cp.INFEASIBLE)
         found = [(s, status) for s, status in runs if status in (cp.OPTIMAL, cp.FEASIBLE)]
@@ -540,13 +546,7 @@ def _first_stage(model: PlacementModel, expr, sense: str, deadline: float):
     model.hint_from(solver)
     again = model.search(expr, sense, deadline - time.perf_counter(), FALLBACK_DETERMINISTIC_S,
                          relative_gap_limit=FALLBACK_GAP)
-    if again[1] not in (cp.OPTIMAL, cp.FEASIBLE):
-        return solver, status
-    better = again[0].objective_value > solver.objective_value if sense == "max" else \
-        again[0].objective_value < solver.objective_value
-    bound = min if sense == "max" else max
-    kept = again if better else (solver, status)
-    return _Best(kept[0], bound(solver.best_objective_bound, again[0].best_objective_bound)), kept[1]
+    return model.best_of([(solver, status), again], sense)
 
 
 def _gap(solver) -> float:
@@ -580,8 +580,9 @@ def _gap(solver) -> float:
 #: bound: the same inputs give the same plan on any machine, and two cores
 #: search at once. When the first configuration proves its answer (or reaches
 #: the gap asked for), it decides and the others are stopped unread (what a
-#: stopped search reports depends on when it stopped). Every search starts from the greedy placement (or the
-#: plan's, in the sensitivity re-solves) as a hint.
+#: stopped search reports depends on when it stopped). Every search starts
+#: from the greedy placement (or the plan's, in the sensitivity re-solves)
+#: as a hint.
 PROVE_DETERMINISTIC_S = 1.0
 FALLBACK_GAP = 0.02
 FALLBACK_DETERMINISTIC_S = 2.0
