@@ -85,16 +85,12 @@ def block_graph(model: str | ModelSpec, *, phases: tuple[str, ...] = ("prefill",
             cached = trace_cache.load(path)
         if cached is not None:
             return cached.with_model(spec.name)
-    from compiler.trace.export import quiet_export_logs, trace
-    from compiler.trace.partition import partition
+    from compiler.trace.concurrent import traced_graph
+    from compiler.trace.export import quiet_export_logs
 
-    note(f"tracing {spec.name} ({', '.join(phases)}) with torch.export on the meta device")
-    with quiet_export_logs():
-        with timings.step("trace"):
-            traced = trace(spec, phases)
-        note(f"partitioning {spec.name} into blocks")
-        with timings.step("partition"):
-            graph = partition(traced)
+    note(f"tracing {spec.name} ({', '.join(phases)}) with torch.export on the meta device, partitioning into blocks")
+    with quiet_export_logs(), timings.step("trace"):
+        graph = traced_graph(spec, phases)
     if path is not None:
         trace_cache.store(path, graph)
     return graph

@@ -154,8 +154,19 @@ def trace(spec: ModelSpec, phases: tuple[str, ...] = ("prefill", "decode"), *, m
     ``ring`` (the model's own cache, which keeps the last window of tokens and
     bakes its fill level into the cache structure).
     """
-    import torch
+    traced, model, example_inputs = begin(spec, model=model, fold=fold)
+    if example_inputs is not None:  # a plain nn.Module from module:callable: prefill only
+        traced.phases["prefill"] = _export_custom(model, example_inputs)
+        return traced
+    for phase in ("prefill", "decode"):
+        if phase in phases:
+            traced.phases[phase] = export_phase(traced, model, phase, sliding_kv)
+    return traced
 
+
+def begin(spec: ModelSpec, *, model=None, fold: bool = True):
+    """Build `spec`'s model (unless given) and describe it: ``(TracedModel without phases, model,
+    example_inputs)``, the last set only for ``module:callable`` specs that return inputs (see `build_model`)."""
     example_inputs = None
     if model is None:
         model, example_inputs = build_model(spec)
@@ -168,20 +179,23 @@ def trace(spec: ModelSpec, phases: tuple[str, ...] = ("prefill", "decode"), *, m
                    or (layer_types and "sliding_attention" not in layer_types)):
         window = None  # a config default that no layer uses
     traced = TracedModel(spec, {}, total, active, embed, experts, per_token, window, layer_types)
-    if example_inputs is not None:  # a plain nn.Module from module:callable: prefill only
-        traced.phases["prefill"] = _export_custom(model, example_inputs)
-        return traced
-    layers = decoder_layers(model)
-    traced.layer_map = tuple(range(len(layers))) if layers is not None else ()
-    if fold and layers is not None:
-        traced.layer_map = _fold_layers(model, layers)
+    if example_inputs is None:
+        layers = decoder_layers(model)
+        traced.layer_map = tuple(range(len(layers))) if layers is not None else ()
+        if fold and layers is not None:
+            traced.layer_map = _fold_layers(model, layers)
+    return traced, model, example_inputs
+
+
+def export_phase(traced: TracedModel, model, phase: str, sliding_kv: str = "full") -> TracedPhase:
+    """Export one phase (``prefill`` or ``decode``) of a Hugging Face decoder described by `traced` (`begin`)."""
+    import torch
+
     device = next(model.parameters()).device
     with torch.no_grad():
-        if "prefill" in phases:
-            traced.phases["prefill"] = _export_prefill(model, device)
-        if "decode" in phases:
-            traced.phases["decode"] = _export_decode(model, device, window if sliding_kv == "ring" else None)
-    return traced
+        if phase == "prefill":
+            return _export_prefill(model, device)
+        return _export_decode(model, device, traced.sliding_window if sliding_kv == "ring" else None)
 
 
 def decoder_layers(model):

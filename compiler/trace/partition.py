@@ -155,25 +155,86 @@ class _PhaseAccountant:
         return self._ref_of_val(out)
 
 
+@dataclass
+class PhaseParts:
+    """One phase partitioned, its folded layers not yet expanded: what `assemble` joins into a `BlockGraph`.
+
+    Plain IR values only (no fx object), so a phase partitioned in another process travels as JSON
+    (`to_json`; see `compiler.trace.concurrent`).
+    """
+
+    phase: str
+    blocks: list[Block]
+    edges: list[Edge]
+    unaccounted: list[UnaccountedOp]
+    layer_kv: dict[int, int]  # traced layer -> KV elements per token its cache inputs hold
+    symbols: dict[str, str]
+    example: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase, "blocks": [b.to_json() for b in self.blocks],
+                "edges": [e.to_json() for e in self.edges],
+                "unaccounted": [[u.phase, u.block, u.op, u.count] for u in self.unaccounted],
+                "layer_kv": sorted(self.layer_kv.items()), "symbols": self.symbols, "example": self.example}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> PhaseParts:
+        return PhaseParts(d["phase"], [Block.from_json(b) for b in d["blocks"]], [Edge.from_json(e) for e in d["edges"]],
+                          [UnaccountedOp(*u) for u in d["unaccounted"]], {int(k): int(v) for k, v in d["layer_kv"]},
+                          dict(d["symbols"]), {k: int(v) for k, v in d["example"].items()})
+
+
 def partition(traced: TracedModel, model_name: str | None = None) -> BlockGraph:
     """Split every traced phase into blocks; see the module docstring."""
+    return assemble(traced, [phase_parts(traced, p) for p in traced.phases.values()], model_name)
+
+
+def phase_parts(traced: TracedModel, phase: TracedPhase) -> PhaseParts:
+    """One phase's blocks, activation edges and unaccounted ops; also KV elements per token by layer.
+
+    Steps: `_walk` (count every node into its owner's block), then `_blocks` and
+    `_activation_edges` (turn the counts into IR values).
+    """
+    owner = assign_blocks(phase.program)
+    acct = _PhaseAccountant(traced, phase)
+    counts = _walk(phase, owner, acct)
+    layer_kv: dict[int, int] = {}
+    for (layer, _), n in counts.cache_elems.items():
+        layer_kv[layer] = layer_kv.get(layer, 0) + n
+    names = {k: block_name(k[0], k[1], "moe" if k[1] in counts.moe_layers else "ffn") for k in owner.values()}
+    blocks = _blocks(traced, phase.phase, sorted(set(owner.values()), key=lambda k: block_order(*k)), names, counts,
+                     acct, layer_kv)
+    unaccounted = [UnaccountedOp(phase.phase, names[key], name, n)
+                   for (key, name), n in sorted(counts.missing.items(), key=lambda kv: (block_order(*kv[0][0]), kv[0][1]))]
+    return PhaseParts(phase.phase, blocks, _activation_edges(phase.program, owner, names, acct, phase.phase),
+                      unaccounted, layer_kv, dict(phase.symbols), dict(phase.example))
+
+
+def assemble(traced: TracedModel, parts: list[PhaseParts], model_name: str | None = None) -> BlockGraph:
+    """Join partitioned phases into the model's `BlockGraph`: expand folded layers, and give prefill attention
+    blocks the KV their decode twins keep (a prefill traced without a cache has no cache inputs of its own)."""
+    by_phase = {p.phase: p for p in parts}
+    kept = by_phase["decode"].layer_kv if "decode" in by_phase else {}
     blocks: list[Block] = []
     edges: list[Edge] = []
     unaccounted: list[UnaccountedOp] = []
-    kv_per_layer: dict[int, int] = {}
-    for phase in ("decode", "prefill"):  # decode first: prefill attention blocks produce what decode keeps
-        if phase not in traced.phases:
+    for phase in ("decode", "prefill"):
+        if phase not in by_phase:
             continue
-        b, e, u, kv_per_layer = _phase_blocks(traced, traced.phases[phase], kv_per_layer)
-        if traced.folded:
-            b, e, u = _expand_layers(traced, phase, b, e, u)
+        p = by_phase[phase]
+        b = p.blocks
+        if phase == "prefill" and kept:
+            b = [replace(x, kv_elems_per_token=x.kv_elems_per_token + kept.get(x.layer, 0)) if x.role == "attn" else x
+                 for x in b]
+        b, e, u = (b, p.edges, p.unaccounted) if not traced.folded else \
+            _expand_layers(traced, phase, b, p.edges, p.unaccounted)
         blocks += b
         edges += e
         unaccounted += u
     order = {"prefill": 0, "decode": 1}
     blocks.sort(key=lambda b: (order[b.phase], block_order(b.role if b.role in ("embed", "head") else
                                                             ("attn" if b.role == "attn" else "ffn"), b.layer)))
-    if "prefill" in traced.phases and "decode" in traced.phases:
+    if "prefill" in by_phase and "decode" in by_phase:
         for b in blocks:
             if b.phase == "prefill" and b.role == "attn" and b.kv_elems_per_token:
                 edges.append(Edge(b.name, b.name, "kv", "decode", kv_elems_per_token=b.kv_elems_per_token))
@@ -181,12 +242,13 @@ def partition(traced: TracedModel, model_name: str | None = None) -> BlockGraph:
     import torch
     import transformers
 
+    phases = [by_phase[p] for p in ("prefill", "decode") if p in by_phase]
     trace_info = tuple(sorted((
         ("tool", traced.tool),
         ("torch", torch.__version__),
         ("transformers", transformers.__version__),
-        ("symbolic", ",".join(f"{p}:{'+'.join(sorted(set(t.symbols.values())))}" for p, t in traced.phases.items())),
-        ("example", ";".join(f"{p}:" + ",".join(f"{k}={v}" for k, v in t.example.items()) for p, t in traced.phases.items())),
+        ("symbolic", ",".join(f"{p.phase}:{'+'.join(sorted(set(p.symbols.values())))}" for p in phases)),
+        ("example", ";".join(f"{p.phase}:" + ",".join(f"{k}={v}" for k, v in p.example.items()) for p in phases)),
     )))
     return BlockGraph(
         model=model_name or traced.spec.name, config_sha256=traced.spec.sha256,
@@ -214,26 +276,6 @@ class _PhaseCounts:
     moe_layers: set = field(default_factory=set)
     missing: dict = field(default_factory=lambda: defaultdict(int))  # (key, op) -> nodes without a cost rule
     dispatches: dict = field(default_factory=lambda: defaultdict(int))  # key -> aten calls
-
-
-def _phase_blocks(traced: TracedModel, phase: TracedPhase, kv_per_layer: dict[int, int]):
-    """One phase's blocks, activation edges and unaccounted ops; also KV elements per token by layer.
-
-    Steps: `_walk` (count every node into its owner's block), then `_blocks` and
-    `_activation_edges` (turn the counts into IR values).
-    """
-    owner = assign_blocks(phase.program)
-    acct = _PhaseAccountant(traced, phase)
-    counts = _walk(phase, owner, acct)
-    layer_kv: dict[int, int] = dict(kv_per_layer)  # prefill reuses what its decode twin keeps
-    for (layer, _), n in counts.cache_elems.items():
-        layer_kv[layer] = layer_kv.get(layer, 0) + n
-    names = {k: block_name(k[0], k[1], "moe" if k[1] in counts.moe_layers else "ffn") for k in owner.values()}
-    blocks = _blocks(traced, phase.phase, sorted(set(owner.values()), key=lambda k: block_order(*k)), names, counts,
-                     acct, layer_kv)
-    unaccounted = [UnaccountedOp(phase.phase, names[key], name, n)
-                   for (key, name), n in sorted(counts.missing.items(), key=lambda kv: (block_order(*kv[0][0]), kv[0][1]))]
-    return blocks, _activation_edges(phase.program, owner, names, acct, phase.phase), unaccounted, layer_kv
 
 
 def _walk(phase: TracedPhase, owner: dict, acct: _PhaseAccountant) -> _PhaseCounts:

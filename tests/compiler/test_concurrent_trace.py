@@ -1,0 +1,42 @@
+"""Prefill and decode exported in two processes give the graph one process gives ([Note: concurrent phases])."""
+
+import os
+import sys
+
+import pytest
+
+from compiler.inputs.model_spec import resolve_model
+from compiler.ir.errors import UnsupportedModel
+from compiler.trace import concurrent
+from compiler.trace.export import quiet_export_logs
+
+pytestmark = [pytest.mark.timeout(300),
+              pytest.mark.skipif(sys.platform != "linux", reason="the concurrent path forks (Linux only)")]
+
+
+@pytest.mark.parametrize("name", ("llama-tiny", "gpt-oss-tiny", "qwen3-moe-tiny"))
+def test_two_processes_give_the_byte_identical_graph(name):
+    spec = resolve_model(name)
+    with quiet_export_logs():
+        assert concurrent.traced_graph(spec).dumps() == concurrent.traced_graph(spec, concurrent=False).dumps()
+
+
+def test_a_child_that_dies_costs_only_time(monkeypatch):
+    monkeypatch.setattr(concurrent, "_export_decode_in_child", lambda *_a: os._exit(3))
+    spec = resolve_model("llama-tiny")
+    with quiet_export_logs():
+        graph = concurrent.traced_graph(spec)
+    assert graph.dumps() == concurrent.traced_graph(spec, concurrent=False).dumps()
+
+
+def test_the_childs_unsupported_model_is_raised_by_the_parent(monkeypatch):
+    real = concurrent.export_phase
+
+    def decode_fails(traced, model, phase, *args):
+        if phase == "decode":
+            raise UnsupportedModel("model X decode: torch.export failed (made up for this test)")
+        return real(traced, model, phase, *args)
+
+    monkeypatch.setattr(concurrent, "export_phase", decode_fails)
+    with pytest.raises(UnsupportedModel, match="made up for this test"), quiet_export_logs():
+        concurrent.traced_graph(resolve_model("llama-tiny"))
