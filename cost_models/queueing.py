@@ -30,12 +30,14 @@ Everything is per replica; the load balancer's pooling across replicas
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Callable
 
 #: Utilisation no pool is planned above: Poisson queues grow without bound as it approaches 1.
 MAX_UTILISATION = 0.95
 
 
+@lru_cache(maxsize=1 << 16)  # costing asks for the same few (slots, load) pairs tens of thousands of times
 def erlang_c(c: float, offered: float) -> float:
     """P(an arrival waits) in M/M/c with `offered` = lambda x S erlangs on `c` servers (offered < c).
 

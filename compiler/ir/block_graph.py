@@ -263,6 +263,7 @@ class BlockGraph:
     # elements per token by sliding window (None: full attention).
     layers: int = field(init=False, compare=False, repr=False)
     kv_by_window: tuple[tuple[int | None, int], ...] = field(init=False, compare=False, repr=False)
+    residuals: tuple[tuple[str, Edge], ...] = field(init=False, compare=False, repr=False)  # `residual_edge`
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", 1 + max((b.layer for b in self.blocks if b.layer is not None), default=-1))
@@ -271,6 +272,12 @@ class BlockGraph:
             if b.phase == "decode" and b.kv_elems_per_token:
                 windows[b.window_tokens or None] = windows.get(b.window_tokens or None, 0) + b.kv_elems_per_token
         object.__setattr__(self, "kv_by_window", tuple(windows.items()))
+        role = {(b.name, b.phase): b.role for b in self.blocks}
+        residual: dict[str, Edge] = {}
+        for e in self.edges:
+            if e.kind == "activation" and e.phase not in residual and role.get((e.src, e.phase)) == "attn":
+                residual[e.phase] = e
+        object.__setattr__(self, "residuals", tuple(residual.items()))
 
     def block(self, name: str, phase: str) -> Block:
         for b in self.blocks:
@@ -307,8 +314,7 @@ class BlockGraph:
     def residual_edge(self, phase: str) -> Edge | None:
         """The residual stream one layer's attention hands its FFN: what crosses the attention/FFN seam,
         a pipeline stage boundary, or a tensor-parallel all-reduce. None if the phase has no attention block."""
-        return next((e for e in self.edges if e.phase == phase and e.kind == "activation"
-                     and self.block(e.src, phase).role == "attn"), None)
+        return next((e for p, e in self.residuals if p == phase), None)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -681,6 +681,7 @@ def prune(inst: Instance) -> tuple[PoolOption, ...]:
     (`_scales`). (The latency objective keeps everything.)
     """
     decode_types = sorted({o.kv_device for o in inst.options if o.receives_kv})
+    handoff = dict(inst.handoff_s)  # `Instance.handoff`, looked up once
 
     def value(o: PoolOption, c) -> tuple[float, int]:
         cap = inst.cap(o, c)
@@ -690,8 +691,8 @@ def prune(inst: Instance) -> tuple[PoolOption, ...]:
         if o.kind != "prefill" or c.ttft_slo_s is None:
             return rate, len(decode_types)
         ttft = o.service(c.name).at(cap)[2]
-        reach = sum(ttft + inst.handoff(c.name, o.kv_device, t) + SLO_SHARE_ADMISSION * c.ttft_slo_s <= c.ttft_slo_s
-                    for t in decode_types)
+        reach = sum(ttft + handoff.get((c.name, o.kv_device, t), 0.0) + SLO_SHARE_ADMISSION * c.ttft_slo_s
+                    <= c.ttft_slo_s for t in decode_types)
         return (rate if reach else 0.0), reach
 
     values = {o.key: [value(o, c) for c in inst.classes] for o in inst.options}
@@ -699,8 +700,9 @@ def prune(inst: Instance) -> tuple[PoolOption, ...]:
     alike: dict[tuple, list[PoolOption]] = {}  # `_scales` compares only options of one kind on the same types
     for o in alive:
         alike.setdefault((o.kind, o.device_types, o.kv_device), []).append(o)
+    size = {o.key: o.devices_per_replica for o in alive}
     alive = [o for o in alive if not any(_scales(o2, o, values) for o2 in alike[(o.kind, o.device_types, o.kv_device)]
-                                         if o2 is not o)]
+                                         if size[o.key] % size[o2.key] == 0 and size[o.key] >= 2 * size[o2.key])]
     groups: dict[tuple, list[PoolOption]] = {}
     for o in alive:
         groups.setdefault((o.kind, o.devices, o.kv_device, o.pp, o.provisioned_w), []).append(o)
