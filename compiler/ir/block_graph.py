@@ -264,6 +264,7 @@ class BlockGraph:
     layers: int = field(init=False, compare=False, repr=False)
     kv_by_window: tuple[tuple[int | None, int], ...] = field(init=False, compare=False, repr=False)
     residuals: tuple[tuple[str, Edge], ...] = field(init=False, compare=False, repr=False)  # `residual_edge`
+    by_name: dict[tuple[str, str], Block] = field(init=False, compare=False, repr=False)  # `block`
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", 1 + max((b.layer for b in self.blocks if b.layer is not None), default=-1))
@@ -272,18 +273,19 @@ class BlockGraph:
             if b.phase == "decode" and b.kv_elems_per_token:
                 windows[b.window_tokens or None] = windows.get(b.window_tokens or None, 0) + b.kv_elems_per_token
         object.__setattr__(self, "kv_by_window", tuple(windows.items()))
-        role = {(b.name, b.phase): b.role for b in self.blocks}
+        object.__setattr__(self, "by_name", {(b.name, b.phase): b for b in self.blocks})
         residual: dict[str, Edge] = {}
         for e in self.edges:
-            if e.kind == "activation" and e.phase not in residual and role.get((e.src, e.phase)) == "attn":
+            if e.kind == "activation" and e.phase not in residual and getattr(
+                    self.by_name.get((e.src, e.phase)), "role", None) == "attn":
                 residual[e.phase] = e
         object.__setattr__(self, "residuals", tuple(residual.items()))
 
     def block(self, name: str, phase: str) -> Block:
-        for b in self.blocks:
-            if b.name == name and b.phase == phase:
-                return b
-        raise KeyError(f"no block {name!r} in phase {phase!r}")
+        try:
+            return self.by_name[(name, phase)]
+        except KeyError:
+            raise KeyError(f"no block {name!r} in phase {phase!r}") from None
 
     def phase_blocks(self, phase: str) -> tuple[Block, ...]:
         return tuple(b for b in self.blocks if b.phase == phase)

@@ -52,13 +52,17 @@ class _Trace:
             * point["B"] / dep.group
         mem = memory_plan(self.graph, dep, kv_hint, POOL_ROLES.get(pool.role))
         total = 0.0
+        alike: dict[tuple, float] = {}  # identical layers cost the same: each kind is costed once
         for name in names:
             try:
                 b = self.graph.block(name, phase)
             except KeyError:
                 continue
-            total += block_time(b, point, dep.device, precision=dep.precision, derate=dep.derate, shards=dep.tp,
-                                tiers=mem.weight_tiers, kv_tiers=mem.kv_tiers).time_s
+            kind = (b.role, b.ops, b.attention, b.window_tokens, b.experts, b.experts_per_token)
+            if kind not in alike:
+                alike[kind] = block_time(b, point, dep.device, precision=dep.precision, derate=dep.derate,
+                                         shards=dep.tp, tiers=mem.weight_tiers, kv_tiers=mem.kv_tiers).time_s
+            total += alike[kind]
         return total
 
     def stages(self, pool: Pool, phase: str, start_us: float, label: str) -> float:
