@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compiler.ir.errors import BadInput
+from compiler.place.greedy import mix_rate
 
 if TYPE_CHECKING:
     from compiler.api import CompileInputs
@@ -55,7 +56,7 @@ class Candidate:
     pp: int
     batch: int
     devices_per_replica: int
-    requests_per_s: float  # one replica, within the classes' SLOs (rate x cap), for the pool's class mix
+    requests_per_s: float  # one replica, for the pool's class mix, at its strictest class's cap (`mix_rate`)
     provisioned_w: float
     chosen: bool
 
@@ -175,19 +176,6 @@ def _option(prep: Prepared, pool: Pool) -> PoolOption | None:
     return next((o for o in prep.options if o.key == key), None)
 
 
-def _mix_rate(prep: Prepared, o: PoolOption, mix: dict[str, float]) -> float:
-    """Requests/s one replica of `o` serves of the class mix `mix` (shares) within every class's SLO."""
-    load = 0.0
-    for name, share in mix.items():
-        cls = next((c for c in prep.instance.classes if c.name == name), None)
-        service = o.service(name)
-        cap = prep.instance.cap(o, cls) if cls is not None and service is not None else 0.0
-        if cap <= 0:
-            return 0.0
-        load += share / (service.rate_per_s * cap)
-    return 1.0 / load if load else 0.0
-
-
 def candidates(plan: Plan, prep: Prepared, pool: Pool) -> list[Candidate]:
     """Per device type (pair), the option of the pool's kind serving its class mix with the most req/s per kW."""
     chosen = _option(prep, pool)
@@ -199,7 +187,7 @@ def candidates(plan: Plan, prep: Prepared, pool: Pool) -> list[Candidate]:
     for o in prep.options:
         if o.kind != kind:
             continue
-        rate = _mix_rate(prep, o, mix)
+        rate = mix_rate(prep.instance, o, mix)
         if rate <= 0:
             continue
         devices = "+".join(o.device_types)
@@ -207,7 +195,7 @@ def candidates(plan: Plan, prep: Prepared, pool: Pool) -> list[Candidate]:
         if devices not in best or (score, o.key == getattr(chosen, "key", None)) > (best[devices][0], False):
             best[devices] = (score, o, rate)
     if chosen is not None:  # the chosen option always shows, even where another on its devices scores higher
-        best["+".join(chosen.device_types)] = (0.0, chosen, _mix_rate(prep, chosen, mix))
+        best["+".join(chosen.device_types)] = (0.0, chosen, mix_rate(prep.instance, chosen, mix))
     out = [Candidate("+".join(o.device_types), o.key, o.tp, o.pp, o.batch, o.devices_per_replica, rate,
                      o.provisioned_w, chosen is not None and o.key == chosen.key) for _s, o, rate in best.values()]
     return sorted(out, key=lambda c: (-c.requests_per_s_per_kw, c.devices))

@@ -4,8 +4,8 @@ Fill the fleet with the self-contained (colocated) pool that serves the most
 requests of the workload's mix per provisioned watt (per dollar under a priced
 objective), then the next, while inventory and the budgets last. When the
 objective serves a fixed arrival rate (power, cost, latency), stop once the mix
-reaches it. A replica serves the mix at the rate where the classes' loads, each
-within its SLO's utilisation cap, fill it: 1 / sum over classes of share / (rate x cap).
+reaches it. A replica serves the mix at the strictest cap of its classes (they share
+one queue): strictest cap / sum over classes of share / rate.
 """
 
 from __future__ import annotations
@@ -19,15 +19,23 @@ from compiler.ir.pool_option import PoolOption
 AT_ARRIVAL_RATE = ("power", "cost", "latency")
 
 
-def mix_rate(inst: Instance, o: PoolOption) -> float:
-    """Requests/s of the workload's mix one replica of `o` serves within every class's SLO (0: some class can't)."""
-    load = 0.0
-    for c in inst.classes:
-        cap = inst.cap(o, c)
+def mix_rate(inst: Instance, o: PoolOption, mix: dict[str, float] | None = None) -> float:
+    """Requests/s of a class mix (shares by class name; default the workload's) one replica of `o` serves within
+    every class's SLO: the replica runs at its strictest class's cap, since every class on it waits in the same
+    queue ([Note: class caps]). 0 when a class of the mix gets nothing from `o` within its SLO."""
+    shares = mix if mix is not None else {c.name: c.share for c in inst.classes}
+    targets = {c.name: c for c in inst.classes}
+    load, strictest = 0.0, 1.0
+    for name, share in shares.items():
+        if share <= 0:
+            continue
+        service = o.service(name)
+        cap = inst.cap(o, targets[name]) if name in targets and service is not None else 0.0
         if cap <= 0:
             return 0.0
-        load += c.share / (o.service(c.name).rate_per_s * cap)
-    return 1.0 / load if load else 0.0
+        strictest = min(strictest, cap)
+        load += share / service.rate_per_s
+    return strictest / load if load else 0.0
 
 
 def greedy(inst: Instance, objective: str = "throughput") -> dict[str, int]:

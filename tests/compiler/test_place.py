@@ -199,3 +199,18 @@ def test_hidden_states_between_two_types_are_charged_to_their_link():
     wide = solve(Instance((af, prefill), (("a", 4), ("b", 4)), None, (target,),
                           link_bw_bytes_per_s=((("a", "b"), 50e9),), handoff_s=handoff), "throughput", time_limit_s=10)
     assert wide.requests_per_s > 10 * sol.requests_per_s
+
+
+def test_greedy_runs_a_mixed_replica_at_its_strictest_class_cap():
+    """One replica serves both classes, so it waits in one queue at the long class's cap (0.35): the greedy
+    mix rate must not count the short class at its own, looser cap (what a wrong rate gives: 5.1 req/s)."""
+    rising = ((0.05, 0.5, 0.5, 0.01, 0.01), (0.95, 2.0, 2.0, 0.01, 0.01))  # TTFT p90 crosses 1 s at 0.35
+    flat = ((0.05, 0.5, 0.5, 0.01, 0.01), (0.95, 0.5, 0.5, 0.01, 0.01))
+    opt = PoolOption("colocated:a:0", "colocated", (("a", 4),), 2000.0, 2800.0, "a", 4, 1, 8,
+                     (ClassService("long", 10.0, rising), ClassService("short", 10.0, flat)))
+    classes = (ClassTarget("long", 0.5, 1.0, None, 1e6, 100.0), ClassTarget("short", 0.5, 1.0, None, 1e6, 100.0))
+    inst = Instance((opt,), (("a", 4),), None, classes, (), ())
+    sol = solve(inst)
+    assert sol.status == "optimal"
+    assert greedy_rate(inst, greedy(inst)) == pytest.approx(3.5, rel=1e-6)
+    assert sol.requests_per_s == pytest.approx(3.5, rel=1e-3)
