@@ -73,19 +73,30 @@ def _param_count(shape: Shape, vocab: int) -> int:
     return 2 * vocab * shape.hidden + shape.layers * (attn + ffn)
 
 
-def _config(model: str, weights_dir: str | None) -> tuple[dict[str, Any], Any]:
-    from compiler.inputs.model_spec import load_hf_config, resolve_model
+def _config(model: str, weights_dir: str | None) -> tuple[dict[str, Any], float]:
+    """The model's transformers config as a dict (defaults filled in) and its RoPE attention scaling (cached:
+    `compiler.trace.trace_cache.config_facts`)."""
+    from compiler.inputs.model_spec import resolve_model
     from compiler.emit.weights import check_same_shape
+    from compiler.trace.trace_cache import config_facts
 
     spec = resolve_model(model)
     if spec.kind == "callable":
         raise UnsupportedModel(f"model {model!r} is a module:callable; stage programs need a Hugging Face config")
-    config_obj = load_hf_config(spec)
-    config = config_obj.to_dict()
+
+    def compute() -> dict[str, Any]:
+        from compiler.emit.weights import rope_of
+        from compiler.inputs.model_spec import load_hf_config
+
+        config_obj = load_hf_config(spec)
+        return {"config": config_obj.to_dict(), "rope_attention_scaling": rope_of(config_obj)[1]}
+
+    facts = config_facts(spec, compute)
+    config = facts["config"]
     if weights_dir is not None:
         checkpoint = json.loads((Path(weights_dir) / "config.json").read_text())
         check_same_shape(config, checkpoint, weights_dir)
-    return config, config_obj
+    return config, float(facts["rope_attention_scaling"])
 
 
 def write_plan_dir(plan: Plan, model: str, out: str | Path, options: Options = Options()) -> Plan:
@@ -160,17 +171,17 @@ def _check_vocab(configs: dict, target: dict) -> None:
                            f"the target {target.get('vocab_size')}; a drafter must share the target's vocabulary")
 
 
-def _weights(model: str, model_dir: Path, config_obj, weights_dir: str | None, seed: int, with_weights: bool):
+def _weights(model: str, model_dir: Path, scaling: float, weights_dir: str | None, seed: int, with_weights: bool):
     """The state dict to cut shards from (None without weights) and the RoPE attention scaling; writes `model_dir`."""
-    from compiler.emit.weights import reference_model, rope_of, write_model_dir
-
-    inv_freq, scaling = rope_of(config_obj)
     if not with_weights:
         return None, scaling
+    from compiler.emit.weights import reference_model, rope_of, write_model_dir
+    from compiler.inputs.model_spec import load_hf_config, resolve_model
+
     reference = reference_model(model, weights_dir=weights_dir, seed=seed)
     write_model_dir(reference, model_dir, weights_dir)
     state = dict(reference.state_dict())
-    state["rope.inv_freq"] = inv_freq
+    state["rope.inv_freq"] = rope_of(load_hf_config(resolve_model(model)))[0]
     return state, scaling
 
 

@@ -1,4 +1,4 @@
-"""The on-disk cache of traced BlockGraphs.
+"""The on-disk cache of traced BlockGraphs, and of the transformers config facts stage programs need.
 
 [Note: trace cache] Tracing a full-size model takes seconds; its result, the
 BlockGraph, is a pure function of the model config, the traced phases, the
@@ -6,12 +6,17 @@ torch and transformers versions and gimletc's own tracing and accounting code.
 The cache key hashes all of these, so a changed rule or library re-traces.
 Entries are JSON (loading runs no code) written atomically; an unreadable
 entry is ignored and replaced, and a read-only cache only costs a warning.
+`config_facts` caches the same way what emitting a plan reads from
+transformers (the config with its defaults filled in, the RoPE scaling), so a
+compile whose trace is cached never imports torch or transformers (3 s).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+from typing import Any, Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -69,3 +74,27 @@ def store(path: Path, graph: BlockGraph) -> None:
         atomic_write_text(path, graph.dumps())
     except OSError as e:  # a read-only cache must not fail the command
         log.warning("could not write trace cache %s (%s)", path, e)
+
+
+def config_facts(spec: ModelSpec, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`compute()` (facts of `spec` that transformers derives from its config), cached per config,
+    transformers version and emitting code (``compiler/emit/weights.py`` computes the RoPE scaling)."""
+    h = hashlib.sha256(spec.sha256.encode())
+    try:
+        h.update(f"transformers={metadata.version('transformers')}".encode())
+    except metadata.PackageNotFoundError:
+        h.update(b"transformers=missing")
+    h.update((_ROOT / "compiler/emit/weights.py").read_bytes())
+    path = cache_dir() / "configs" / f"{h.hexdigest()[:32]}.json"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as e:
+        log.warning("ignoring unreadable config cache entry %s (%s)", path, e)
+    text = json.dumps(compute(), sort_keys=True)
+    try:
+        atomic_write_text(path, text)
+    except OSError as e:
+        log.warning("could not write config cache %s (%s)", path, e)
+    return json.loads(text)  # what a warm run reads, exactly (JSON has no tuples or integer keys)

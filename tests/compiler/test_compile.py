@@ -78,6 +78,26 @@ def test_same_inputs_give_byte_identical_plans(compiled, tmp_path):
     assert (tmp_path / "plan.json").read_bytes() == first
 
 
+def test_a_compile_whose_trace_is_cached_imports_neither_torch_nor_transformers(compiled, tmp_path):
+    """The trace and the config facts stage programs need are cached ([Note: trace cache]): a warm compile
+    skips the 3 s of importing torch and transformers."""
+    import subprocess
+    import sys
+
+    compiled("chat")  # the same model compiled once: its trace and config facts are in the cache
+    args = ["compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload("chat"), "--out", str(tmp_path),
+            "--no-onnx", "--no-sensitivity", "--no-report", "-q"]
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['gimletc', *{args!r}]\n"
+            "try:\n    runpy.run_module('compiler.cli', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('imported:', *(m for m in ('torch', 'transformers') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "imported:", proc.stdout
+    assert (tmp_path / "plan.json").is_file()
+
+
 def _mix(plan: dict) -> dict[tuple[str, str], int]:
     mix: dict[tuple[str, str], int] = {}
     for p in plan["pools"]:
