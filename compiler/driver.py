@@ -314,6 +314,7 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
     bound ([Note: solving to a gap]); pools are reported as changed only where the objective moves by more than
     that gap (within it, other pools are ties the solver's tolerance cannot tell from the plan's).
     """
+    from concurrent.futures import ThreadPoolExecutor
     from dataclasses import replace as with_fields
 
     from backends.registry import device
@@ -329,25 +330,27 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
         if derate_for(spec.family).assumed and any(dev_id in o.device_types for o in prep.options):
             families.setdefault(spec.family, set()).add(dev_id)
     before = _pool_shapes(sol)
-    out = []
-    for family, devices in sorted(families.items()):
-        for name in SENSITIVITY_FIELDS:
-            for sign in (1, -1):
-                change = sign * SENSITIVITY_CHANGE
-                note(f"sensitivity: {family}.{name} {change:+.0%}")
-                adjust = lambda d, f=name, c=change: with_fields(d, **{f: min(1.0, getattr(d, f) * (1 + c))})  # noqa: E731
-                moved, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only=devices,
-                                             adjust=adjust, draft=prep.draft)
-                kept = [o for o in prep.options if not set(o.device_types) & devices]
-                s = solve(prep.instance.with_options(sorted(kept + moved, key=lambda o: o.key)), objective,
-                          tie_break_budget=SENSITIVITY_TIE_BREAK_S, gap=FALLBACK_GAP, hint=sol)
-                value = s.objective.value if s.feasible else 0.0
-                moved_by = value / sol.objective.value - 1 if sol.objective.value else 0.0
-                # Within the solver's tolerance the plan still stands: pools differing there are ties, not changes.
-                after = before if abs(moved_by) <= FALLBACK_GAP else _pool_shapes(s) if s.feasible else set()
-                out.append(Sensitivity(f"{family}.{name}", change, moved_by,
-                                       tuple(sorted(after - before)), tuple(sorted(before - after))))
-    return out
+
+    def one(family: str, devices: set[str], name: str, change: float) -> Sensitivity:
+        note(f"sensitivity: {family}.{name} {change:+.0%}")
+        adjust = lambda d: with_fields(d, **{name: min(1.0, getattr(d, name) * (1 + change))})  # noqa: E731
+        moved, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only=devices,
+                                     adjust=adjust, draft=prep.draft)
+        kept = [o for o in prep.options if not set(o.device_types) & devices]
+        s = solve(prep.instance.with_options(sorted(kept + moved, key=lambda o: o.key)), objective,
+                  tie_break_budget=SENSITIVITY_TIE_BREAK_S, gap=FALLBACK_GAP, hint=sol)
+        value = s.objective.value if s.feasible else 0.0
+        moved_by = value / sol.objective.value - 1 if sol.objective.value else 0.0
+        # Within the solver's tolerance the plan still stands: pools differing there are ties, not changes.
+        after = before if abs(moved_by) <= FALLBACK_GAP else _pool_shapes(s) if s.feasible else set()
+        return Sensitivity(f"{family}.{name}", change, moved_by, tuple(sorted(after - before)),
+                           tuple(sorted(before - after)))
+
+    moves = [(family, devices, name, sign * SENSITIVITY_CHANGE) for family, devices in sorted(families.items())
+             for name in SENSITIVITY_FIELDS for sign in (1, -1)]
+    # Two at a time, as the baselines (`compiler.place.baselines.baselines`): each solve is deterministic alone.
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(lambda m: one(*m), moves))
 
 
 def _pool_shapes(sol: Solution) -> set[str]:

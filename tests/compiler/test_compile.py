@@ -98,6 +98,21 @@ def test_a_compile_whose_trace_is_cached_imports_neither_torch_nor_transformers(
     assert (tmp_path / "plan.json").is_file()
 
 
+def test_sensitivity_moves_each_assumed_factor_both_ways_and_the_objective_follows(compiled):
+    """Every assumed efficiency of a device family the fleet offers is moved +-20%; a faster device can only
+    raise the most throughput the fleet serves, a slower one only lower it (up to the 2% the re-solves stop
+    at), and the pools are called changed only where the objective moved by more than that."""
+    plan, _, _ = compiled("chat")
+    moves = {(s["factor"], s["change"]): s for s in plan["sensitivity"]}
+    factors = {f for f, _c in moves}
+    assert factors and all((f, c) in moves for f in factors for c in (0.2, -0.2))
+    for (factor, change), s in moves.items():
+        assert s["objective_change"] * change >= -0.02 * abs(change), s
+        assert s["changes_pools"] == bool(s["pools_added"] or s["pools_removed"])
+        if abs(s["objective_change"]) <= 0.02:
+            assert not s["changes_pools"], s
+
+
 def _mix(plan: dict) -> dict[tuple[str, str], int]:
     mix: dict[tuple[str, str], int] = {}
     for p in plan["pools"]:
