@@ -481,6 +481,8 @@ def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, t
            note: Progress, gap: float, curves: Collection[str] | None = None, budget: float | None = None
            ) -> tuple[list[dict], list[dict], list[tuple[float, str]]]:
     """Rows per (target, curve) with a placement, the dropouts, and the failed heterogeneous targets."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from compiler.emit.emit_plan import class_latencies
     from compiler.ir.placement import Baseline
     from compiler.place.baselines import colocated_only, greedy_baseline, islands, solved
@@ -496,8 +498,22 @@ def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, t
     for i, target in enumerate(targets):
         note(f"TPOT target {target * 1e3:.1f} ms ({i + 1}/{len(targets)})")
         base = prep.instance.with_slo(tpot_s=target)  # the options' latency curves are read against the new target
-        sol = solve(base, objective, time_limit_s=time_limit_s, tie_break=False, gap=gap, budget=budget,
-                    ratio_hint=hint.get("heterogeneous", 0.0))
+        posed = [(n, (lambda f=f: f.with_slo(tpot_s=target)) if not isinstance(f, str) else f) for n, f in fleets]
+        posed += [("vendor-islands", lambda: islands(base)), ("no-disaggregation", lambda: colocated_only(base))]
+        posed = [(n, f) for n, f in posed if n not in gone and (curves is None or n in curves)]
+
+        def one(entry, base=base):
+            name, fleet = entry
+            if name == "heterogeneous":
+                return solve(base, objective, time_limit_s=time_limit_s, tie_break=False, gap=gap, budget=budget,
+                             ratio_hint=hint.get("heterogeneous", 0.0))
+            return (Baseline(name, "skipped", note=fleet) if isinstance(fleet, str) else
+                    solved(name, fleet(), objective, time_limit_s, explain=False, gap=gap, budget=budget,
+                           ratio_hint=hint.get(name, 0.0)))
+
+        # Two solves at a time, in a fixed order of results: each is deterministic alone (as the baselines).
+        with ThreadPoolExecutor(2) as pool:
+            sol, *solved_baselines = pool.map(one, [("heterogeneous", None), *posed])
         if not sol.feasible:
             failed.append((target, explain(prep.graph.model, base, sol)))
             continue
@@ -510,17 +526,11 @@ def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, t
             dropouts.append({"device": t, "tpot_target_ms": target * 1e3, "where": f"plan:{t}", "posed": True,
                              "why": f"the plan no longer uses {t}"})
         before = used
-        posed = [(n, (lambda f=f: f.with_slo(tpot_s=target)) if not isinstance(f, str) else f) for n, f in fleets]
-        posed += [("vendor-islands", lambda: islands(base)), ("no-disaggregation", lambda: colocated_only(base))]
-        for name, fleet in posed + [("greedy", None)]:
-            if name in gone or (curves is not None and name not in curves):
-                continue
-            b = (Baseline(name, "skipped", note=fleet) if isinstance(fleet, str) else
-                 greedy_baseline(base, objective) if fleet is None else
-                 solved(name, fleet(), objective, time_limit_s, explain=False, gap=gap, budget=budget,
-                        ratio_hint=hint.get(name, 0.0)))
+        greedy = [greedy_baseline(base, objective)] if "greedy" not in gone and (curves is None or "greedy" in curves) \
+            else []
+        for b in solved_baselines + greedy:
             if b.objective is not None:
-                hint[name] = b.objective.value
+                hint[b.name] = b.objective.value
             if not b.feasible or not b.output_tokens_per_s:
                 gone[b.name] = target
                 if b.status != "skipped" or i == 0:
