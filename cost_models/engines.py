@@ -80,8 +80,17 @@ class Engine:
         vLLM from v0.14 (sources under "overlap" in `provenance`; `at_version`
         turns it off for older releases). Launch gaps between kernels
         (per block, per call) are device time and stay whatever the host does.
+        The price is latency: the next step is already scheduled when a
+        request arrives, so it waits one more step before its prefill starts
+        (`lookahead_steps`; "the scheduler operates one step ahead of the
+        current execution", https://github.com/vllm-project/vllm/pull/19970).
         """
         return max(device_s, host_s) if self.overlap else device_s + host_s
+
+    @property
+    def lookahead_steps(self) -> float:
+        """Steps already scheduled ahead of a new request: one behind overlap scheduling, else none."""
+        return 1.0 if self.overlap else 0.0
 
     def applied_to(self, derate: Derate) -> Derate:
         """The device family's derate with this engine's per-step, per-block and per-call overheads where it has its
@@ -101,7 +110,7 @@ _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhea
 #: kernel costs a few microseconds however little it computes, less but not nothing inside a CUDA graph
 #: (https://developer.nvidia.com/blog/cuda-graphs/), so a step of many small kernels (MoE routing, per-layer norms)
 #: has a floor in proportion to its calls.
-_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=4.937e-07, seq_overhead_s=1e-08)
+_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=4.971e-07, seq_overhead_s=1e-08)
 _SHARED_SOURCE = SWEEP_FIT.format(rows="all 842 rows, shared by the three engines")
 
 
@@ -118,12 +127,12 @@ ENGINES: dict[str, Engine] = {
         ("step_overhead_s", "the device family's derate (cost_models/derates.py)"),
         ("seq_overhead_s", _GENERIC_SOURCE), ("request_overhead_s", _GENERIC_SOURCE), ("overlap", _GENERIC_SOURCE),
         ("prefill_budget_tokens", "the default all three measured engines share: " + TRTLLM_DEFAULTS))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, request_overhead_s=0.1299, sync_fraction=0.1911,
+    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, request_overhead_s=0.106, sync_fraction=0.1928,
                       admission_fraction=0.01),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, request_overhead_s=0.02856, sync_fraction=0.2032,
+    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, request_overhead_s=0.02239, sync_fraction=0.2025,
                     admission_fraction=0.01),
-    "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, request_overhead_s=0.05101, sync_fraction=1.0,
-                      admission_fraction=0.03439),
+    "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, request_overhead_s=0.03609, sync_fraction=1.0,
+                      admission_fraction=0.03889),
 }
 GENERIC = ENGINES["generic"]
 

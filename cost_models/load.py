@@ -15,7 +15,8 @@ blocks on the device, `cost_models.roofline`); what an engine adds is a few
 fitted numbers (`cost_models.engines.Engine`): a device time per block and
 per call a block makes (the launch floor of short kernels), a host time per
 step and per running sequence (hidden behind the device where the engine
-overlaps scheduling, [Note: overlap scheduling]), a front-end latency before
+overlaps scheduling, which in turn holds a new request back one step,
+[Note: overlap scheduling]), a front-end latency before
 a request reaches the scheduler, and, for closed-loop benchmarks only, the
 share of requests that arrive in lock-step waves. Waves happen when C clients
 with identical request lengths start together: they finish together and come
@@ -182,7 +183,7 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate) -> ClosedLoop:
     ttft_wave = engine.request_overhead_s + wave * (steps.wave_steps + 1) / 2
     tpot_wave = decode + wave * (steps.wave_steps - 1) / 2 / max(steps.output_len - 1, 1.0)
     s = engine.sync_fraction
-    ttft = (1 - s) * ttft_desync + s * ttft_wave
+    ttft = (1 - s) * ttft_desync + s * ttft_wave + engine.lookahead_steps * mixed
     tpot = (1 - s) * mixed + s * tpot_wave
     if steps.concurrency > steps.active:  # clients beyond the engine's slots wait for one to free (Little's law)
         ttft += (steps.concurrency - steps.active) * (ttft + (steps.output_len - 1) * tpot) / steps.active
@@ -305,7 +306,8 @@ def colocated_curve(graph: BlockGraph, dep: Deployment, slots: int, shape: Reque
             step_s = table.at(_occupancy(rho * slots, slots, p)) + extra * rho
             service = own_steps * step_s
             prefill_rho = rho * full.prefill_tokens_per_step / room
-            ttft = dep.engine.request_overhead_s + 0.5 * step_s + wait_percentile_s(1, prefill_rho, service, p) + service
+            ttft = (dep.engine.request_overhead_s + (0.5 + dep.engine.lookahead_steps) * step_s
+                    + wait_percentile_s(1, prefill_rho, service, p) + service)
             life = ttft + (shape.output_len - 1) * step_s
             point.append((ttft + wait_percentile_s(slots, rho, life, p), step_s))
         curve.append((rho, point[0][0], point[1][0], point[0][1], point[1][1]))

@@ -116,6 +116,18 @@ def test_a_step_whose_host_time_exceeds_its_device_time_costs_the_host_time_unde
     assert closed_loop(graph, slow, 1, RequestShape(1024, 256)).decode_only_step_s == pytest.approx(expected, rel=1e-6)
 
 
+def test_behind_overlap_scheduling_a_new_request_waits_one_step_more(graph):
+    """The next step is scheduled while the current one runs, so a new request's prefill starts a step later."""
+    from cost_models.load import RequestShape, closed_loop
+
+    shape = RequestShape(2048, 256)
+    ahead = _engine_costs(_dep(engine="trtllm"), overlap=True, step_overhead_s=0.0, seq_overhead_s=0.0)
+    inline = _engine_costs(ahead, overlap=False)
+    overlapped, synchronous = closed_loop(graph, ahead, 16, shape), closed_loop(graph, inline, 16, shape)
+    assert overlapped.tpot_s == pytest.approx(synchronous.tpot_s, rel=1e-12)
+    assert overlapped.ttft_s - synchronous.ttft_s == pytest.approx(overlapped.step_s, rel=1e-9)
+
+
 def test_the_closed_loop_pays_the_per_call_launch_floor_of_the_step_model(graph):
     """`assemble` adds the per-call overhead in closed form; `step` pays it per block through the roofline."""
     from cost_models.load import RequestShape, closed_loop
