@@ -139,7 +139,7 @@ def af_decode_step(graph: BlockGraph, shape: AFShape, batch: float, context: flo
     edges = blocks_time(graph, ffn_dep, "decode", {"B": tokens / (1 if moe else shape.ffn_groups), "L": context},
                         plan_f, EDGE_ROLES)
     host = max(shape.attn.step_overhead_s, shape.ffn.step_overhead_s) + shape.attn.engine.seq_overhead_s * batch
-    time = layers * layer + edges.time_s + host
+    time = shape.attn.engine.step_s(layers * layer + edges.time_s, host)
     return AFStep(time, ta, tf, tc, _times(attn, m), _times(ffn, m, edges), 2 * layers * tokens * per_token * fanout,
                   plan_a, plan_f)
 

@@ -1,14 +1,16 @@
 """Serving engines as data: what a scheduler adds to the hardware's step time, per engine.
 
 An `Engine` holds what physics leaves open once a step's work is costed on a
-device (`cost_models.roofline`): the fixed host time every engine step costs
-(scheduling, sampling, kernel launches not hidden by CUDA graphs), a time per
-sequence per step (sampling and bookkeeping of each running request), the
+device (`cost_models.roofline`): the launch gaps CUDA graphs do not hide (a
+time per block and per call a block makes), the host time every engine step
+costs (scheduling, sampling bookkeeping) and its share per running sequence,
+whether the host overlaps the device ([Note: overlap scheduling]), the
 latency a request spends in the front end before the scheduler sees it (HTTP,
 tokenisation, detokenisation of the first token), and how the engine batches
-prefill work (its per-step token budget). Those four times are fitted on
-measured serving sweeps (`tools/fidelity_sweeps.py --fit`, see
-[Note: serving calibration]); the budgets are the engines' documented defaults.
+prefill work (its per-step token budget). The times are fitted on measured
+serving sweeps (`tools/fidelity_sweeps.py --fit`, see
+[Note: serving calibration]); the budgets and the overlap are the engines'
+documented defaults.
 
 ``generic`` is what a pool gets when the cluster file names no engine: the
 family's own step and block overheads (`cost_models.derates`), no
@@ -18,6 +20,8 @@ where it came from in `provenance`.
 
 >>> engine("vllm").prefill_budget_tokens
 8192
+>>> engine("vllm", "0.12.0").overlap
+False
 >>> engine("tgi")
 Traceback (most recent call last):
 ...
@@ -36,6 +40,12 @@ VLLM_DEFAULTS = ("https://docs.vllm.ai/en/stable/configuration/optimization.html
                  "max_num_batched_tokens 8192 with chunked prefill)")
 SGLANG_DEFAULTS = ("https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py "
                    "(chunked_prefill_size 8192 on 80+ GB GPUs; max_prefill_tokens 16384)")
+TRTLLM_OVERLAP = ("https://nvidia.github.io/TensorRT-LLM/torch/features/overlap_scheduler.html (PyTorch backend: "
+                  "overlap scheduler enabled by default, disable_overlap_scheduler=False)")
+SGLANG_OVERLAP = ("https://lmsys.org/blog/2024-12-04-sglang-v0-4/#zero-overhead-batch-scheduler (overlap scheduler on "
+                  "by default since v0.4; server_args disable_overlap_schedule=False)")
+VLLM_OVERLAP = ("https://github.com/vllm-project/vllm/pull/27614 (async scheduling on by default from v0.14; "
+                "v0.11 and v0.12 vllm/config/scheduler.py: async_scheduling: bool = False)")
 SWEEP_FIT = ("fitted by `tools/fidelity_sweeps.py --fit` on ../shared/reference/serving_sweeps.csv "
              "(aiconfigurator silicon_sample.csv, agg mode): {rows}")
 
@@ -47,20 +57,46 @@ class Engine:
     name: str
     step_overhead_s: float | None = None  # fixed host time per engine step
     block_overhead_s: float | None = None  # per block per step: launches and syncs CUDA graphs do not hide
+    op_overhead_s: float | None = None  # per call a block makes per step: the shortest a kernel takes
     seq_overhead_s: float = 0.0  # per running sequence per step (sampling, bookkeeping)
     request_overhead_s: float = 0.0  # front end: HTTP, tokenisation, first detokenisation (added to TTFT)
     sync_fraction: float = 0.0  # closed-loop benchmarks only: share of requests that arrive in lock-step waves
     admission_fraction: float = 0.0  # closed loop only: share of the time between completions a new request waits
     prefill_budget_tokens: int = 8192  # tokens one step may carry (decodes and prefill chunks together)
     max_batch: int = 2048  # sequences one replica schedules at once
+    overlap: bool = False  # the host prepares step n+1 while the device runs step n ([Note: overlap scheduling])
     provenance: tuple[tuple[str, str], ...] = field(default=())
 
     def source(self, name: str) -> str:
         return dict(self.provenance).get(name, "")
 
+    def step_s(self, device_s: float, host_s: float) -> float:
+        """One step's wall time from its device time and its host time; see [Note: overlap scheduling].
+
+        [Note: overlap scheduling] An engine that overlaps scheduling prepares
+        step n+1 on the host (scheduling, sampling bookkeeping, stop checks)
+        while the device runs step n, so a step costs the longer of the two,
+        not their sum: TensorRT-LLM's PyTorch backend and SGLang by default,
+        vLLM from v0.14 (sources under "overlap" in `provenance`; `at_version`
+        turns it off for older releases). Launch gaps between kernels
+        (per block, per call) are device time and stay whatever the host does.
+        The price is latency: the next step is already scheduled when a
+        request arrives, so it waits one more step before its prefill starts
+        (`lookahead_steps`; "the scheduler operates one step ahead of the
+        current execution", https://github.com/vllm-project/vllm/pull/19970).
+        """
+        return max(device_s, host_s) if self.overlap else device_s + host_s
+
+    @property
+    def lookahead_steps(self) -> float:
+        """Steps already scheduled ahead of a new request: one behind overlap scheduling, else none."""
+        return 1.0 if self.overlap else 0.0
+
     def applied_to(self, derate: Derate) -> Derate:
-        """The device family's derate with this engine's per-step and per-block overheads where it has its own."""
-        changes = {k: getattr(self, k) for k in ("step_overhead_s", "block_overhead_s") if getattr(self, k) is not None}
+        """The device family's derate with this engine's per-step, per-block and per-call overheads where it has its
+        own."""
+        changes = {k: getattr(self, k) for k in ("step_overhead_s", "block_overhead_s", "op_overhead_s")
+                   if getattr(self, k) is not None}
         if not changes:
             return derate
         return replace(derate, **changes, provenance=f"{derate.provenance}; overheads of engine {self.name}")
@@ -68,34 +104,56 @@ class Engine:
 
 _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhead and no extra scheduler cost"
 
-#: What the two-level sweep fit shares across engines: the step costs of one step on Hopper GPUs.
-_SHARED = dict(step_overhead_s=1.262e-3, block_overhead_s=6.173e-6, seq_overhead_s=2.691e-5)
+#: What the two-level sweep fit shares across engines: the step costs of one step on Hopper GPUs. Host time per
+#: step and per sequence and the per-block overhead end at the lower bounds of the fit: behind overlap scheduling
+#: (all rows but vLLM <= 0.12) the host is hidden, and the per-call overhead accounts for the launch floor: each
+#: kernel costs a few microseconds however little it computes, less but not nothing inside a CUDA graph
+#: (https://developer.nvidia.com/blog/cuda-graphs/), so a step of many small kernels (MoE routing, per-layer norms)
+#: has a floor in proportion to its calls.
+_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=4.971e-07, seq_overhead_s=1e-08)
 _SHARED_SOURCE = SWEEP_FIT.format(rows="all 842 rows, shared by the three engines")
 
 
-def _fitted(name: str, budget_source: str, **own: float) -> Engine:
+def _fitted(name: str, budget_source: str, overlap_source: str, **own: float) -> Engine:
     sources = {k: _SHARED_SOURCE for k in _SHARED}
     sources.update({k: SWEEP_FIT.format(rows=f"the {name} rows") for k in own})
     sources["prefill_budget_tokens"] = budget_source
-    return Engine(name, **_SHARED, **own, provenance=tuple(sorted(sources.items())))
+    sources["overlap"] = overlap_source
+    return Engine(name, **_SHARED, **own, overlap=True, provenance=tuple(sorted(sources.items())))
 
 
 ENGINES: dict[str, Engine] = {
     "generic": Engine("generic", provenance=(
         ("step_overhead_s", "the device family's derate (cost_models/derates.py)"),
-        ("seq_overhead_s", _GENERIC_SOURCE), ("request_overhead_s", _GENERIC_SOURCE),
+        ("seq_overhead_s", _GENERIC_SOURCE), ("request_overhead_s", _GENERIC_SOURCE), ("overlap", _GENERIC_SOURCE),
         ("prefill_budget_tokens", "the default all three measured engines share: " + TRTLLM_DEFAULTS))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, request_overhead_s=0.1341, sync_fraction=0.1803,
+    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, request_overhead_s=0.106, sync_fraction=0.1928,
                       admission_fraction=0.01),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, request_overhead_s=0.02962, sync_fraction=0.1974, admission_fraction=0.01),
-    "sglang": _fitted("sglang", SGLANG_DEFAULTS, request_overhead_s=0.3128, sync_fraction=0.6015,
-                      admission_fraction=1.0),
+    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, request_overhead_s=0.02239, sync_fraction=0.2025,
+                    admission_fraction=0.01),
+    "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, request_overhead_s=0.03609, sync_fraction=1.0,
+                      admission_fraction=0.03889),
 }
 GENERIC = ENGINES["generic"]
 
+#: The first release of an engine whose default is overlap scheduling, for engines whose older releases step
+#: synchronously (`at_version`; sources in each engine's provenance under "overlap").
+OVERLAP_SINCE = {"vllm": (0, 14)}
 
-def engine(name: str) -> Engine:
+
+def engine(name: str, version: str | None = None) -> Engine:
+    """The engine `name`; with `version`, as that release runs by default (`OVERLAP_SINCE`)."""
     try:
-        return ENGINES[name]
+        found = ENGINES[name]
     except KeyError:
         raise ValueError(f"unknown serving engine {name!r}; use one of {', '.join(sorted(ENGINES))}") from None
+    return found if version is None else at_version(found, version)
+
+
+def at_version(found: Engine, version: str) -> Engine:
+    """`found` as release `version` (e.g. "0.12.0") runs by default; unparsable versions are the current one."""
+    since = OVERLAP_SINCE.get(found.name)
+    numbers = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if since is None or len(numbers) < 2 or numbers >= since:
+        return found
+    return replace(found, overlap=False)

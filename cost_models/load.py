@@ -11,15 +11,29 @@ Two kinds of load, one step model (`cost_models.serving.step`, weights read once
   built from a few costed steps (`StepTable`). Waits follow [Note: queueing model].
 
 [Note: serving calibration] Step times are physics (roofline of the traced
-blocks on the device, `cost_models.roofline`); what an engine adds is four
-fitted numbers (`cost_models.engines.Engine`): a fixed time per step, a time
-per running sequence per step, a front-end latency before a request reaches
-the scheduler, and, for closed-loop benchmarks only, the share of requests
-that arrive in lock-step waves. Waves happen when C clients with identical
-request lengths start together: they finish together and come back
-together, so each wave's prompts are prefilled back to back before anyone
-decodes (what SGLang's TTFT, which grows linearly with C, shows). A fifth,
-also closed-loop only, is the share of the time between two completions that
+blocks on the device, `cost_models.roofline`); what an engine adds is a few
+fitted numbers (`cost_models.engines.Engine`): a device time per block and
+per call a block makes (the launch floor of short kernels), a host time per
+step and per running sequence (hidden behind the device where the engine
+overlaps scheduling, which in turn holds a new request back one step,
+[Note: overlap scheduling]), a front-end latency before
+a request reaches the scheduler, and, for closed-loop benchmarks only, the
+share of requests that arrive in lock-step waves. Waves happen when C clients
+with identical request lengths start together: they finish together and come
+back together, so each wave's prompts are prefilled back to back, one budget
+per step, and the first token of a wave's last prompt waits for all of them
+(what SGLang's TTFT, which grows linearly with C, shows). A request prefilled
+early in the wave does not decode at full speed until the wave's prefill
+ends: SGLang runs a prefill batch whenever prompts wait and decodes stall
+(its scheduler prefers a new prefill batch to the running decode batch,
+`get_next_batch_to_run` in
+https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/managers/scheduler.py,
+and does not mix chunks into decode batches by default, ``enable_mixed_chunk``
+False in its server_args.py), and mixing engines run its decodes in the
+wave's long steps. Either way a request waits on average (W - 1) / 2 wave
+steps beyond its own, spread over its output tokens: the wave's TPOT is the
+decode step plus that stall. Another, also
+closed-loop only, is the share of the time between two completions that
 a new request waits to be admitted: TensorRT-LLM's TTFT at low concurrency is
 the prefill plus about cycle / C, the mean time to the next completion, so it
 grows with the output length at fixed C. Poisson traffic has neither waves
@@ -120,12 +134,13 @@ class LoopSteps:
     wave_sequences: float
     wave_steps: int
     blocks: int  # blocks a step runs through (each pays the per-block overhead)
+    dispatches: int  # calls a step's blocks make (each pays the per-call overhead)
 
 
 def loop_steps(graph: BlockGraph, dep: Deployment, concurrency: float, shape: RequestShape,
                slots: float | None = None) -> LoopSteps:
     """Cost the steps of C closed-loop clients on one replica of `dep`, without its engine's overheads."""
-    bare = replace(dep, derate=replace(dep.derate, step_overhead_s=0.0, block_overhead_s=0.0),
+    bare = replace(dep, derate=replace(dep.derate, step_overhead_s=0.0, block_overhead_s=0.0, op_overhead_s=0.0),
                    engine=replace(dep.engine, seq_overhead_s=0.0))
     budget = dep.engine.prefill_budget_tokens
     active = min(concurrency, slots or dep.engine.max_batch)
@@ -136,20 +151,25 @@ def loop_steps(graph: BlockGraph, dep: Deployment, concurrency: float, shape: Re
     wave_steps = max(1, math.ceil(wave_tokens / budget))
     wave_batch = Batch(prefill_tokens=wave_tokens / wave_steps, prefill_requests=max(1.0, active / wave_steps))
     wave = step(graph, bare, wave_batch, memory_plan(graph, bare))
-    blocks = sum(n for _b, n in block_groups(graph, "decode"))
+    groups = block_groups(graph, "decode")
+    blocks = sum(n for _b, n in groups)
+    dispatches = sum(n * (b.dispatches or sum(op.count for op in b.ops)) for b, n in groups)
     return LoopSteps(concurrency, active, out, mixed.step.time_s, mixed.batch.sequences, mixed.batch.prefill_tokens,
                      _decode(graph, bare, active, shape).time_s, math.ceil(prompt / room),
-                     active * prompt / out / room, wave.time_s, wave_batch.sequences, wave_steps, blocks)
+                     active * prompt / out / room, wave.time_s, wave_batch.sequences, wave_steps, blocks, dispatches)
 
 
 def assemble(steps: LoopSteps, engine: Engine, derate: Derate) -> ClosedLoop:
     """TTFT and TPOT of the loop once the overheads are added: `derate`'s per step and per block (the engine's
     own where it has them, `Engine.applied_to`) and `engine`'s per sequence; see [Note: serving calibration]."""
     derate = engine.applied_to(derate)
-    per_step = derate.step_overhead_s + derate.block_overhead_s * steps.blocks
-    host = lambda sequences: per_step + engine.seq_overhead_s * sequences  # noqa: E731
-    mixed = steps.mixed_s + host(steps.mixed_sequences)
-    decode = steps.decode_s + host(steps.active)
+    launches = derate.block_overhead_s * steps.blocks + derate.op_overhead_s * steps.dispatches
+
+    def cost(device_s: float, sequences: float) -> float:  # a step: device time (with launch gaps) and host time
+        return engine.step_s(device_s + launches, derate.step_overhead_s + engine.seq_overhead_s * sequences)
+
+    mixed = cost(steps.mixed_s, steps.mixed_sequences)
+    decode = cost(steps.decode_s, steps.active)
     service = steps.own_steps * mixed
     cycle = steps.output_len * mixed + service  # one request's life: its prefill chunks and its decode steps
     admission = engine.admission_fraction * cycle / steps.active  # waiting for the next completion to be admitted
@@ -159,10 +179,12 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate) -> ClosedLoop:
     else:  # prefill-bound: requests start only as fast as the budget prefills them (Little's law for the rest)
         rate = steps.active / (steps.prefill_rho * steps.output_len * mixed)  # = budget / prompt per step
         ttft_desync = max(ttft_desync, steps.active / rate - (steps.output_len - 1) * mixed)
-    ttft_wave = engine.request_overhead_s + (steps.wave_s + host(steps.wave_sequences)) * (steps.wave_steps + 1) / 2
+    wave = cost(steps.wave_s, steps.wave_sequences)
+    ttft_wave = engine.request_overhead_s + wave * (steps.wave_steps + 1) / 2
+    tpot_wave = decode + wave * (steps.wave_steps - 1) / 2 / max(steps.output_len - 1, 1.0)
     s = engine.sync_fraction
-    ttft = (1 - s) * ttft_desync + s * ttft_wave
-    tpot = (1 - s) * mixed + s * decode
+    ttft = (1 - s) * ttft_desync + s * ttft_wave + engine.lookahead_steps * mixed
+    tpot = (1 - s) * mixed + s * tpot_wave
     if steps.concurrency > steps.active:  # clients beyond the engine's slots wait for one to free (Little's law)
         ttft += (steps.concurrency - steps.active) * (ttft + (steps.output_len - 1) * tpot) / steps.active
     return ClosedLoop(ttft, tpot, mixed, decode, steps.prefill_tokens_per_step, steps.active)
@@ -284,7 +306,8 @@ def colocated_curve(graph: BlockGraph, dep: Deployment, slots: int, shape: Reque
             step_s = table.at(_occupancy(rho * slots, slots, p)) + extra * rho
             service = own_steps * step_s
             prefill_rho = rho * full.prefill_tokens_per_step / room
-            ttft = dep.engine.request_overhead_s + 0.5 * step_s + wait_percentile_s(1, prefill_rho, service, p) + service
+            ttft = (dep.engine.request_overhead_s + (0.5 + dep.engine.lookahead_steps) * step_s
+                    + wait_percentile_s(1, prefill_rho, service, p) + service)
             life = ttft + (shape.output_len - 1) * step_s
             point.append((ttft + wait_percentile_s(slots, rho, life, p), step_s))
         curve.append((rho, point[0][0], point[1][0], point[0][1], point[1][1]))

@@ -46,7 +46,7 @@ class Deployment:
     tp: int = 1
     pp: int = 1
     precision: Precision = Precision.of("bf16")
-    engine: Engine = GENERIC  # its per-step and per-block overheads are already in `derate` (`Engine.applied_to`)
+    engine: Engine = GENERIC  # its per-step, -block and -call overheads are already in `derate` (`Engine.applied_to`)
 
     @property
     def step_overhead_s(self) -> float:
@@ -323,10 +323,11 @@ class _Pass:
     tp_comm_s: float
     hops_s: float
     host_s: float  # the engine's scheduling of this micro-batch
+    engine: Engine
 
     @property
     def time_s(self) -> float:
-        return self.blocks_s + self.tp_comm_s + self.hops_s + self.host_s
+        return self.engine.step_s(self.blocks_s + self.tp_comm_s + self.hops_s, self.host_s)
 
 
 def _pass(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan) -> _Pass:
@@ -355,7 +356,8 @@ def _pass(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan) ->
         edge = graph.residual_edge(phase) if point is not None else None
         residual += edge.act_bytes(**point) if edge is not None else 0.0
     host = dep.step_overhead_s + dep.engine.seq_overhead_s * batch.sequences
-    return _Pass(total, comp, mem, over, _tp_comm_s(graph, dep, batch, residual), _hops_s(dep, residual), host)
+    return _Pass(total, comp, mem, over, _tp_comm_s(graph, dep, batch, residual), _hops_s(dep, residual), host,
+                 dep.engine)
 
 
 def _tp_comm_s(graph: BlockGraph, dep: Deployment, batch: Batch, residual: float) -> float:

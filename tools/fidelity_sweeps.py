@@ -3,20 +3,21 @@
 Runs `cost_models.load.closed_loop` (what ``gimletc estimate --concurrency C``
 predicts) on every row of ../shared/reference/serving_sweeps.csv: C
 closed-loop clients on one replica of ``tp`` devices, fixed input and output
-lengths, the row's engine (TensorRT-LLM, vLLM, SGLang). Prints median APE of
+lengths, the row's engine (TensorRT-LLM, vLLM, SGLang) as its release runs by
+default (`cost_models.engines.at_version`: overlap scheduling or not). Prints median APE of
 TTFT and TPOT by model, device and engine group.
 
     .venv/bin/python tools/fidelity_sweeps.py [--fit] [--loo] [--json] [--worst N]
 
 ``--fit`` fits each engine's scheduler costs (`cost_models.engines.Engine`:
-step_overhead_s, block_overhead_s, seq_overhead_s, request_overhead_s, and the closed-loop
+step_overhead_s, block_overhead_s, op_overhead_s, seq_overhead_s, request_overhead_s, and the closed-loop
 sync_fraction and admission_fraction; bounds in
 `PARAMS`) on all rows of that engine with the shared fitter
 (`compiler.calibrate.fit.fit_fields`) and prints them to paste into
 cost_models/engines.py. ``--loo`` reports leave-one-group-out error: each
 model x device x engine group is predicted with everything fitted on the
 other groups only. The fit has two levels: the step costs (per step, per
-block, per running sequence) are shared by all engines, fitted on all rows;
+block, per call, per running sequence) are shared by all engines, fitted on all rows;
 each engine's front end and closed-loop dynamics are fitted on its own rows. Only this file's rows are used: the other
 rows of its source are held out to measure the model (see
 ../shared/reference/serving_sweeps.md).
@@ -47,6 +48,7 @@ def step_params():
 
     return (Param("step_overhead_s", 1e-5, 20e-3, grid_lo=1e-4),  # host time per step: 0.1-20 ms
             Param("block_overhead_s", 1e-7, 100e-6, grid_lo=1e-6),  # per block per step: up to 0.1 ms
+            Param("op_overhead_s", 1e-9, 5e-6, grid_lo=1e-8),  # per call per step: up to a kernel launch, 5 us
             Param("seq_overhead_s", 1e-8, 200e-6, grid_lo=1e-7))  # per running sequence per step: up to 0.2 ms
 
 
@@ -93,6 +95,13 @@ def physics(rows: list[dict]) -> list:
     return out
 
 
+def row_engine(row: dict, engines: dict):
+    """The row's engine as its release runs by default (`cost_models.engines.at_version`)."""
+    from cost_models.engines import at_version
+
+    return at_version(engines[ENGINE_OF[row["backend"]]], row["backend_version"])
+
+
 def predict(steps, family, engine) -> tuple[float, float]:
     """(TTFT ms, TPOT ms) of one row's steps under `engine` on a device of derate `family`."""
     from cost_models.load import assemble
@@ -104,7 +113,7 @@ def predict(steps, family, engine) -> tuple[float, float]:
 def errors(rows: list[dict], phys: list, engines: dict) -> list[dict]:
     out = []
     for r, (steps, family_step) in zip(rows, phys):
-        ttft, tpot = predict(steps, family_step, engines[ENGINE_OF[r["backend"]]])
+        ttft, tpot = predict(steps, family_step, row_engine(r, engines))
         m_ttft, m_tpot = float(r["ttft_ms"]), float(r["tpot_ms"])
         out.append({"id": r["id"], "group": " / ".join(group(r)), "tp": r["tp"], "concurrency": r["concurrency"],
                     "input_len": r["input_len"], "output_len": r["output_len"],
@@ -117,24 +126,33 @@ def _loss(rows: list[dict], phys: list, engines: dict) -> float:
     """Mean |log| error of TTFT plus twice that of TPOT (TPOT is what physics pins down)."""
     loss = 0.0
     for r, (steps, family) in zip(rows, phys):
-        ttft, tpot = predict(steps, family, engines[ENGINE_OF[r["backend"]]])
+        ttft, tpot = predict(steps, family, row_engine(r, engines))
         loss += abs(math.log(ttft / float(r["ttft_ms"]))) + 2 * abs(math.log(tpot / float(r["tpot_ms"])))
     return loss / len(rows)
 
 
+#: Rounds of the two-level fit: the shared step costs are fitted given each engine's own, then those given the
+#: shared ones; a second round lets each level see the other's fit rather than its starting values.
+ROUNDS = 2
+
+
 def fit(rows: list[dict], phys: list, start: dict) -> dict:
-    """Engines fitted on `rows` in two levels: the step costs shared by all engines, then each engine's own."""
+    """Engines fitted on `rows` in two levels, alternated `ROUNDS` times: the step costs shared by all engines, then
+    each engine's own. Each engine's own costs start at their lower bounds ("none"), so a held-out group's fit
+    does not start from values fitted on it."""
     from compiler.calibrate.fit import fit_fields
 
     names = sorted({ENGINE_OF[r["backend"]] for r in rows})
-    shared = fit_fields(lambda c: (_loss(rows, phys, {n: replace(start[n], **_step_fields(c)) for n in names}), c),
-                        start[names[0]], step_params(), grid_points=4, restarts=2)
-    engines = {n: replace(start[n], **_step_fields(shared)) for n in names}
-    for n in names:
-        idx = [i for i, r in enumerate(rows) if ENGINE_OF[r["backend"]] == n]
-        sub_rows, sub_phys = [rows[i] for i in idx], [phys[i] for i in idx]
-        engines[n] = fit_fields(lambda c, n=n: (_loss(sub_rows, sub_phys, {n: c}), c), engines[n], engine_params(),
-                                grid_points=4, restarts=2)
+    engines = {n: replace(start[n], **{p.name: p.lo for p in engine_params()}) for n in names}
+    for _ in range(ROUNDS):
+        shared = fit_fields(lambda c: (_loss(rows, phys, {n: replace(engines[n], **_step_fields(c)) for n in names}),
+                                       c), engines[names[0]], step_params(), grid_points=4, restarts=2)
+        engines = {n: replace(engines[n], **_step_fields(shared)) for n in names}
+        for n in names:
+            idx = [i for i, r in enumerate(rows) if ENGINE_OF[r["backend"]] == n]
+            sub_rows, sub_phys = [rows[i] for i in idx], [phys[i] for i in idx]
+            engines[n] = fit_fields(lambda c, n=n: (_loss(sub_rows, sub_phys, {n: c}), c), engines[n],
+                                    engine_params(), grid_points=4, restarts=2)
     return {**start, **engines}
 
 

@@ -84,3 +84,85 @@ def test_latency_curves_rise_with_utilisation(graph, kind):
         values = [point[index] for point in curve]
         assert all(a <= b * (1 + 1e-12) for a, b in zip(values, values[1:])), (kind, index, values)
     assert all(p[2] >= p[1] and p[4] >= p[3] for p in curve)  # the 90th percentile is never below the median
+
+
+def _engine_costs(dep, **fields):
+    """`dep` with its engine's fields changed, the per-step, per-block and per-call ones in its derate too."""
+    from dataclasses import replace
+
+    engine = replace(dep.engine, **fields)
+    return replace(dep, engine=engine, derate=engine.applied_to(dep.derate))
+
+
+def test_overlap_scheduling_costs_the_longer_of_device_and_host_time():
+    from cost_models.engines import Engine
+
+    overlapped, synchronous = Engine("a", overlap=True), Engine("b")
+    assert overlapped.step_s(2e-3, 5e-3) == 5e-3 and overlapped.step_s(5e-3, 2e-3) == 5e-3
+    assert synchronous.step_s(2e-3, 5e-3) == pytest.approx(7e-3)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_step_whose_host_time_exceeds_its_device_time_costs_the_host_time_under_overlap(graph, overlap):
+    """The step model and the closed loop agree: behind overlap the host hides the device, else they add."""
+    from cost_models.load import RequestShape, closed_loop
+    from cost_models.serving import decode_step
+
+    bare = _engine_costs(_dep(engine="trtllm"), overlap=overlap, step_overhead_s=0.0, seq_overhead_s=0.0)
+    device = decode_step(graph, bare, 1, 1152).time_s
+    slow = _engine_costs(bare, step_overhead_s=10 * device)
+    expected = 10 * device if overlap else 11 * device
+    assert decode_step(graph, slow, 1, 1152).time_s == pytest.approx(expected, rel=1e-9)
+    assert closed_loop(graph, slow, 1, RequestShape(1024, 256)).decode_only_step_s == pytest.approx(expected, rel=1e-6)
+
+
+def test_behind_overlap_scheduling_a_new_request_waits_one_step_more(graph):
+    """The next step is scheduled while the current one runs, so a new request's prefill starts a step later."""
+    from cost_models.load import RequestShape, closed_loop
+
+    shape = RequestShape(2048, 256)
+    ahead = _engine_costs(_dep(engine="trtllm"), overlap=True, step_overhead_s=0.0, seq_overhead_s=0.0)
+    inline = _engine_costs(ahead, overlap=False)
+    overlapped, synchronous = closed_loop(graph, ahead, 16, shape), closed_loop(graph, inline, 16, shape)
+    assert overlapped.tpot_s == pytest.approx(synchronous.tpot_s, rel=1e-12)
+    assert overlapped.ttft_s - synchronous.ttft_s == pytest.approx(overlapped.step_s, rel=1e-9)
+
+
+def test_the_closed_loop_pays_the_per_call_launch_floor_of_the_step_model(graph):
+    """`assemble` adds the per-call overhead in closed form; `step` pays it per block through the roofline."""
+    from cost_models.load import RequestShape, closed_loop
+    from cost_models.serving import decode_step
+
+    dep = _dep(engine="vllm")
+    shape = RequestShape(1024, 256)
+    slow = _engine_costs(dep, op_overhead_s=dep.engine.op_overhead_s + 5e-6)
+    extra = closed_loop(graph, slow, 8, shape).decode_only_step_s - closed_loop(graph, dep, 8, shape).decode_only_step_s
+    assert extra == pytest.approx(decode_step(graph, slow, 8, shape.decode_context).time_s
+                                  - decode_step(graph, dep, 8, shape.decode_context).time_s, rel=1e-6)
+    assert extra > 5e-6 * 32 * 50  # at least 50 calls in each of 32 layers
+
+
+def test_in_a_wave_decodes_wait_behind_the_rest_of_the_wave_prefill(graph):
+    """Lock-step waves: the prompts of a wave are prefilled one budget after another before its decodes settle, so a
+    request's tokens wait on average (W - 1) / 2 wave steps beyond its own, spread over its output."""
+    from dataclasses import replace
+
+    from cost_models.load import RequestShape, assemble, loop_steps
+
+    dep = _dep(engine="sglang")
+    quiet = replace(dep.engine, step_overhead_s=0.0, block_overhead_s=0.0, op_overhead_s=0.0, seq_overhead_s=0.0,
+                    sync_fraction=1.0)
+    shape = RequestShape(4096, 128)
+    steps = loop_steps(graph, dep, 64, shape)
+    loop = assemble(steps, quiet, dep.derate)
+    assert steps.wave_steps == 32  # 64 x 4096 prompt tokens, 8192 a step
+    assert loop.tpot_s == pytest.approx(steps.decode_s + steps.wave_s * 31 / 2 / 127, rel=1e-9)
+    assert loop.tpot_s > 1.5 * steps.decode_s
+
+
+def test_releases_before_an_engines_overlap_default_step_synchronously():
+    from cost_models.engines import engine
+
+    assert not engine("vllm", "0.12.0").overlap and engine("vllm", "0.18.0").overlap and engine("vllm").overlap
+    assert engine("trtllm", "1.0.0rc3").overlap and engine("trtllm", "gpt-oss-dev").overlap
+    assert not engine("generic").overlap
