@@ -40,3 +40,33 @@ def test_the_childs_unsupported_model_is_raised_by_the_parent(monkeypatch):
     monkeypatch.setattr(concurrent, "export_phase", decode_fails)
     with pytest.raises(UnsupportedModel, match="made up for this test"), quiet_export_logs():
         concurrent.traced_graph(resolve_model("llama-tiny"))
+
+
+def test_a_process_running_other_threads_does_not_fork(monkeypatch):
+    import threading
+
+    def no_fork(*_a, **_k):
+        raise AssertionError("forked while another thread ran")
+
+    monkeypatch.setattr(concurrent.multiprocessing, "get_context", no_fork)
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        with quiet_export_logs():
+            graph = concurrent.traced_graph(resolve_model("llama-tiny"))
+    finally:
+        release.set()
+        other.join()
+    assert graph.phase_blocks("decode") and graph.phase_blocks("prefill")
+
+
+def test_a_silent_child_is_killed_and_decode_exported_here(monkeypatch):
+    import time
+
+    monkeypatch.setattr(concurrent, "CHILD_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(concurrent, "_export_decode_in_child", lambda *_a: time.sleep(600))
+    spec = resolve_model("llama-tiny")
+    with quiet_export_logs():
+        graph = concurrent.traced_graph(spec)
+    assert graph.dumps() == concurrent.traced_graph(spec, concurrent=False).dumps()
