@@ -15,10 +15,14 @@ pytestmark = [pytest.mark.timeout(300),
 
 
 @pytest.mark.parametrize("name", ("llama-tiny", "gpt-oss-tiny", "qwen3-moe-tiny"))
-def test_two_processes_give_the_byte_identical_graph(name):
+def test_two_processes_give_the_byte_identical_graph(name, monkeypatch):
+    received = []
+    real = concurrent._received
+    monkeypatch.setattr(concurrent, "_received", lambda *a: received.append(real(*a)) or received[-1])
     spec = resolve_model(name)
     with quiet_export_logs():
         assert concurrent.traced_graph(spec).dumps() == concurrent.traced_graph(spec, concurrent=False).dumps()
+    assert len(received) == 1 and received[0] is not None  # decode came from the child
 
 
 def test_a_child_that_dies_costs_only_time(monkeypatch):
