@@ -283,7 +283,8 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
         if baselines:
             note("baselines: each device type alone within the budget, vendor islands, no disaggregation, greedy")
             fleets = _fleets(prep)
-            base = solve_baselines(prep.instance, objective, time_limit_s=time_limit_s, fleets=fleets)
+            base = solve_baselines(prep.instance, objective, time_limit_s=time_limit_s, fleets=fleets,
+                                   gap=sol.objective.gap if sol.status == "feasible" else 0.0)
     with timings.step("sensitivity"):
         moved = sensitivity(prep, sol, objective, progress=progress) if analyse else []
     with timings.step("emit"):

@@ -205,7 +205,9 @@ def _baseline_tables(plan, width: int) -> list:
                  else b.output_tokens_per_s_per_provisioned_w * 1e3, ",.0f"),
              num(b.cost_per_hour, ",.2f"), num(b.output_tokens_per_dollar, ",.0f"),
              "-" if b.plan_gain is None else f"{b.plan_gain:.2f}x"] for b in plan.baselines]
-    return fitted_tables("baselines (same cost model, same objective; predictions)", columns, rows, width)
+    standard = f"to the plan's {100 * plan.solver.gap:.2f}% gap" if plan.solver.status == "feasible" else "exactly"
+    return fitted_tables(f"baselines (same cost model, same objective, solved {standard}; predictions)", columns, rows,
+                         width)
 
 
 def baseline_verdicts(plan) -> list[str]:

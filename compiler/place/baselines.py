@@ -22,17 +22,19 @@ from compiler.place.ilp import solve
 
 
 def baselines(inst: Instance, objective: str, *, time_limit_s: float,
-              fleets: Sequence[tuple[str, Instance | str]] = (), explain: bool = True) -> list[Baseline]:
+              fleets: Sequence[tuple[str, Instance | str]] = (), explain: bool = True,
+              gap: float = 0.0) -> list[Baseline]:
     """Every baseline of `inst` for `objective`, in a fixed order: `fleets` (as given), vendor islands,
     no disaggregation, greedy. `explain` False leaves infeasible baselines without their binding families
-    (cheaper: the pareto sweep solves many)."""
+    (cheaper: the pareto sweep solves many). Each solve stops within `gap` of its bound: the gap the plan
+    itself reached, so that plan and baselines are compared at the same standard ([Note: baselines])."""
     from concurrent.futures import ThreadPoolExecutor
 
     posed = [*fleets, ("vendor-islands", islands(inst)), ("no-disaggregation", colocated_only(inst))]
 
     def one(entry: tuple[str, Instance | str]) -> Baseline:
         name, fleet = entry
-        return solved(name, fleet, objective, time_limit_s, explain) if isinstance(fleet, Instance) \
+        return solved(name, fleet, objective, time_limit_s, explain, gap) if isinstance(fleet, Instance) \
             else Baseline(name, "skipped", note=fleet)
 
     # Two at a time: each search is deterministic on its own, and a portfolio whose first configuration
