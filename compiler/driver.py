@@ -345,7 +345,7 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
         # Within the solver's tolerance the plan still stands: pools differing there are ties, not changes.
         after = before if abs(moved_by) <= FALLBACK_GAP else _pool_shapes(s) if s.feasible else set()
         return Sensitivity(f"{family}.{name}", change, moved_by, tuple(sorted(after - before)),
-                           tuple(sorted(before - after)))
+                           tuple(sorted(before - after)), s.objective.gap if s.feasible else 0.0)
 
     moves = [(family, devices, name, sign * SENSITIVITY_CHANGE) for family, devices in sorted(families.items())
              for name in SENSITIVITY_FIELDS for sign in (1, -1)]

@@ -54,7 +54,8 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
         baselines=[baseline_result(b, sol, predicted) for b in baselines],
         sensitivity=[SensitivityResult(factor=m.factor, change=m.change, objective_change=m.objective_change,
                                        changes_pools=m.changes_pools, pools_added=list(m.pools_added),
-                                       pools_removed=list(m.pools_removed)) for m in sensitivity],
+                                       pools_removed=list(m.pools_removed), solve_gap=m.solve_gap)
+                     for m in sensitivity],
         cost_budget_per_hour=inst.cost_budget_per_hour, fleet_design=list(inst.designed),
         devices_used=sol.devices(), prices_per_hour=dict(inst.prices_per_hour),
         price_sources={t: src for t, _p in inst.prices_per_hour if (src := cluster.price_source(t))},

@@ -197,6 +197,7 @@ class SensitivityResult(_Frozen):
     changes_pools: bool
     pools_added: list[str]
     pools_removed: list[str]
+    solve_gap: float = 0.0  # the re-solve's relative gap: objective_change is known to about this much
 
 
 class SolverReport(_Frozen):

@@ -295,7 +295,8 @@ class Sensitivity:
 
     ``factor`` is ``<family>.<field>`` (e.g. ``amd.mem_eff``), ``change`` the relative move (+0.2 or -0.2);
     ``objective_change`` is the relative move of the objective's value; ``pools_added`` and ``pools_removed``
-    name the pools (kind:device:tp:pp) that appear or disappear.
+    name the pools (kind:device:tp:pp) that appear or disappear; ``solve_gap`` is the re-solve's own relative
+    gap (how far its objective may sit below the moved fleet's best).
     """
 
     factor: str
@@ -303,6 +304,7 @@ class Sensitivity:
     objective_change: float
     pools_added: tuple[str, ...] = ()
     pools_removed: tuple[str, ...] = ()
+    solve_gap: float = 0.0
 
     @property
     def changes_pools(self) -> bool:

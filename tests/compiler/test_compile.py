@@ -107,6 +107,7 @@ def test_sensitivity_moves_each_assumed_factor_both_ways_and_the_objective_follo
     factors = {f for f, _c in moves}
     assert factors and all((f, c) in moves for f in factors for c in (0.2, -0.2))
     for (factor, change), s in moves.items():
+        assert 0 <= s["solve_gap"] < 0.1, s
         assert s["objective_change"] * change >= -0.02 * abs(change), s
         assert s["changes_pools"] == bool(s["pools_added"] or s["pools_removed"])
         if abs(s["objective_change"]) <= 0.02:

@@ -160,12 +160,14 @@ def _sensitivity(plan: Plan) -> str:
     if not plan.sensitivity:
         return ("Not analysed (every device family used has at least two published measurements, or the compile "
                 "ran with --no-sensitivity).")
-    rows = [[m.factor, f"{m.change:+.0%}", f"{m.objective_change:+.1%}", "yes" if m.changes_pools else "no",
-             ", ".join(m.pools_added) or "-", ", ".join(m.pools_removed) or "-"] for m in plan.sensitivity]
+    rows = [[m.factor, f"{m.change:+.0%}", f"{m.objective_change:+.1%}", f"{m.solve_gap:.1%}",
+             "yes" if m.changes_pools else "no", ", ".join(m.pools_added) or "-", ", ".join(m.pools_removed) or "-"]
+            for m in plan.sensitivity]
     flips = [m for m in plan.sensitivity if m.changes_pools]
     head = (f"{len(flips)} of {len(plan.sensitivity)} moves change the chosen pools: this plan flips on a guess."
             if flips else "No +-20% move of an assumed efficiency changes the chosen pools.")
-    return head + "\n\n" + table(["assumed factor", "moved", "objective", "changes pools", "adds", "drops"], rows)
+    return head + "\n\n" + table(["assumed factor", "moved", "objective", "re-solve gap", "changes pools", "adds",
+                                   "drops"], rows)
 
 
 def _power(power: PowerBreakdown) -> str:
