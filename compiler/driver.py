@@ -315,13 +315,12 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
     bound ([Note: solving to a gap]); pools are reported as changed only where the objective moves by more than
     that gap (within it, other pools are ties the solver's tolerance cannot tell from the plan's).
     """
-    from concurrent.futures import ThreadPoolExecutor
     from dataclasses import replace as with_fields
 
     from backends.registry import device
     from compiler.cost.pool_options import enumerate_options
     from compiler.ir.placement import Sensitivity
-    from compiler.place.ilp import FALLBACK_GAP, solve
+    from compiler.place.ilp import FALLBACK_GAP, concurrently, solve
     from cost_models.derates import derate_for
 
     note = progress or _quiet
@@ -349,9 +348,7 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
 
     moves = [(family, devices, name, sign * SENSITIVITY_CHANGE) for family, devices in sorted(families.items())
              for name in SENSITIVITY_FIELDS for sign in (1, -1)]
-    # Two at a time, as the baselines (`compiler.place.baselines.baselines`): each solve is deterministic alone.
-    with ThreadPoolExecutor(2) as pool:
-        return list(pool.map(lambda m: one(*m), moves))
+    return concurrently(lambda m: one(*m), moves)
 
 
 def _pool_shapes(sol: Solution) -> set[str]:
@@ -482,12 +479,10 @@ def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, t
            note: Progress, gap: float, curves: Collection[str] | None = None, budget: float | None = None
            ) -> tuple[list[dict], list[dict], list[tuple[float, str]]]:
     """Rows per (target, curve) with a placement, the dropouts, and the failed heterogeneous targets."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from compiler.emit.emit_plan import class_latencies
     from compiler.ir.placement import Baseline
     from compiler.place.baselines import colocated_only, greedy_baseline, islands, solved
-    from compiler.place.ilp import solve
+    from compiler.place.ilp import concurrently, solve
     from compiler.place.infeasible import explain
 
     rows: list[dict] = []
@@ -512,9 +507,7 @@ def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, t
                     solved(name, fleet(), objective, time_limit_s, explain=False, gap=gap, budget=budget,
                            ratio_hint=hint.get(name, 0.0)))
 
-        # Two solves at a time, in a fixed order of results: each is deterministic alone (as the baselines).
-        with ThreadPoolExecutor(2) as pool:
-            sol, *solved_baselines = pool.map(one, [("heterogeneous", None), *posed])
+        sol, *solved_baselines = concurrently(one, [("heterogeneous", None), *posed])
         if not sol.feasible:
             failed.append((target, explain(prep.graph.model, base, sol)))
             continue

@@ -18,7 +18,7 @@ latency meets its SLO (`Instance.cap`, from the option's latency curve).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from compiler.ir.pool_option import PoolOption
@@ -70,20 +70,28 @@ class Instance:
     cost_budget_per_hour: float | None = None  # dollars per hour the placement may spend
     designed: tuple[str, ...] = ()  # device types whose count the solver chooses (``count: any``, [Note: fleet design])
     cross_type_kv: bool = True  # False: KV never leaves the device type that prefilled it (vendor islands)
+    # Lookup tables of the pair fields above, built once (the solver and pruning ask for them per option and class).
+    _prices: dict = field(init=False, compare=False, repr=False)
+    _links: dict = field(init=False, compare=False, repr=False)
+    _handoffs: dict = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_prices", dict(self.prices_per_hour))
+        object.__setattr__(self, "_links", dict(self.link_bw_bytes_per_s))
+        object.__setattr__(self, "_handoffs", dict(self.handoff_s))
 
     def price_per_hour(self, option: PoolOption) -> float | None:
         """Dollars per hour one replica of `option` costs; None when a device type it uses has no price."""
-        prices = dict(self.prices_per_hour)
+        prices = self._prices
         if any(d not in prices for d, _k in option.devices):
             return None
         return sum(prices[d] * k for d, k in option.devices)
 
     def link_bw(self, a: str, b: str) -> float:
-        table = dict(self.link_bw_bytes_per_s)
-        return table.get((a, b), table.get((b, a), math.inf))
+        return self._links.get((a, b), self._links.get((b, a), math.inf))
 
     def handoff(self, cls: str, a: str, b: str) -> float:
-        return dict(self.handoff_s).get((cls, a, b), 0.0)
+        return self._handoffs.get((cls, a, b), 0.0)
 
     def target(self, name: str) -> ClassTarget:
         return next(c for c in self.classes if c.name == name)

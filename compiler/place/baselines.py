@@ -18,7 +18,7 @@ from typing import Sequence
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.placement import Baseline, Instance, Objective
 from compiler.place.greedy import AT_ARRIVAL_RATE, greedy, mix_rate
-from compiler.place.ilp import solve
+from compiler.place.ilp import concurrently, solve
 
 
 def baselines(inst: Instance, objective: str, *, time_limit_s: float,
@@ -28,8 +28,6 @@ def baselines(inst: Instance, objective: str, *, time_limit_s: float,
     no disaggregation, greedy. `explain` False leaves infeasible baselines without their binding families
     (cheaper: the pareto sweep solves many). Each solve stops within `gap` of its bound: the gap the plan
     itself reached, so that plan and baselines are compared at the same standard ([Note: baselines])."""
-    from concurrent.futures import ThreadPoolExecutor
-
     posed = [*fleets, ("vendor-islands", islands(inst)), ("no-disaggregation", colocated_only(inst))]
 
     def one(entry: tuple[str, Instance | str]) -> Baseline:
@@ -37,11 +35,7 @@ def baselines(inst: Instance, objective: str, *, time_limit_s: float,
         return solved(name, fleet, objective, time_limit_s, explain, gap) if isinstance(fleet, Instance) \
             else Baseline(name, "skipped", note=fleet)
 
-    # Two at a time: each search is deterministic on its own, and a portfolio whose first configuration
-    # finishes early leaves a core idle for the next baseline (`compiler.place.ilp.PlacementModel.search`).
-    with ThreadPoolExecutor(2) as pool:
-        out = list(pool.map(one, posed))
-    return [*out, greedy_baseline(inst, objective)]
+    return [*concurrently(one, posed), greedy_baseline(inst, objective)]
 
 
 def islands(inst: Instance) -> Instance:

@@ -56,14 +56,17 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.placement import (
     FAMILIES, OBJECTIVES, PRICED_OBJECTIVES, SLO_SHARE_ADMISSION, Instance, Objective, Solution,
 )
 from compiler.ir.pool_option import PoolOption
-from compiler.place.greedy import greedy
+from compiler.place.greedy import greedy, mix_rate
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 RATE_SCALE = 1000  # requests/s are modelled in milli-requests/s
 COST_SCALE = 1000  # dollars per hour are modelled in milli-dollars per hour
@@ -439,6 +442,20 @@ def feasible(inst: Instance) -> bool:
 FEASIBILITY_LIMIT_S = 30.0
 
 
+#: Searches `concurrently` runs at once: two cores here, and each search's portfolio already has two threads.
+SOLVES_AT_ONCE = 2
+
+
+def concurrently(solve_one: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """`solve_one` of each of `items`, `SOLVES_AT_ONCE` at a time, results in the order of `items`. Every search
+    is deterministic on its own ([Note: a deterministic portfolio]), so running several at once changes only the
+    wall time: a portfolio whose first configuration finishes early leaves a core to the next solve."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(SOLVES_AT_ONCE) as pool:
+        return list(pool.map(solve_one, items))
+
+
 def _check_prices(inst: Instance, objective: str) -> None:
     """A cost budget or a priced objective needs a price for every device type the options use."""
     why = (f"--objective {objective}" if objective in PRICED_OBJECTIVES else
@@ -478,12 +495,8 @@ def _best_mixers(inst: Instance, keys: set[str]) -> list[PoolOption]:
     most of the workload's mix at the strictest cap of the classes it serves (none where it serves fewer than
     two classes within their SLOs: its per-class twins cover that)."""
     def rate(o: PoolOption) -> float:
-        usable = [(c, inst.cap(o, c)) for c in inst.classes if o.service(c.name) is not None]
-        usable = [(c, cap) for c, cap in usable if cap > 0]
-        if len(usable) < 2:
-            return 0.0
-        strictest = min(cap for _c, cap in usable)
-        return 1.0 / sum(c.share / (o.service(c.name).rate_per_s * strictest) for c, _cap in usable)
+        usable = {c.name: c.share for c in inst.classes if o.service(c.name) is not None and inst.cap(o, c) > 0}
+        return mix_rate(inst, o, usable) if len(usable) > 1 else 0.0
 
     best: dict[tuple, tuple[float, PoolOption]] = {}
     for o in sorted((o for o in inst.options if o.key in keys), key=lambda o: o.key):
@@ -684,7 +697,6 @@ def prune(inst: Instance) -> tuple[PoolOption, ...]:
     (`_scales`). (The latency objective keeps everything.)
     """
     decode_types = sorted({o.kv_device for o in inst.options if o.receives_kv})
-    handoff = dict(inst.handoff_s)  # `Instance.handoff`, looked up once
 
     def value(o: PoolOption, c) -> tuple[float, int]:
         cap = inst.cap(o, c)
@@ -694,8 +706,8 @@ def prune(inst: Instance) -> tuple[PoolOption, ...]:
         if o.kind != "prefill" or c.ttft_slo_s is None:
             return rate, len(decode_types)
         ttft = o.service(c.name).at(cap)[2]
-        reach = sum(ttft + handoff.get((c.name, o.kv_device, t), 0.0) + SLO_SHARE_ADMISSION * c.ttft_slo_s
-                    <= c.ttft_slo_s for t in decode_types)
+        reach = sum(ttft + inst.handoff(c.name, o.kv_device, t) + SLO_SHARE_ADMISSION * c.ttft_slo_s <= c.ttft_slo_s
+                    for t in decode_types)
         return (rate if reach else 0.0), reach
 
     values = {o.key: [value(o, c) for c in inst.classes] for o in inst.options}
