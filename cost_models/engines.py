@@ -110,7 +110,7 @@ _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhea
 #: kernel costs a few microseconds however little it computes, less but not nothing inside a CUDA graph
 #: (https://developer.nvidia.com/blog/cuda-graphs/), so a step of many small kernels (MoE routing, per-layer norms)
 #: has a floor in proportion to its calls.
-_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=4.971e-07, seq_overhead_s=1e-08)
+_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=5.594e-07, seq_overhead_s=1e-08)
 _SHARED_SOURCE = SWEEP_FIT.format(rows="all 842 rows, shared by the three engines")
 
 
@@ -127,12 +127,12 @@ ENGINES: dict[str, Engine] = {
         ("step_overhead_s", "the device family's derate (cost_models/derates.py)"),
         ("seq_overhead_s", _GENERIC_SOURCE), ("request_overhead_s", _GENERIC_SOURCE), ("overlap", _GENERIC_SOURCE),
         ("prefill_budget_tokens", "the default all three measured engines share: " + TRTLLM_DEFAULTS))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, request_overhead_s=0.106, sync_fraction=0.1928,
+    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, request_overhead_s=0.09995, sync_fraction=0.167,
                       admission_fraction=0.01),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, request_overhead_s=0.02239, sync_fraction=0.2025,
+    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, request_overhead_s=0.0151, sync_fraction=0.193,
                     admission_fraction=0.01),
-    "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, request_overhead_s=0.03609, sync_fraction=1.0,
-                      admission_fraction=0.03889),
+    "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, request_overhead_s=0.03307, sync_fraction=1.0,
+                      admission_fraction=0.03157),
 }
 GENERIC = ENGINES["generic"]
 

@@ -49,7 +49,7 @@ chunks run.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from statistics import NormalDist
 
 from compiler.ir.block_graph import BlockGraph
@@ -102,6 +102,7 @@ class ClosedLoop:
     decode_only_step_s: float
     prefill_tokens_per_step: float
     active: float  # sequences running (the rest wait for a slot)
+    chunk_step_s: float  # a step that carries a prompt's chunk ([Note: prompts arrive whole])
 
     @property
     def interference(self) -> float:
@@ -124,8 +125,10 @@ class LoopSteps:
     concurrency: float
     active: float
     output_len: float
-    mixed_s: float  # a decode step carrying the prompt tokens arriving per step
+    mixed_s: float  # the mean decode step, with the prompt chunks arriving ([Note: prompts arrive whole])
     mixed_sequences: float
+    chunk_s: float  # a decode step that carries a prompt's chunk
+    chunk_sequences: float
     prefill_tokens_per_step: float
     decode_s: float  # a decode step with no prefill
     own_steps: int  # steps a prompt's own chunks take
@@ -154,7 +157,8 @@ def loop_steps(graph: BlockGraph, dep: Deployment, concurrency: float, shape: Re
     groups = block_groups(graph, "decode")
     blocks = sum(n for _b, n in groups)
     dispatches = sum(n * (b.dispatches or sum(op.count for op in b.ops)) for b, n in groups)
-    return LoopSteps(concurrency, active, out, mixed.step.time_s, mixed.batch.sequences, mixed.batch.prefill_tokens,
+    return LoopSteps(concurrency, active, out, mixed.step.time_s, mixed.batch.sequences, mixed.chunk.time_s,
+                     mixed.chunk_batch.sequences, mixed.batch.prefill_tokens,
                      _decode(graph, bare, active, shape).time_s, math.ceil(prompt / room),
                      active * prompt / out / room, wave.time_s, wave_batch.sequences, wave_steps, blocks, dispatches)
 
@@ -170,7 +174,8 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate) -> ClosedLoop:
 
     mixed = cost(steps.mixed_s, steps.mixed_sequences)
     decode = cost(steps.decode_s, steps.active)
-    service = steps.own_steps * mixed
+    chunk = cost(steps.chunk_s, steps.chunk_sequences)
+    service = steps.own_steps * chunk  # a prompt's own chunks run in the steps that carry them
     cycle = steps.output_len * mixed + service  # one request's life: its prefill chunks and its decode steps
     admission = engine.admission_fraction * cycle / steps.active  # waiting for the next completion to be admitted
     ttft_desync = engine.request_overhead_s + admission + 0.5 * mixed + service
@@ -187,7 +192,7 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate) -> ClosedLoop:
     tpot = (1 - s) * mixed + s * tpot_wave
     if steps.concurrency > steps.active:  # clients beyond the engine's slots wait for one to free (Little's law)
         ttft += (steps.concurrency - steps.active) * (ttft + (steps.output_len - 1) * tpot) / steps.active
-    return ClosedLoop(ttft, tpot, mixed, decode, steps.prefill_tokens_per_step, steps.active)
+    return ClosedLoop(ttft, tpot, mixed, decode, steps.prefill_tokens_per_step, steps.active, chunk)
 
 
 def closed_loop(graph: BlockGraph, dep: Deployment, concurrency: float, shape: RequestShape, *,
@@ -203,22 +208,45 @@ def _decode(graph: BlockGraph, dep: Deployment, decodes: float, shape: RequestSh
 
 @dataclass(frozen=True, slots=True)
 class _Mixed:
-    step: StepTime
-    batch: Batch
+    step: StepTime  # the mean step
+    batch: Batch  # what it carries on average
+    chunk: StepTime  # a step that carries a chunk
+    chunk_batch: Batch
 
 
 def _mixed_step(graph: BlockGraph, dep: Deployment, decodes: float, shape: RequestShape,
                 demand_tokens_per_step: float) -> _Mixed:
-    """A step carrying `decodes` and the prompt tokens arriving per step, within the budget left after decodes."""
+    """The mean step carrying `decodes` and the prompt tokens arriving per step, within the budget left after
+    decodes.
+
+    [Note: prompts arrive whole] A step carries a prompt's chunk (the budget
+    left, or as many whole prompts as fit) or none; the mean step mixes the two,
+    weighted by the share of steps that carry one. A dense step is close to
+    affine in its tokens, so this is about the step carrying the mean tokens;
+    a MoE step is not: the experts it reads grow concavely with its tokens
+    (`expert_touch_fraction`). Qwen3-235B at 4 sequences of 512 x 128 tokens
+    (TensorRT-LLM, 4 H100, ../shared/reference/serving_sweeps.csv) measures
+    13.3 ms per output token; 16 prompt tokens spread over every step would
+    read 93 of its 128 experts per layer, not 29, and predict 24 ms, where one
+    512-token prompt every 32 steps reads them all once.
+    """
     prompt = shape.computed_prompt
     room = max(1.0, dep.engine.prefill_budget_tokens - decodes)
     per_step = min(demand_tokens_per_step, room)
     chunked = prompt > room
-    batch = Batch(decodes=decodes, context=shape.decode_context, prefill_tokens=per_step,
-                  prefill_requests=1.0 if chunked else max(1.0, per_step / prompt),
-                  prefill_context=(prompt + room) / 2 if chunked else None)
+    chunk = room if chunked else min(room, max(prompt, per_step))
+    share = per_step / chunk  # of steps that carry a chunk
+    requests = 1.0 if chunked else max(1.0, chunk / prompt)
     kv = graph.kv_bytes_per_sequence(shape.kv_tokens, dep.precision) * max(decodes, 1.0) / dep.group
-    return _Mixed(step(graph, dep, batch, memory_plan(graph, dep, kv)), batch)
+    plan = memory_plan(graph, dep, kv)
+    full = Batch(decodes=decodes, context=shape.decode_context, prefill_tokens=chunk, prefill_requests=requests,
+                 prefill_context=(prompt + room) / 2 if chunked else None)
+    carrying = mean = step(graph, dep, full, plan)
+    if share < 1:
+        alone = step(graph, dep, Batch(decodes=decodes, context=shape.decode_context), plan)
+        mean = StepTime(*((1 - share) * a + share * c for a, c in zip(astuple(alone), astuple(carrying))))
+    return _Mixed(mean, Batch(decodes=decodes, context=shape.decode_context, prefill_tokens=per_step,
+                              prefill_requests=share * requests), carrying, full)
 
 
 # ------------------------------------------------------------------------------------------ open loop
@@ -297,14 +325,16 @@ def colocated_curve(graph: BlockGraph, dep: Deployment, slots: int, shape: Reque
     full = closed_loop(graph, poisson, slots, shape, slots=slots)
     rate = full.requests_per_s(shape.output_len)
     extra = max(0.0, full.step_s - full.decode_only_step_s)
+    chunk_extra = max(0.0, full.chunk_step_s - full.decode_only_step_s)
     room = max(1.0, dep.engine.prefill_budget_tokens - slots)
     own_steps = math.ceil(shape.computed_prompt / room)
     curve = []
     for rho in UTILISATIONS:
         point = []
         for p in (0.5, percentile):
-            step_s = table.at(_occupancy(rho * slots, slots, p)) + extra * rho
-            service = own_steps * step_s
+            decode_s = table.at(_occupancy(rho * slots, slots, p))
+            step_s = decode_s + extra * rho  # the mean step: the share of steps carrying a chunk grows with rho
+            service = own_steps * (decode_s + chunk_extra)  # a prompt's own chunks ([Note: prompts arrive whole])
             prefill_rho = rho * full.prefill_tokens_per_step / room
             ttft = (dep.engine.request_overhead_s + (0.5 + dep.engine.lookahead_steps) * step_s
                     + wait_percentile_s(1, prefill_rho, service, p) + service)

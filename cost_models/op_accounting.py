@@ -26,6 +26,15 @@ expressions in the trace's batch and length symbols, so one count serves every
   an artefact of the reference implementation, not model cost.
 - Boolean tensors are attention-mask construction, which fused attention
   kernels do in registers: they are counted as ``mask`` ops, not charged.
+- Attention scores (``score`` tensors: query positions x key positions, the
+  additive mask, the softmax) stay on chip in the fused attention kernels
+  serving engines run (FlashAttention and its kin, sinks included for
+  GPT-OSS): reading or writing one moves no bytes, though its FLOPs count.
+  Models that trace attention unfused (GPT-OSS's eager attention with sinks)
+  would otherwise move B x heads x S^2 elements per layer several times over:
+  114 GB per layer for an 8,192-token GPT-OSS-120B prompt, a 580 ms step on an
+  H200 where serving sweeps measure under 300 ms to the first token
+  (../shared/reference/serving_sweeps.csv).
 - An op without a rule is reported by name (``kind="unaccounted"``), never
   counted as zero silently.
 """
@@ -46,7 +55,7 @@ class TensorRef:
 
     shape: tuple[Expr, ...]
     itemsize: int
-    category: str = "act"  # "weight" | "kv" | "act"
+    category: str = "act"  # "weight" | "kv" | "act" | "score" (see [Note: what an op is charged])
     read_elems: Expr = None  # elements a kernel reads; the underlying tensor's size for a broadcast view
     expert: bool = False  # a routed-expert weight
 
@@ -112,12 +121,20 @@ def op_name(target: Any) -> str:
     return getattr(target, "__name__", str(target))
 
 
+def is_score(shape: Sequence[Expr]) -> bool:
+    """Whether a tensor of `shape` is attention scores (or their mask): rank 3 or more, the last dimension a
+    symbolic key length, the one before it a symbolic query length or 1 (a decode step's one query)."""
+    return len(shape) >= 3 and not isinstance(shape[-1], int) and (shape[-2] == 1 or not isinstance(shape[-2], int))
+
+
 def _read_bytes(t: TensorRef) -> tuple[Expr, Expr, Expr]:
     """(weight_elems, kv_elems, act_bytes) of reading `t` once."""
     if t.category == "weight":
         return t.elems_read, 0, 0
     if t.category == "kv":
         return 0, t.elems_read, 0
+    if t.category == "score":
+        return 0, 0, 0
     return 0, 0, t.elems_read * t.itemsize
 
 
@@ -127,7 +144,8 @@ def _io(inputs: Sequence[TensorRef], outputs: Sequence[TensorRef]) -> tuple[Expr
         dw, dkv, dact = _read_bytes(t)
         w, kv, act = w + dw, kv + dkv, act + dact
     for t in outputs:
-        act = act + t.numel * t.itemsize
+        if t.category != "score":
+            act = act + t.numel * t.itemsize
     return w, kv, act
 
 

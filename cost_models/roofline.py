@@ -22,9 +22,13 @@ from compiler.ir.precision import Precision
 from cost_models.derates import Derate
 
 #: Matmul dtype actually used when the weight dtype has no native throughput: weight-only quantisation, the weights
-#: stored narrow and computed at the next dtype the device runs (fp4 on H100 computes at fp8, as Hopper engines run
-#: GPT-OSS's MXFP4 experts; fp8 on A100 at bf16, as W8A16 kernels do).
-COMPUTE_FALLBACK = {"fp4": ("fp4", "fp8", "bf16", "fp16", "fp32"), "fp8": ("fp8", "bf16", "fp16", "fp32"),
+#: stored narrow and computed with 16-bit activations (W4A16, W8A16). Hopper engines run GPT-OSS's MXFP4 experts so:
+#: TensorRT-LLM's Triton MoE backend with BF16 activations on H200 (its GPT-OSS deployment guide's MoE support
+#: matrix, https://nvidia.github.io/TensorRT-LLM/deployment-guide/deployment-guide-for-gpt-oss-on-trtllm.html), vLLM
+#: the Triton ``matmul_ogs`` kernel on H100 and H200 (https://blog.vllm.ai/2025/08/05/gpt-oss.html); so do AWQ and
+#: GPTQ W4A16 checkpoints, and W8A16 kernels for fp8 on A100. A device with neither fp4 nor 16-bit rates computes fp4
+#: weights at fp8.
+COMPUTE_FALLBACK = {"fp4": ("fp4", "bf16", "fp16", "fp8", "fp32"), "fp8": ("fp8", "bf16", "fp16", "fp32"),
                     "bf16": ("bf16", "fp16", "fp32"), "fp16": ("fp16", "bf16", "fp32"), "fp32": ("fp32", "bf16")}
 
 

@@ -7,10 +7,10 @@ weights, except under fp4 weights, where serving engines keep the KV cache
 in fp8 (4-bit KV loses too much accuracy to be a default).
 
 Storage and compute are separate: ``compute`` (None by default) is the dtype
-matmuls run at. Unset, a device computes at the weight dtype, or at the next
-wider dtype it supports (weight-only quantisation: GPT-OSS's 4-bit experts
-on H100, AWQ/GPTQ W4A16 checkpoints); set, it forces one (``compute="bf16"``
-for W4A16).
+matmuls run at. Unset, a device computes at the weight dtype, or, where it
+has no rate for that dtype, at 16 bits (weight-only quantisation: GPT-OSS's
+4-bit experts on H100, AWQ/GPTQ W4A16 checkpoints;
+`cost_models.roofline.COMPUTE_FALLBACK`); set, it forces one.
 
 >>> Precision.of("fp4")
 Precision(weights='fp4', kv='fp8', compute=None)

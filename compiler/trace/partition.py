@@ -22,7 +22,7 @@ from compiler.ir.errors import UnsupportedModel
 from compiler.ir.poly import VARIABLES, Poly
 from compiler.trace.export import TracedModel, TracedPhase
 from compiler.trace.ownership import assign_blocks, block_name, block_order, is_routed_expert
-from cost_models.op_accounting import OpCount, TensorRef, count_op, op_name
+from cost_models.op_accounting import OpCount, TensorRef, count_op, is_score, op_name
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,8 @@ class _PhaseAccountant:
 
     def _ref_of_val(self, val, category="act", read=None, expert=False) -> TensorRef:
         shape = tuple(self.sym.dim(d) for d in val.shape)
+        if category == "act" and is_score(shape):
+            category = "score"
         return TensorRef(shape, val.dtype.itemsize, category, read, expert)
 
     def placeholder(self, node) -> None:

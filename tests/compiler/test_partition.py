@@ -107,6 +107,26 @@ def test_moe_charges_only_touched_experts(tiny_graph):
     assert moe.work(BF16, B=4096, L=8).weight_bytes == pytest.approx(dense_bytes + expert_bytes)
 
 
+def _max_power(poly, var: str) -> int:
+    from compiler.ir.poly import VARIABLES
+
+    i = VARIABLES.index(var)
+    return max((exps[i] for exps, _c in poly.terms), default=0)
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-tiny", "llama-tiny"])
+def test_attention_scores_move_no_bytes_fused_or_not(tiny_graph, name):
+    """GPT-OSS traces its attention unfused (eager, with sinks), Llama as one SDPA call; either way the S x S
+    scores stay on chip, as in the fused kernels engines run: no op's bytes grow with S^2, while the attention
+    FLOPs still do."""
+    g = tiny_graph(name)
+    attn = next(b for b in g.phase_blocks("prefill") if b.role == "attn")
+    assert max(_max_power(op.flops, "S") for op in attn.ops) == 2
+    assert max(_max_power(op.act_bytes, "S") for op in attn.ops) == 1
+    decode = next(b for b in g.phase_blocks("decode") if b.role == "attn")  # scores over L: B x heads x L each
+    assert all(_max_power(op.act_bytes, "L") == 0 for op in decode.ops)
+
+
 ODD_CONFIGS = {
     # Mistral / Phi-3 style: a sliding window on every layer, no per-layer types
     "mistral": {"model_type": "mistral", "sliding_window": 32},
