@@ -65,6 +65,9 @@ class Engine:
     prefill_budget_tokens: int = 8192  # tokens one step may carry (decodes and prefill chunks together)
     max_batch: int = 2048  # sequences one replica schedules at once
     overlap: bool = False  # the host prepares step n+1 while the device runs step n ([Note: overlap scheduling])
+    compute_eff: float | None = None  # share of peak FLOP/s its matmul and attention kernels reach on `kernels_on`
+    mem_eff: float | None = None  # share of peak bandwidth its kernels stream weights and KV at on `kernels_on`
+    kernels_on: str | None = None  # the device family its efficiencies were measured on (elsewhere: the family's)
     provenance: tuple[tuple[str, str], ...] = field(default=())
 
     def source(self, name: str) -> str:
@@ -92,14 +95,16 @@ class Engine:
         """Steps already scheduled ahead of a new request: one behind overlap scheduling, else none."""
         return 1.0 if self.overlap else 0.0
 
-    def applied_to(self, derate: Derate) -> Derate:
+    def applied_to(self, derate: Derate, family: str | None = None) -> Derate:
         """The device family's derate with this engine's per-step, per-block and per-call overheads where it has its
-        own."""
-        changes = {k: getattr(self, k) for k in ("step_overhead_s", "block_overhead_s", "op_overhead_s")
-                   if getattr(self, k) is not None}
+        own, and its kernels' efficiencies on `family` when they were measured on that family."""
+        fields = ("step_overhead_s", "block_overhead_s", "op_overhead_s")
+        if family is not None and family == self.kernels_on:
+            fields += ("compute_eff", "mem_eff")
+        changes = {k: getattr(self, k) for k in fields if getattr(self, k) is not None}
         if not changes:
             return derate
-        return replace(derate, **changes, provenance=f"{derate.provenance}; overheads of engine {self.name}")
+        return replace(derate, **changes, provenance=f"{derate.provenance}; {', '.join(sorted(changes))} of engine {self.name}")
 
 
 _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhead and no extra scheduler cost"
@@ -109,8 +114,12 @@ _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhea
 #: (all rows but vLLM <= 0.12) the host is hidden, and the per-call overhead accounts for the launch floor: each
 #: kernel costs a few microseconds however little it computes, less but not nothing inside a CUDA graph
 #: (https://developer.nvidia.com/blog/cuda-graphs/), so a step of many small kernels (MoE routing, per-layer norms)
-#: has a floor in proportion to its calls.
-_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=5.594e-07, seq_overhead_s=1e-08)
+#: has a floor in proportion to its calls. The engines' kernels stream weights and KV at 80% of the H100's and
+#: H200's peak bandwidth (the NVIDIA family's derate, fitted on older published figures, says 70%) and reach 70%
+#: of peak FLOP/s, as the derate does (`tools/fidelity_sweeps.py` tries 0.7 to 0.9 for each); on other families an
+#: engine runs at that family's efficiencies.
+_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=6.101e-07, seq_overhead_s=1e-08,
+               compute_eff=0.7, mem_eff=0.8)
 _SHARED_SOURCE = SWEEP_FIT.format(rows="all 842 rows, shared by the three engines")
 
 
@@ -119,7 +128,7 @@ def _fitted(name: str, budget_source: str, overlap_source: str, **own: float) ->
     sources.update({k: SWEEP_FIT.format(rows=f"the {name} rows") for k in own})
     sources["prefill_budget_tokens"] = budget_source
     sources["overlap"] = overlap_source
-    return Engine(name, **_SHARED, **own, overlap=True, provenance=tuple(sorted(sources.items())))
+    return Engine(name, **_SHARED, **own, overlap=True, kernels_on="nvidia", provenance=tuple(sorted(sources.items())))
 
 
 ENGINES: dict[str, Engine] = {
@@ -127,12 +136,12 @@ ENGINES: dict[str, Engine] = {
         ("step_overhead_s", "the device family's derate (cost_models/derates.py)"),
         ("seq_overhead_s", _GENERIC_SOURCE), ("request_overhead_s", _GENERIC_SOURCE), ("overlap", _GENERIC_SOURCE),
         ("prefill_budget_tokens", "the default all three measured engines share: " + TRTLLM_DEFAULTS))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, request_overhead_s=0.09995, sync_fraction=0.167,
+    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, request_overhead_s=0.1027, sync_fraction=0.1652,
                       admission_fraction=0.01),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, request_overhead_s=0.0151, sync_fraction=0.193,
+    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, request_overhead_s=0.01498, sync_fraction=0.196,
                     admission_fraction=0.01),
-    "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, request_overhead_s=0.03307, sync_fraction=1.0,
-                      admission_fraction=0.03157),
+    "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, request_overhead_s=0.03979, sync_fraction=1.0,
+                      admission_fraction=0.03319),
 }
 GENERIC = ENGINES["generic"]
 

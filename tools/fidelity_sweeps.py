@@ -12,7 +12,8 @@ TTFT and TPOT by model, device and engine group.
 ``--fit`` fits each engine's scheduler costs (`cost_models.engines.Engine`:
 step_overhead_s, block_overhead_s, op_overhead_s, seq_overhead_s, request_overhead_s, and the closed-loop
 sync_fraction and admission_fraction; bounds in
-`PARAMS`) on all rows of that engine with the shared fitter
+`PARAMS`), and the efficiencies the engines' kernels reach on these GPUs (compute_eff and mem_eff, one pair for
+all engines, the best of `KERNEL_EFFS`), on all rows of that engine with the shared fitter
 (`compiler.calibrate.fit.fit_fields`) and prints them to paste into
 cost_models/engines.py. ``--loo`` reports leave-one-group-out error: each
 model x device x engine group is predicted with everything fitted on the
@@ -105,8 +106,15 @@ def clients(row: dict) -> int:
     return max(int(row["concurrency"]), int(named[1]) if named else 0)
 
 
-def physics(rows: list[dict]) -> list:
-    """Each row's engine-independent `LoopSteps` (the step times on the device): costed once per row."""
+#: The kernel efficiencies (compute_eff, mem_eff) the fit tries for the engines on NVIDIA GPUs: the family's derate
+#: (0.7 each, fitted on ../shared/reference/measurements.csv) and steps of 0.1 above it. Each pair costs every row's
+#: steps again (`physics`); the engine costs are fitted at each, and the pair whose fit scores best is kept.
+KERNEL_EFFS = tuple((c, m) for c in (0.7, 0.8, 0.9) for m in (0.7, 0.8, 0.9))
+
+
+def physics(rows: list[dict], kernels: tuple[float, float] | None = None) -> list:
+    """Each row's engine-independent `LoopSteps` (the step times on the device): costed once per row, with the
+    engine's kernel efficiencies, or `kernels` (compute_eff, mem_eff) instead."""
     from compiler.cost.deployment import deployment
     from compiler.driver import block_graph
     from compiler.ir.precision import Precision
@@ -119,7 +127,8 @@ def physics(rows: list[dict]) -> list:
         if r["model"] not in graphs:
             graphs[r["model"]] = block_graph(r["model"])
         tp = devices(r)
-        dep = deployment(r["device"], tp, tp, 1, Precision.of(r["dtype"]), ENGINE_OF[r["backend"]])
+        adjust = None if kernels is None else (lambda d: replace(d, compute_eff=kernels[0], mem_eff=kernels[1]))
+        dep = deployment(r["device"], tp, tp, 1, Precision.of(r["dtype"]), ENGINE_OF[r["backend"]], adjust)
         shape = RequestShape(int(r["input_len"]), int(r["output_len"]))
         family = derate_for(dep.device.family)  # the engine's own overheads are what the fit varies
         out.append((loop_steps(graphs[r["model"]], dep, clients(r), shape), family))
@@ -167,23 +176,34 @@ def _loss(rows: list[dict], phys: list, engines: dict) -> float:
 ROUNDS = 2
 
 
-def fit(rows: list[dict], phys: list, start: dict) -> dict:
-    """Engines fitted on `rows` in two levels, alternated `ROUNDS` times: the step costs shared by all engines, then
-    each engine's own. Each engine's own costs start at their lower bounds ("none"), so a held-out group's fit
+def fit(rows: list[dict], grid: dict, start: dict) -> tuple[dict, tuple[float, float]]:
+    """Engines fitted on `rows`, and the kernel efficiencies they run at: each pair of `grid` (`KERNEL_EFFS` ->
+    `physics` of `rows`) scored by a one-round fit of the engine costs, the best pair's costs fitted in full."""
+    score = {k: _loss(rows, phys, _fit_costs(rows, phys, start, rounds=1, restarts=1)) for k, phys in grid.items()}
+    best = min(grid, key=lambda k: (score[k], k))
+    engines = _fit_costs(rows, grid[best], start)
+    names = {ENGINE_OF[r["backend"]] for r in rows}
+    return {n: replace(e, compute_eff=best[0], mem_eff=best[1], kernels_on="nvidia") if n in names else e
+            for n, e in engines.items()}, best
+
+
+def _fit_costs(rows: list[dict], phys: list, start: dict, rounds: int = ROUNDS, restarts: int = 2) -> dict:
+    """Engine costs fitted on `rows` in two levels, alternated `rounds` times: the step costs shared by all engines,
+    then each engine's own. Each engine's own costs start at their lower bounds ("none"), so a held-out group's fit
     does not start from values fitted on it."""
     from compiler.calibrate.fit import fit_fields
 
     names = sorted({ENGINE_OF[r["backend"]] for r in rows})
     engines = {n: replace(start[n], **{p.name: p.lo for p in engine_params()}) for n in names}
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         shared = fit_fields(lambda c: (_loss(rows, phys, {n: replace(engines[n], **_step_fields(c)) for n in names}),
-                                       c), engines[names[0]], step_params(), grid_points=4, restarts=2)
+                                       c), engines[names[0]], step_params(), grid_points=4, restarts=restarts)
         engines = {n: replace(engines[n], **_step_fields(shared)) for n in names}
         for n in names:
             idx = [i for i, r in enumerate(rows) if ENGINE_OF[r["backend"]] == n]
             sub_rows, sub_phys = [rows[i] for i in idx], [phys[i] for i in idx]
             engines[n] = fit_fields(lambda c, n=n: (_loss(sub_rows, sub_phys, {n: c}), c), engines[n],
-                                    engine_params(), grid_points=4, restarts=2)
+                                    engine_params(), grid_points=4, restarts=restarts)
     return {**start, **engines}
 
 
@@ -215,9 +235,12 @@ def main() -> None:
     phys = physics(rows)
     engines = dict(ENGINES)
     report: dict = {}
+    grid = {k: physics(rows, k) for k in KERNEL_EFFS} if args.fit or args.loo else {}
     if args.fit:
-        engines = fit(rows, phys, engines)
+        engines, kernels = fit(rows, grid, engines)
+        phys = grid[kernels]
         report["fitted"] = {name: {p.name: getattr(engines[name], p.name) for p in params()}
+                            | {"compute_eff": kernels[0], "mem_eff": kernels[1]}
                             for name in sorted({ENGINE_OF[r["backend"]] for r in rows})}
     report["in_sample"] = summary(errors(rows, phys, engines))
     if args.loo:
@@ -225,8 +248,9 @@ def main() -> None:
         for g in sorted({group(r) for r in rows}):
             train = [i for i, r in enumerate(rows) if group(r) != g]
             test = [i for i, r in enumerate(rows) if group(r) == g]
-            fitted = fit([rows[i] for i in train], [phys[i] for i in train], dict(ENGINES))
-            held += errors([rows[i] for i in test], [phys[i] for i in test], fitted)
+            fitted, kernels = fit([rows[i] for i in train], {k: [p[i] for i in train] for k, p in grid.items()},
+                                  dict(ENGINES))
+            held += errors([rows[i] for i in test], [grid[kernels][i] for i in test], fitted)
         report["leave_one_group_out"] = summary(held)
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))

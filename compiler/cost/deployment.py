@@ -36,8 +36,10 @@ def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precisio
         served_by = engines.engine(engine)
     except ValueError as e:
         raise BadInput(f"engine: {e}") from None
-    derate = derate_for(spec.family, load_calibration(spec.id))
-    derate = served_by.applied_to(adjust(derate) if adjust is not None else derate)
+    calibration = load_calibration(spec.id)
+    derate = served_by.applied_to(derate_for(spec.family, calibration),  # a measured calibration keeps its own
+                                  spec.family if calibration is None else None)  # efficiencies
+    derate = adjust(derate) if adjust is not None else derate
     return Deployment(spec, count, derate, tp, pp, precision, served_by)
 
 

@@ -197,3 +197,21 @@ def test_prompts_reach_a_step_whole_so_a_moe_step_reads_only_its_own_tokens_expe
     assert steps.chunk_s == pytest.approx(carrying(512), rel=1e-9)
     assert steps.mixed_s == pytest.approx((31 * decode + carrying(512)) / 32, rel=1e-9)
     assert steps.mixed_s < 0.8 * carrying(16)
+
+
+def test_an_engines_kernel_efficiencies_hold_only_on_the_family_they_were_measured_on():
+    """vLLM's efficiencies come from H100 and H200 sweeps: they replace the NVIDIA derate's, and leave an AMD GPU's
+    (fitted on MI300X measurements) alone."""
+    from compiler.cost.deployment import deployment
+    from cost_models.derates import derate_for
+    from cost_models.engines import ENGINES
+
+    bf16 = Precision.of("bf16")
+    vllm = ENGINES["vllm"]
+    assert vllm.kernels_on == "nvidia" and vllm.mem_eff != derate_for("nvidia").mem_eff
+    on_h100 = deployment("nvidia-h100-sxm", 1, 1, 1, bf16, "vllm").derate
+    assert (on_h100.compute_eff, on_h100.mem_eff) == (vllm.compute_eff, vllm.mem_eff)
+    generic = deployment("nvidia-h100-sxm", 1, 1, 1, bf16).derate
+    assert (generic.compute_eff, generic.mem_eff) == (derate_for("nvidia").compute_eff, derate_for("nvidia").mem_eff)
+    on_mi300x = deployment("amd-mi300x", 1, 1, 1, bf16, "vllm").derate
+    assert (on_mi300x.compute_eff, on_mi300x.mem_eff) == (derate_for("amd").compute_eff, derate_for("amd").mem_eff)
