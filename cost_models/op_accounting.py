@@ -29,7 +29,9 @@ expressions in the trace's batch and length symbols, so one count serves every
 - Attention scores (``score`` tensors: query positions x key positions, the
   additive mask, the softmax) stay on chip in the fused attention kernels
   serving engines run (FlashAttention and its kin, sinks included for
-  GPT-OSS): reading or writing one moves no bytes, though its FLOPs count.
+  GPT-OSS): reading or writing one moves no bytes, though its FLOPs count,
+  and the matmuls that make and use them are ``attention`` ops, as a fused
+  kernel's are (`cost_models.roofline` scales attention by the keys a query sees).
   Models that trace attention unfused (GPT-OSS's eager attention with sinks)
   would otherwise move B x heads x S^2 elements per layer several times over:
   114 GB per layer for an 8,192-token GPT-OSS-120B prompt, a 580 ms step on an
@@ -195,7 +197,9 @@ def count_op(name: str, inputs: Sequence[TensorRef], outputs: Sequence[TensorRef
     if name in MATMUL_OPS:
         w, kv, act = _io(inputs, outputs)
         expert = any(t.expert and t.category == "weight" for t in inputs)
-        return OpCount("matmul", _matmul_flops(name, inputs, outputs, args), w, kv, act, expert)
+        scores = any(t.category == "score" for t in (*inputs, *outputs))  # Q K^T or P V of unfused attention
+        return OpCount("attention" if scores else "matmul", _matmul_flops(name, inputs, outputs, args), w, kv, act,
+                       expert)
     if name in ATTENTION_OPS:
         w, kv, act = _io(inputs[:3], outputs[:1])
         return OpCount("attention", _attention_flops(name, inputs), w, kv, act)

@@ -97,7 +97,8 @@ def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: Dev
     (routed experts: the fraction all the step's tokens touch together). Each
     merged op is then bound by compute or memory on its own, as in `block_time`.
     `attention_scale` multiplies each part's attention FLOPs (a prefill chunk
-    attends to the context before it, which its (B, S) polynomial does not see).
+    attends to the context before it, which its (B, S) polynomial does not see);
+    a sliding-window block's prefill queries see at most its window of keys.
     """
     peak, _ = compute_peak(device, precision.compute or precision.weights)
     tiers = tiers or fastest_tier(device)
@@ -108,6 +109,8 @@ def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: Dev
     merged: dict[tuple[str, str, bool], list[float]] = {}
     for i, (block, point) in enumerate(parts):
         scale = attention_scale[i] if attention_scale else 1.0
+        if block.window_tokens and block.phase == "prefill" and point.get("S", 0) > block.window_tokens:
+            scale = min(scale, block.window_tokens / point["S"])  # a query sees its window, not all S x S
         seen = block.at(point)  # a sliding window caps what a decode step attends to
         for op in block.ops:
             w = op.work(precision, touched, **seen)

@@ -18,7 +18,7 @@ Functions (each documented and tested on its own):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from compiler.ir.block_graph import Block, BlockGraph
@@ -226,6 +226,10 @@ class Batch:
     ``prefill_tokens`` prompt tokens of ``prefill_requests`` requests are computed this step;
     each prefill query attends to ``prefill_context`` keys on average (None: its own chunk,
     the S x S convention of the traced prefill; more when a chunk follows earlier ones).
+    The head computes logits at each request's last position only, as serving engines do
+    (context logits are off by default: ``return_context_logits`` in TensorRT-LLM,
+    https://nvidia.github.io/TensorRT-LLM/features/additional-outputs.html; vLLM samples at
+    ``logits_indices``); ``every_logit`` computes them at every position (speculative verification).
     """
 
     decodes: float = 0.0
@@ -233,6 +237,7 @@ class Batch:
     prefill_tokens: float = 0.0
     prefill_requests: float = 1.0
     prefill_context: float | None = None
+    every_logit: bool = False
 
     @property
     def sequences(self) -> float:
@@ -307,9 +312,10 @@ def _slice(batch: Batch, m: float) -> Batch:
     tokens = batch.prefill_tokens / m
     requests = batch.prefill_requests / m
     if not batch.prefill_tokens or requests >= 1:
-        return Batch(batch.decodes / m, batch.context, tokens, max(requests, 1.0), batch.prefill_context)
+        return replace(batch, decodes=batch.decodes / m, prefill_tokens=tokens, prefill_requests=max(requests, 1.0))
     prompt = batch.prefill_tokens / batch.prefill_requests
-    return Batch(batch.decodes / m, batch.context, tokens, 1.0, batch.prefill_context or prompt)
+    return replace(batch, decodes=batch.decodes / m, prefill_tokens=tokens, prefill_requests=1.0,
+                   prefill_context=batch.prefill_context or prompt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +352,9 @@ def _pass(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan) ->
             parts.append((b, decode_point))
             scales.append(1.0)
         if prefill_point is not None:
-            parts.append((twins[b.name] if batch.decodes else b, prefill_point))
+            last_only = b.role == "head" and not batch.every_logit
+            parts.append((twins[b.name] if batch.decodes else b, {**prefill_point, "S": 1.0} if last_only
+                          else prefill_point))
             scales.append(scale)
         t: BlockTime = step_block_time(parts, dep.device, precision=dep.precision, derate=dep.derate, shards=dep.tp,
                                        tiers=plan.weight_tiers, kv_tiers=plan.kv_tiers, attention_scale=scales)

@@ -122,6 +122,8 @@ def test_attention_scores_move_no_bytes_fused_or_not(tiny_graph, name):
     g = tiny_graph(name)
     attn = next(b for b in g.phase_blocks("prefill") if b.role == "attn")
     assert max(_max_power(op.flops, "S") for op in attn.ops) == 2
+    quadratic = {op.kind for op in attn.ops if _max_power(op.flops, "S") == 2}
+    assert "attention" in quadratic and "matmul" not in quadratic  # Q K^T and P V are attention, as fused
     assert max(_max_power(op.act_bytes, "S") for op in attn.ops) == 1
     decode = next(b for b in g.phase_blocks("decode") if b.role == "attn")  # scores over L: B x heads x L each
     assert all(_max_power(op.act_bytes, "L") == 0 for op in decode.ops)
@@ -169,3 +171,20 @@ def test_sliding_window_decode_and_kv_follow_the_window(tmp_path):
     assert read(16) < read(32) == read(100) == read(1000)  # grows up to the window, then stays
     assert read(1000) >= 32 * per_token
     assert g.kv_bytes_per_sequence(1000, BF16) == g.kv_bytes_per_sequence(32, BF16) == 32 * per_token * len(attn)
+
+
+def test_sliding_window_prefill_work_grows_linearly_past_the_window(tmp_path):
+    """A Mistral-style query sees at most 32 keys: past the window a layer's prefill work doubles with the prompt,
+    where full attention's S x S scores more than double it."""
+    from backends.registry import device
+    from compiler.driver import block_graph
+    from cost_models.derates import Derate
+    from cost_models.roofline import block_time
+
+    g = block_graph(_odd_config(tmp_path, "mistral"))
+    attn = next(b for b in g.phase_blocks("prefill") if b.role == "attn")
+    h100, ideal = device("nvidia-h100-sxm"), Derate.ideal()
+    work = lambda b, s: block_time(b, {"B": 1, "S": s}, h100, precision=BF16, derate=ideal).compute_s  # noqa: E731
+    assert work(attn, 512) == pytest.approx(2 * work(attn, 256), rel=1e-9)
+    full = replace(attn, window_tokens=None)
+    assert work(full, 512) > 2.5 * work(full, 256)

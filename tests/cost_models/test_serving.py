@@ -133,3 +133,20 @@ def test_moe_expert_parallelism_splits_expert_work():
     # A tiny layer is latency-bound: splitting it only adds all-to-all hops.
     assert moe_expert_parallel_step(tiny, tiny_moe, dep, {"B": 1, "L": 8}, 8) > \
         moe_expert_parallel_step(tiny, tiny_moe, dep, {"B": 1, "L": 8}, 1)
+
+
+def test_a_prompt_gets_logits_at_its_last_position_only(graphs):
+    """Engines project only each prompt's last hidden state onto the vocabulary; speculative verification needs
+    every position's. Llama-3.1-8B's head on 8,192 positions is 2 x 8192 x 4096 x 128,256 FLOPs, 6% of the prompt;
+    on one position it is nothing, and the difference is the prefill's."""
+    from cost_models.serving import Batch, memory_plan, step
+
+    g = graphs["llama-3.1-8b"]
+    dep = _dep("nvidia-h100-sxm", 1, 1)
+    plan = memory_plan(g, dep)
+    last = step(g, dep, Batch(prefill_tokens=8192), plan)
+    every = step(g, dep, Batch(prefill_tokens=8192, every_logit=True), plan)
+    head_flops = 2 * 8191 * 4096 * 128256
+    assert every.compute_s - last.compute_s == pytest.approx(head_flops / (dep.device.peak("bf16")
+                                                                          * dep.derate.compute_eff), rel=0.02)
+    assert 0.04 < (every.time_s - last.time_s) / every.time_s < 0.08
