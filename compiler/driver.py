@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Collection, Iterator
 
-from compiler.inputs.model_spec import ModelSpec, resolve_model
+from compiler.inputs.model_spec import ModelSpec, checkpoint_precision, resolve_model
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.precision import Precision
@@ -108,7 +108,7 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
         graphs[model] = block_graph(model)
     tp = tp or max(1, count // pp)
     _check_parallelism(model, graphs[model], tp, pp)
-    dep = deployment(device, count, tp, pp, precision, engine)
+    dep = deployment(device, count, tp, pp, _as_stored(model, precision), engine)
     result = estimate_deployment(graphs[model], dep, input_len=input_len, output_len=output_len, batch=batch,
                                  concurrency=concurrency)
     if not result.fits:
@@ -119,6 +119,11 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
                        f"{result.memory_bytes / 1e9:.1f} GB per {device}, which has "
                        f"{result.memory_capacity_bytes / 1e9:.1f} GB; {most}")
     return result
+
+
+def _as_stored(model: str, precision: Precision) -> Precision:
+    """`precision` as the model's checkpoint stores it (`checkpoint_precision`; a callable has no checkpoint)."""
+    return checkpoint_precision(resolve_model(model), precision) if ":" not in model else precision
 
 
 def _check_parallelism(model: str, graph: BlockGraph, tp: int, pp: int) -> None:
@@ -188,6 +193,7 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
                                                   if v is not None})
             workload = workload.model_copy(update={"slo": slo})
     graph = block_graph(model, timings=timings, progress=progress)
+    precision = _as_stored(model, precision)
     check_context(model, workload, workload_path)
     draft = draft_model(model, workload, workload_path, timings=timings, progress=progress)
     budget = cluster.power_budget_w
@@ -288,7 +294,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     with timings.step("sensitivity"):
         moved = sensitivity(prep, sol, objective, progress=progress) if analyse else []
     with timings.step("emit"):
-        plan = emit_plan(prep.graph, prep.cluster, prep.workload, precision, prep.instance, sol, base, moved,
+        plan = emit_plan(prep.graph, prep.cluster, prep.workload, prep.precision, prep.instance, sol, base, moved,
                          draft_graph=prep.draft.graph if prep.draft is not None else None)
     return Compilation(plan, sol, prep, timings, fleets)
 

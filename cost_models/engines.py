@@ -118,7 +118,7 @@ _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhea
 #: H200's peak bandwidth (the NVIDIA family's derate, fitted on older published figures, says 70%) and reach 70%
 #: of peak FLOP/s, as the derate does (`tools/fidelity_sweeps.py` tries 0.7 to 0.9 for each); on other families an
 #: engine runs at that family's efficiencies.
-_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=6.2e-07, seq_overhead_s=1e-08,
+_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=5.933e-07, seq_overhead_s=1e-08,
                compute_eff=0.7, mem_eff=0.8)
 _SHARED_SOURCE = SWEEP_FIT.format(rows="all 842 rows, shared by the three engines")
 
@@ -136,12 +136,12 @@ ENGINES: dict[str, Engine] = {
         ("step_overhead_s", "the device family's derate (cost_models/derates.py)"),
         ("seq_overhead_s", _GENERIC_SOURCE), ("request_overhead_s", _GENERIC_SOURCE), ("overlap", _GENERIC_SOURCE),
         ("prefill_budget_tokens", "the default all three measured engines share: " + TRTLLM_DEFAULTS))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, request_overhead_s=0.1031, sync_fraction=0.1686,
+    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, request_overhead_s=0.1049, sync_fraction=0.1673,
                       admission_fraction=0.01),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, request_overhead_s=0.01669, sync_fraction=0.2197,
+    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, request_overhead_s=0.01678, sync_fraction=0.214,
                     admission_fraction=0.01),
-    "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, request_overhead_s=0.04962, sync_fraction=1.0,
-                      admission_fraction=0.03188),
+    "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, request_overhead_s=0.05046, sync_fraction=1.0,
+                      admission_fraction=0.03206),
 }
 GENERIC = ENGINES["generic"]
 

@@ -88,8 +88,7 @@ def memory_plan(graph: BlockGraph, dep: Deployment, kv_bytes_hint: float = 0.0,
     if roles is None:
         weights = graph.weight_bytes(dep.precision) / dep.group
     else:
-        params = sum(b.weight_params * n for b, n in block_groups(graph, "decode", roles))
-        weights = params * dep.precision.weight_bytes / dep.group
+        weights = sum(b.weight_bytes(dep.precision) * n for b, n in block_groups(graph, "decode", roles)) / dep.group
     usable = dep.device.capacity_bytes * (1 - RUNTIME_RESERVE_FRACTION)
     left = weights
     w_frac, room = [], []

@@ -117,6 +117,7 @@ def physics(rows: list[dict], kernels: tuple[float, float] | None = None) -> lis
     engine's kernel efficiencies, or `kernels` (compute_eff, mem_eff) instead."""
     from compiler.cost.deployment import deployment
     from compiler.driver import block_graph
+    from compiler.inputs.model_spec import checkpoint_precision, resolve_model
     from compiler.ir.precision import Precision
     from cost_models.derates import derate_for
     from cost_models.load import RequestShape, loop_steps
@@ -128,7 +129,8 @@ def physics(rows: list[dict], kernels: tuple[float, float] | None = None) -> lis
             graphs[r["model"]] = block_graph(r["model"])
         tp = devices(r)
         adjust = None if kernels is None else (lambda d: replace(d, compute_eff=kernels[0], mem_eff=kernels[1]))
-        dep = deployment(r["device"], tp, tp, 1, Precision.of(r["dtype"]), ENGINE_OF[r["backend"]], adjust)
+        precision = checkpoint_precision(resolve_model(r["model"]), Precision.of(r["dtype"]))
+        dep = deployment(r["device"], tp, tp, 1, precision, ENGINE_OF[r["backend"]], adjust)
         shape = RequestShape(int(r["input_len"]), int(r["output_len"]))
         family = derate_for(dep.device.family)  # the engine's own overheads are what the fit varies
         out.append((loop_steps(graphs[r["model"]], dep, clients(r), shape), family))

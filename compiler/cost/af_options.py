@@ -86,8 +86,8 @@ def _af_group(graph: BlockGraph, device_id: str, roles: tuple[str, ...], groups:
     `groups` groups; None if it takes more than one scale-up domain."""
     if groups > 1 and not is_moe(graph):
         return None  # a dense FFN is replicated, never split over groups: one group is the shape
-    weights = sum(b.weight_params * n for b, n in block_groups(graph, "decode", roles)) * precision.weight_bytes
-    expert = sum(b.weight_params * n for b, n in block_groups(graph, "decode", ("moe",))) * precision.weight_bytes
+    weights = sum(b.weight_bytes(precision) * n for b, n in block_groups(graph, "decode", roles))
+    expert = sum(b.weight_bytes(precision) * n for b, n in block_groups(graph, "decode", ("moe",)))
     per_group = weights - expert * (1 - 1 / groups)
     tp, pp = group_shape(device_id, devices_to_hold(per_group, device(device_id)))
     if pp > 1:

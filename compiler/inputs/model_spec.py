@@ -22,11 +22,12 @@ import difflib
 import hashlib
 import importlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from compiler.ir.errors import BadInput, UnsupportedModel
+from compiler.ir.precision import Precision
 
 PRESET_DIR = Path(__file__).parent / "presets"
 #: Key of the gimletc-only provenance block inside a preset config.json.
@@ -51,6 +52,29 @@ class ModelSpec:
     def sha256(self) -> str:
         """Identity of the model for caching: the config text, or the callable's reference."""
         return hashlib.sha256((self.config_json or self.callable_ref).encode()).hexdigest()
+
+
+#: Checkpoint quantisation methods and the weight dtype they store (HF ``quantization_config.quant_method``).
+QUANT_DTYPES = {"mxfp4": "fp4"}
+
+
+def checkpoint_precision(spec: ModelSpec, precision: Precision) -> Precision:
+    """`precision` as the model's checkpoint stores it: a checkpoint quantised to `precision`'s weight dtype that
+    leaves modules unconverted (``quantization_config.modules_to_not_convert``: GPT-OSS keeps attention, router,
+    embeddings and head in bf16 and stores only its routed experts in MXFP4) keeps those at its ``torch_dtype``.
+
+    >>> gpt_oss = resolve_model("gpt-oss-120b")
+    >>> checkpoint_precision(gpt_oss, Precision.of("fp4")).dense
+    'bf16'
+    >>> checkpoint_precision(gpt_oss, Precision.of("fp8")) == Precision.of("fp8")
+    True
+    """
+    quant = spec.config.get("quantization_config") or {}
+    if precision.dense is not None or QUANT_DTYPES.get(quant.get("quant_method")) != precision.weights \
+            or not quant.get("modules_to_not_convert"):
+        return precision
+    stored = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(spec.config.get("torch_dtype"), "bf16")
+    return replace(precision, dense=stored)
 
 
 def preset_names() -> list[str]:

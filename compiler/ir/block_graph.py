@@ -73,7 +73,8 @@ class OpCost:
         (`expert_touch_fraction`); it scales weight reads of ``expert_weights`` ops only.
         This is the one rule for an op's bytes: `Block.work` and the roofline both use it.
         """
-        weight = self.weight_elems(**point) * precision.weight_bytes * (touched if self.expert_weights else 1.0)
+        per_elem = precision.weight_bytes * touched if self.expert_weights else float(precision.dense_bytes)
+        weight = self.weight_elems(**point) * per_elem
         return Work(self.flops(**point), weight, self.kv_elems(**point) * precision.kv_bytes, self.act_bytes(**point))
 
     def to_json(self) -> dict[str, Any]:
@@ -182,7 +183,8 @@ class Block:
         return sum((op.work(precision, touched, **point) for op in self.ops), ZERO_WORK)
 
     def weight_bytes(self, precision: Precision) -> float:
-        return self.weight_params * precision.weight_bytes
+        return self.expert_params * precision.weight_bytes + (self.weight_params - self.expert_params) * \
+            precision.dense_bytes
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "role": self.role, "phase": self.phase, "layer": self.layer}
@@ -265,6 +267,7 @@ class BlockGraph:
     kv_by_window: tuple[tuple[int | None, int], ...] = field(init=False, compare=False, repr=False)
     residuals: tuple[tuple[str, Edge], ...] = field(init=False, compare=False, repr=False)  # `residual_edge`
     by_name: dict[tuple[str, str], Block] = field(init=False, compare=False, repr=False)  # `block`
+    expert_params: int = field(init=False, compare=False, repr=False)  # routed-expert parameters, all layers
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", 1 + max((b.layer for b in self.blocks if b.layer is not None), default=-1))
@@ -274,6 +277,8 @@ class BlockGraph:
                 windows[b.window_tokens or None] = windows.get(b.window_tokens or None, 0) + b.kv_elems_per_token
         object.__setattr__(self, "kv_by_window", tuple(windows.items()))
         object.__setattr__(self, "by_name", {(b.name, b.phase): b for b in self.blocks})
+        phase = "decode" if any(b.phase == "decode" for b in self.blocks) else "prefill"
+        object.__setattr__(self, "expert_params", sum(b.expert_params for b in self.blocks if b.phase == phase))
         residual: dict[str, Edge] = {}
         for e in self.edges:
             if e.kind == "activation" and e.phase not in residual and getattr(
@@ -311,7 +316,8 @@ class BlockGraph:
         return per * precision.kv_bytes
 
     def weight_bytes(self, precision: Precision) -> float:
-        return self.params_total * precision.weight_bytes
+        return self.expert_params * precision.weight_bytes + (self.params_total - self.expert_params) * \
+            precision.dense_bytes
 
     def residual_edge(self, phase: str) -> Edge | None:
         """The residual stream one layer's attention hands its FFN: what crosses the attention/FFN seam,

@@ -6,6 +6,11 @@ dtype strings, so they cannot disagree. The default KV dtype follows the
 weights, except under fp4 weights, where serving engines keep the KV cache
 in fp8 (4-bit KV loses too much accuracy to be a default).
 
+Routed experts and the rest may be stored apart: ``dense`` (None by default:
+``weights``) is the dtype of every weight outside the routed experts. GPT-OSS's
+checkpoint quantises only its experts to MXFP4 and keeps attention, router,
+embeddings and head in bf16 (`compiler.inputs.model_spec.checkpoint_precision`).
+
 Storage and compute are separate: ``compute`` (None by default) is the dtype
 matmuls run at. Unset, a device computes at the weight dtype, or, where it
 has no rate for that dtype, at 16 bits (weight-only quantisation: GPT-OSS's
@@ -13,7 +18,7 @@ has no rate for that dtype, at 16 bits (weight-only quantisation: GPT-OSS's
 `cost_models.roofline.COMPUTE_FALLBACK`); set, it forces one.
 
 >>> Precision.of("fp4")
-Precision(weights='fp4', kv='fp8', compute=None)
+Precision(weights='fp4', kv='fp8', compute=None, dense=None)
 >>> Precision.of("bf16", kv="fp8").kv_bytes
 1
 >>> Precision.from_json(Precision.of("fp8").to_json()) == Precision.of("fp8")
@@ -50,10 +55,12 @@ class Precision:
     weights: str
     kv: str
     compute: str | None = None
+    dense: str | None = None  # weights outside the routed experts (None: `weights`)
 
     def __post_init__(self) -> None:
         # unknown dtypes fail here, not deep in a cost model
         dtype_bytes(self.weights), dtype_bytes(self.kv), dtype_bytes(self.compute or self.weights)
+        dtype_bytes(self.dense or self.weights)
 
     @staticmethod
     def of(weights: str, kv: str | None = None, compute: str | None = None) -> Precision:
@@ -61,8 +68,13 @@ class Precision:
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes per weight element."""
+        """Bytes per weight element (of the routed experts, where `dense` stores the rest apart)."""
         return dtype_bytes(self.weights)
+
+    @property
+    def dense_bytes(self) -> float:
+        """Bytes per weight element outside the routed experts."""
+        return dtype_bytes(self.dense or self.weights)
 
     @property
     def kv_bytes(self) -> float:
@@ -73,8 +85,10 @@ class Precision:
         out = {"weights": self.weights, "kv": self.kv}
         if self.compute:
             out["compute"] = self.compute
+        if self.dense:
+            out["dense"] = self.dense
         return out
 
     @staticmethod
     def from_json(d: dict[str, str]) -> Precision:
-        return Precision(d["weights"], d["kv"], d.get("compute"))
+        return Precision(d["weights"], d["kv"], d.get("compute"), d.get("dense"))
