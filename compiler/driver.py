@@ -108,7 +108,7 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
         graphs[model] = block_graph(model)
     tp = tp or max(1, count // pp)
     _check_parallelism(model, graphs[model], tp, pp)
-    dep = deployment(device, count, tp, pp, _as_stored(model, precision), engine)
+    dep = deployment(device, count, tp, pp, stored_precision(model, precision), engine)
     result = estimate_deployment(graphs[model], dep, input_len=input_len, output_len=output_len, batch=batch,
                                  concurrency=concurrency)
     if not result.fits:
@@ -121,7 +121,7 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
     return result
 
 
-def _as_stored(model: str, precision: Precision) -> Precision:
+def stored_precision(model: str, precision: Precision) -> Precision:
     """`precision` as the model's checkpoint stores it (`checkpoint_precision`; a callable has no checkpoint)."""
     return checkpoint_precision(resolve_model(model), precision) if ":" not in model else precision
 
@@ -193,7 +193,7 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
                                                   if v is not None})
             workload = workload.model_copy(update={"slo": slo})
     graph = block_graph(model, timings=timings, progress=progress)
-    precision = _as_stored(model, precision)
+    precision = stored_precision(model, precision)
     check_context(model, workload, workload_path)
     draft = draft_model(model, workload, workload_path, timings=timings, progress=progress)
     budget = cluster.power_budget_w

@@ -41,17 +41,23 @@ def run(args: argparse.Namespace) -> int:
     if not args.model:
         raise BadInput("inspect: give a MODEL (a preset such as llama-3.1-70b, a config.json path or "
                        "module:callable); `gimletc inspect --list` lists the presets")
-    from compiler.driver import Timings, block_graph
+    from compiler.driver import Timings, block_graph, stored_precision
     from compiler.trace.summarize import summarize
 
     phases = ("prefill", "decode") if args.phase == "both" else (args.phase,)
     timings = Timings()
     graph = block_graph(args.model, phases=("prefill", "decode"), use_cache=not args.no_cache, timings=timings,
                         progress=progress_for(args))
-    report = summarize(graph, precision=options.precision_of(args), batch=args.batch, prompt_len=args.prompt_len,
+    report = summarize(graph, precision=stored_precision(args.model, options.precision_of(args)), batch=args.batch,
+                       prompt_len=args.prompt_len,
                        context_len=args.context_len, phases=phases)
     report["timings_s"] = timings.as_dict()
     return output(report, args.json, lambda r: render(r, phases, args.layers))
+
+
+def _dtypes(r: dict[str, Any]) -> str:
+    """The weight dtype, or the experts' and the rest's where the checkpoint stores them apart."""
+    return r["dtype"] if r["dense_dtype"] == r["dtype"] else f"{r['dtype']} experts, {r['dense_dtype']} rest"
 
 
 def render(r: dict[str, Any], phases: Sequence[str], per_block: bool) -> None:
@@ -61,7 +67,7 @@ def render(r: dict[str, Any], phases: Sequence[str], per_block: bool) -> None:
     console = Console()
     console.print(
         f"[bold]{r['model']}[/bold]  {r['layers']} layers  params {si(r['params_total'])} total, "
-        f"{si(r['params_active'])} active  weights {si(r['weight_bytes'], 'B')} ({r['dtype']})  "
+        f"{si(r['params_active'])} active  weights {si(r['weight_bytes'], 'B')} ({_dtypes(r)})  "
         f"KV {si(r['kv_bytes_per_token'], 'B')}/token ({r['kv_dtype']}), "
         f"{si(r['kv_bytes_at_context'], 'B')} at batch {r['batch']} x {r['context_len']} tokens"
     )

@@ -39,7 +39,7 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
     predicted = _predicted(sol, latencies, out_tps)
     return Plan(
         gimletc_version=_version(), model=graph.model, model_sha256=graph.config_sha256, dtype=precision.weights,
-        kv_dtype=precision.kv, cluster=cluster.name, power_budget_w=inst.power_budget_w,
+        kv_dtype=precision.kv, dense_dtype=precision.dense, cluster=cluster.name, power_budget_w=inst.power_budget_w,
         inventory={t: n for t, n in inst.inventory if n > 0}, workload=workload.name,
         mean_input_len=workload.mean_input_len,
         mean_output_len=workload.mean_output_len, slo_ttft_ms=workload.slo.ttft_ms, slo_tpot_ms=workload.slo.tpot_ms,

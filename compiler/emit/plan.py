@@ -269,6 +269,7 @@ class Plan(_Frozen):
     baselines: list[Baseline]
     sensitivity: list[SensitivityResult] = []
     cost_budget_per_hour: float | None = None
+    dense_dtype: str | None = None  # weights outside the routed experts, where the checkpoint stores them apart
     fleet_design: list[str] = []  # device types whose count the solver chose (`count: any`)
     devices_used: dict[str, int] = {}  # devices the plan deploys, per type
     prices_per_hour: dict[str, float] = {}  # dollars per device-hour, per priced type

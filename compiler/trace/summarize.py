@@ -3,7 +3,7 @@
 `summarize` returns the documented JSON object (see docs/inspect.md); the CLI
 renders its tables from the same object, so the two never disagree.
 
-Top-level keys: ``model``, ``dtype``, ``kv_dtype``, ``batch``, ``prompt_len``,
+Top-level keys: ``model``, ``dtype``, ``dense_dtype``, ``kv_dtype``, ``batch``, ``prompt_len``,
 ``context_len``, ``layers``, ``params_total``, ``params_active``,
 ``embed_params``, ``weight_bytes``, ``kv_bytes_per_token``, ``trace``,
 ``unaccounted`` and one object per traced phase (``prefill``, ``decode``) with
@@ -35,7 +35,8 @@ def summarize(graph: BlockGraph, *, precision: Precision = Precision.of("bf16"),
     points = {"prefill": {"B": batch, "S": prompt_len}, "decode": {"B": batch, "L": context_len}}
     tokens = {"prefill": batch * prompt_len, "decode": batch}
     out: dict[str, Any] = {
-        "model": graph.model, "dtype": precision.weights, "kv_dtype": precision.kv,
+        "model": graph.model, "dtype": precision.weights, "dense_dtype": precision.dense or precision.weights,
+        "kv_dtype": precision.kv,
         "batch": batch, "prompt_len": prompt_len, "context_len": context_len, "layers": graph.num_layers,
         "params_total": graph.params_total, "params_active": graph.params_active,
         "embed_params": graph.embed_params,

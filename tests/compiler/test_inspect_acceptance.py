@@ -88,6 +88,11 @@ def test_gpt_oss_120b_total_and_active():
     assert r["params_active"] == pytest.approx(5.1e9, rel=0.05)
     kinds = [b["attention"] for b in r["decode"]["blocks"] if b["role"] == "attn"]
     assert kinds == ["sliding" if t == "sliding_attention" else "full" for t in c["layer_types"]]
+    # At fp4 the checkpoint stores only the routed experts at 4 bits; attention, router, embeddings and head
+    # stay bf16 (its quantization_config's modules_to_not_convert).
+    fp4 = inspect_json("gpt-oss-120b", "--dtype", "fp4")
+    assert (fp4["dtype"], fp4["dense_dtype"]) == ("fp4", "bf16")
+    assert fp4["weight_bytes"] == pytest.approx(n * experts * 0.5 + (total - n * experts) * 2, rel=1e-9)
 
 
 @pytest.mark.slow

@@ -78,7 +78,7 @@ def deployment_of(plan: Plan, pool: Pool) -> Deployment:
     """One replica of `pool` as the cost models see it (its family's derate, or this host's calibration)."""
     spec = device(pool.device)
     return Deployment(spec, pool.tp * pool.pp, derate_for(spec.family, load_calibration(spec.id)), pool.tp, pool.pp,
-                      Precision.of(plan.dtype, plan.kv_dtype))
+                      Precision(plan.dtype, plan.kv_dtype, dense=plan.dense_dtype))
 
 
 def pool_blocks(graph: BlockGraph, pool: Pool, phase: str) -> list[tuple[Block, int]]:
