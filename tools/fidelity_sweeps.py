@@ -21,7 +21,9 @@ other groups only. The fit has two levels: the step costs (per step, per
 block, per call, per running sequence) are shared by all engines, fitted on all rows;
 each engine's front end and closed-loop dynamics are fitted on its own rows. Only this file's rows are used: the other
 rows of its source are held out to measure the model (see
-../shared/reference/serving_sweeps.md).
+../shared/reference/serving_sweeps.md). On two cores ``--fit`` takes about
+80 s and ``--loo`` about 13 minutes (every efficiency pair is fitted per
+held-out group).
 """
 
 from __future__ import annotations
