@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from cost_models.derates import Derate
+from compiler.ir.calibration import Calibration
+from cost_models.derates import Derate, derate_for
 
 TRTLLM_DEFAULTS = ("https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/"
                    "tuning-max-batch-size-and-max-num-tokens.html (max_num_tokens 8192)")
@@ -148,6 +149,13 @@ GENERIC = ENGINES["generic"]
 #: The first release of an engine whose default is overlap scheduling, for engines whose older releases step
 #: synchronously (`at_version`; sources in each engine's provenance under "overlap").
 OVERLAP_SINCE = {"vllm": (0, 14)}
+
+
+def served_derate(family: str, calibration: Calibration | None, served_by: Engine) -> Derate:
+    """The derate a device of `family` runs at under `served_by`: the family's (or the device's measured
+    `calibration`, which keeps its own efficiencies) with the engine's overheads and, on the family its kernels were
+    measured on, their efficiencies (`Engine.applied_to`)."""
+    return served_by.applied_to(derate_for(family, calibration), family if calibration is None else None)
 
 
 def engine(name: str, version: str | None = None) -> Engine:

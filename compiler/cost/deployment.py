@@ -16,7 +16,7 @@ from compiler.ir.precision import Precision
 from typing import Callable
 
 from cost_models import engines
-from cost_models.derates import Derate, derate_for
+from cost_models.derates import Derate
 from cost_models.serving import Deployment, devices_to_hold
 
 
@@ -36,9 +36,7 @@ def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precisio
         served_by = engines.engine(engine)
     except ValueError as e:
         raise BadInput(f"engine: {e}") from None
-    calibration = load_calibration(spec.id)
-    derate = served_by.applied_to(derate_for(spec.family, calibration),  # a measured calibration keeps its own
-                                  spec.family if calibration is None else None)  # efficiencies
+    derate = engines.served_derate(spec.family, load_calibration(spec.id), served_by)
     derate = adjust(derate) if adjust is not None else derate
     return Deployment(spec, count, derate, tp, pp, precision, served_by)
 

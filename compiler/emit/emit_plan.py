@@ -43,7 +43,7 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
         inventory={t: n for t, n in inst.inventory if n > 0}, workload=workload.name,
         mean_input_len=workload.mean_input_len,
         mean_output_len=workload.mean_output_len, slo_ttft_ms=workload.slo.ttft_ms, slo_tpot_ms=workload.slo.tpot_ms,
-        pools=pools,
+        pools=[p.model_copy(update={"engine": cluster.engine(p.device)}) for p in pools],
         transfers=(_kv_transfers(inst, sol, used, pool_of) + _activation_transfers(graph, sol, used, pool_of)
                    + _draft_transfers(inst, sol, used, pool_of)),
         classes=[_class_result(workload, inst, sol, c, latencies.get(c.name), pool_of) for c in inst.classes],

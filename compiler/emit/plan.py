@@ -137,6 +137,7 @@ class Pool(_Frozen):
     phases: list[Literal["prefill", "decode"]]
     stages: list[Stage]
     option: str
+    engine: str = "generic"  # the serving engine the cluster file names for this device's pool
     predicted_requests_per_s: float
     predicted_ttft_ms: float | None = None  # worst class, at the SLO percentile and the predicted utilisation
     predicted_tpot_ms: float | None = None

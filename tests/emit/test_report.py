@@ -66,6 +66,18 @@ def test_every_block_sits_under_its_devices_roofline(compiled, split, tiny_graph
                                                      c.mem_bw_bytes_per_s * p.intensity_flops_per_byte) * (1 + 1e-9)
 
 
+def test_a_pool_is_drawn_at_its_engines_efficiencies(split):
+    """The pool's engine (plan.json's ``engine``) sets its device's derate: vLLM's kernels on the H100, the family's
+    on the B200 that runs no named engine."""
+    from cost_models.derates import derate_for
+    from cost_models.engines import ENGINES
+
+    pools = [p.model_copy(update={"engine": "vllm"}) if p.name == "pre" else p for p in split.pools]
+    roofs = {c.device: c for c in ceilings(split.model_copy(update={"pools": pools}))}
+    assert roofs["nvidia-h100-sxm"].mem_eff == ENGINES["vllm"].mem_eff != derate_for("nvidia").mem_eff
+    assert roofs["nvidia-b200"].mem_eff == derate_for("nvidia").mem_eff
+
+
 def test_decode_attention_counts_each_layer_once(split, tiny_graph):
     """The attention pool runs the model's attention blocks (2 layers of llama-tiny), grouped as one point."""
     points = [p for p in roofline_points(split, tiny_graph("llama-tiny")) if p.pool == "attn"]
@@ -137,3 +149,17 @@ def test_write_report_writes_every_file(compiled, tmp_path):
     assert not (tmp_path / "x").exists()
     without = write_report(build_report(plan, graph), tmp_path / "none")
     assert "pareto.png" not in {p.name for p in without}
+
+
+def test_the_plan_records_each_pools_engine(tmp_path):
+    """The cluster file's ``engine:`` reaches plan.json, so the report draws what the placement costed."""
+    from compiler.driver import compile
+
+    cluster = (TINY / "cluster.yaml").read_text().replace("{device: nvidia-h100-sxm, count: 1}",
+                                                          "{device: nvidia-h100-sxm, count: 1, engine: vllm}")
+    path = tmp_path / "cluster.yaml"
+    path.write_text(cluster)
+    plan = compile("llama-tiny", str(path), str(TINY / "workload.yaml"), analyse=False, baselines=False).plan
+    assert {p.device: p.engine for p in plan.pools} == {p.device: "vllm" if p.device == "nvidia-h100-sxm" else
+                                                          "generic" for p in plan.pools}
+    assert "nvidia-h100-sxm" in {p.device for p in plan.pools}

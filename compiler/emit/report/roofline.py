@@ -4,7 +4,8 @@ For every pool, each distinct block it runs (identical layers grouped, [Note: gr
 the pool's operating point: a prefill step of one mean-length prompt (B=1, S=mean input) and a decode step at
 the pool's batch over the mean decode context (B=batch, L=mean input + half the mean output). A point is the
 block's arithmetic intensity (FLOPs over bytes moved, per tensor-parallel shard) against the FLOP/s it reaches
-(FLOPs over its roofline time, `cost_models.roofline.block_time`, with the family's derate and the memory tiers
+(FLOPs over its roofline time, `cost_models.roofline.block_time`, with the derate of the pool's engine on its
+device (`cost_models.engines.served_derate`) and the memory tiers
 `cost_models.serving.memory_plan` assigns). A device's ceilings are its datasheet peak at the dtype the matmuls
 run in and its fastest memory tier's bandwidth; the ridge is where they meet.
 """
@@ -14,11 +15,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from backends.registry import device
+from compiler.ir.calibration import load_calibration
 from compiler.emit.plan import Plan, Pool
 from compiler.ir.block_graph import Block, BlockGraph
-from compiler.ir.calibration import load_calibration
 from compiler.ir.precision import Precision
-from cost_models.derates import derate_for
+from cost_models.engines import engine, served_derate
 from cost_models.roofline import block_time, compute_peak
 from cost_models.serving import Deployment, memory_plan
 
@@ -75,10 +76,11 @@ def operating_point(plan: Plan, pool: Pool, phase: str) -> dict[str, float]:
 
 
 def deployment_of(plan: Plan, pool: Pool) -> Deployment:
-    """One replica of `pool` as the cost models see it (its family's derate, or this host's calibration)."""
-    spec = device(pool.device)
-    return Deployment(spec, pool.tp * pool.pp, derate_for(spec.family, load_calibration(spec.id)), pool.tp, pool.pp,
-                      Precision(plan.dtype, plan.kv_dtype, dense=plan.dense_dtype))
+    """One replica of `pool` as the cost models see it: its engine on its device (`served_derate`), or this host's
+    calibration."""
+    spec, served_by = device(pool.device), engine(pool.engine)
+    return Deployment(spec, pool.tp * pool.pp, served_derate(spec.family, load_calibration(spec.id), served_by),
+                      pool.tp, pool.pp, Precision(plan.dtype, plan.kv_dtype, dense=plan.dense_dtype), served_by)
 
 
 def pool_blocks(graph: BlockGraph, pool: Pool, phase: str) -> list[tuple[Block, int]]:
@@ -103,10 +105,11 @@ def pool_blocks(graph: BlockGraph, pool: Pool, phase: str) -> list[tuple[Block, 
 
 def ceilings(plan: Plan) -> list[Ceiling]:
     out = []
-    for dev in sorted({p.device for p in plan.pools}):
+    drawn = [p for p in plan.pools if p.role != "drafter"]  # `roofline_points` draws no drafter's blocks
+    for dev in sorted({p.device for p in drawn}):
         spec = device(dev)
         peak, dtype = compute_peak(spec, plan.dtype)
-        derate = derate_for(spec.family, load_calibration(spec.id))
+        derate = deployment_of(plan, next(p for p in drawn if p.device == dev)).derate
         out.append(Ceiling(dev, dtype, peak, spec.memory[0].bw_bytes_per_s, derate.compute_eff, derate.mem_eff))
     return out
 
