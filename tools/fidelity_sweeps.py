@@ -118,21 +118,23 @@ def physics(rows: list[dict], kernels: tuple[float, float] | None = None) -> lis
     """Each row's engine-independent `LoopSteps` (the step times on the device): costed once per row, with the
     engine's kernel efficiencies, or `kernels` (compute_eff, mem_eff) instead."""
     from compiler.cost.deployment import deployment
-    from compiler.driver import block_graph
-    from compiler.inputs.model_spec import checkpoint_precision, resolve_model
+    from compiler.driver import block_graph, stored_precision
     from compiler.ir.precision import Precision
     from cost_models.derates import derate_for
     from cost_models.load import RequestShape, loop_steps
 
     graphs: dict = {}
+    precisions: dict = {}
+    adjust = None if kernels is None else (lambda d: replace(d, compute_eff=kernels[0], mem_eff=kernels[1]))
     out = []
     for r in rows:
         if r["model"] not in graphs:
             graphs[r["model"]] = block_graph(r["model"])
+        key = (r["model"], r["dtype"])
+        if key not in precisions:
+            precisions[key] = stored_precision(r["model"], Precision.of(r["dtype"]))
         tp = devices(r)
-        adjust = None if kernels is None else (lambda d: replace(d, compute_eff=kernels[0], mem_eff=kernels[1]))
-        precision = checkpoint_precision(resolve_model(r["model"]), Precision.of(r["dtype"]))
-        dep = deployment(r["device"], tp, tp, 1, precision, ENGINE_OF[r["backend"]], adjust)
+        dep = deployment(r["device"], tp, tp, 1, precisions[key], ENGINE_OF[r["backend"]], adjust)
         shape = RequestShape(int(r["input_len"]), int(r["output_len"]))
         family = derate_for(dep.device.family)  # the engine's own overheads are what the fit varies
         out.append((loop_steps(graphs[r["model"]], dep, clients(r), shape), family))

@@ -92,7 +92,7 @@ def microbenchmark_jobs(settings: Settings) -> dict[str, Job]:
     import torch
     import torch.nn.functional as F
 
-    from compiler.trace.export import TORCH_DTYPES
+    from compiler.ir.precision import TORCH_DTYPES
 
     torch.manual_seed(0)
 

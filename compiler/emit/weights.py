@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from compiler.ir.errors import BadInput
+from compiler.ir.precision import TORCH_DTYPES
 
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def reference_model(model: str, *, weights_dir: str | None = None, seed: int = 0):
@@ -94,7 +94,7 @@ def cut_shard(state: dict[str, Any], refs, dtype: str) -> dict[str, Any]:
         if ref.dim is not None:
             t = t.narrow(ref.dim, ref.lo, ref.hi - ref.lo)
         keep_fp32 = name == "rope.inv_freq"
-        out[name] = t.detach().to(torch.float32 if keep_fp32 else getattr(torch, DTYPES[dtype])).contiguous().clone()
+        out[name] = t.detach().to(torch.float32 if keep_fp32 else getattr(torch, TORCH_DTYPES[dtype])).contiguous().clone()
     return out
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.ir.errors import BadInput, UnsupportedModel
-from compiler.ir.precision import Precision
+from compiler.ir.precision import TORCH_DTYPES, Precision
 
 PRESET_DIR = Path(__file__).parent / "presets"
 #: Key of the gimletc-only provenance block inside a preset config.json.
@@ -73,7 +73,7 @@ def checkpoint_precision(spec: ModelSpec, precision: Precision) -> Precision:
     if precision.dense is not None or QUANT_DTYPES.get(quant.get("quant_method")) != precision.weights \
             or not quant.get("modules_to_not_convert"):
         return precision
-    stored = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(spec.config.get("torch_dtype"), "bf16")
+    stored = {name: dtype for dtype, name in TORCH_DTYPES.items()}.get(spec.config.get("torch_dtype"), "bf16")
     return replace(precision, dense=stored)
 
 

@@ -32,6 +32,9 @@ from dataclasses import dataclass
 #: Bytes per element of each storage dtype the tool reasons about.
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
 
+#: torch's (and HF configs' ``torch_dtype``) names of the dtypes that have one.
+TORCH_DTYPES: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
 #: Weight dtypes a deployment may be compiled at (fp32 is for host calibration).
 WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
 

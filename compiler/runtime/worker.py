@@ -34,6 +34,7 @@ from typing import Any
 from compiler.emit.manifest import verified_text
 from compiler.emit.topology import worker_table, world_size
 from compiler.ir.errors import BadInput
+from compiler.ir.precision import TORCH_DTYPES
 from compiler.runtime.kv_cache import PagedKVCache, Seq
 from compiler.runtime.launch import READY_PREFIX, pin_gloo_to_loopback
 from compiler.runtime.kv_connector import GlooKVConnector, Pair
@@ -41,7 +42,6 @@ from compiler.runtime.plan_dir import PlanDir, open_plan_dir
 from compiler.runtime.stage_runner import StageRunner, load_program
 from compiler.runtime.wire import ACK, CONTROL, DATA, DRAFT, recv_json, send_json
 
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 #: Workers wait as long as it takes for the driver's next command; the driver times out hung peers.
 WORKER_TIMEOUT_S = float(os.environ.get("GIMLETC_WORKER_TIMEOUT_S", 7 * 24 * 3600))
 
@@ -77,7 +77,7 @@ class StageWorker:
         pool = next(p for p in plan_dir.plan.pools if p.name == self.me.pool)
         self.exe = pool.stages[self.me.stage].execution
         rx = self.exe.ranks[self.me.tp_rank]
-        self.dtype = getattr(torch, DTYPES[self.exe.dtype])
+        self.dtype = getattr(torch, TORCH_DTYPES[self.exe.dtype])
         config = plan_dir.config_of(pool.name)
         self.hidden = int(config["hidden_size"])
         head_dim = int(config.get("head_dim") or self.hidden // config["num_attention_heads"])
@@ -88,7 +88,7 @@ class StageWorker:
         if attn_layers:
             cache = PagedKVCache(attn_layers, tuple(rx.kv_heads), head_dim, block_size=self.exe.kv_block_size,
                                  num_pages=kv_pages(config, pool.batch, self.exe.kv_block_size),
-                                 dtype=getattr(torch, DTYPES[self.exe.kv_dtype]))
+                                 dtype=getattr(torch, TORCH_DTYPES[self.exe.kv_dtype]))
         group = next((g for ranks, g in groups.items() if rank in ranks), None)
         self.runner = StageRunner(namespace, weights, cache, group)
         self.connector = GlooKVConnector(rank, head_dim, self.dtype)

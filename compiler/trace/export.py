@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compiler.ir.errors import BadInput, UnsupportedModel
+from compiler.ir.precision import TORCH_DTYPES
 from compiler.inputs.model_spec import ModelSpec, import_callable, load_hf_config
 from compiler.trace.ownership import is_routed_expert
 
@@ -38,7 +39,6 @@ EXAMPLE_BATCH = 3
 EXAMPLE_PROMPT = 17
 EXAMPLE_CONTEXT = 19
 
-TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 @dataclass
