@@ -214,3 +214,50 @@ def test_greedy_runs_a_mixed_replica_at_its_strictest_class_cap():
     assert sol.status == "optimal"
     assert greedy_rate(inst, greedy(inst)) == pytest.approx(3.5, rel=1e-6)
     assert sol.requests_per_s == pytest.approx(3.5, rel=1e-3)
+
+
+class _Run:
+    """A finished search as `PlacementModel._decided` reads it: the work it took and its status."""
+
+    def __init__(self, deterministic_time: float) -> None:
+        self.deterministic_time = deterministic_time
+
+
+def _decide(runs: dict, configs: int = 2, reruns: dict | None = None):
+    """`_decided` on `runs` ({config: (deterministic seconds, status)}); `reruns` what a quick-budget re-run
+    of a still-running configuration returns (absent: the test fails if one is asked for)."""
+    from types import SimpleNamespace
+
+    from ortools.sat.python import cp_model
+
+    from compiler.place.ilp import PlacementModel
+
+    asked = []
+
+    def rerun(i):
+        asked.append(i)
+        det, status = (reruns or {})[i]
+        return _Run(det), status
+
+    found = PlacementModel._decided(SimpleNamespace(cp=cp_model), {i: (_Run(d), s) for i, (d, s) in runs.items()},
+                                    configs, rerun)
+    return (None if found is None else (found[0].deterministic_time, found[1])), asked
+
+
+def test_a_quick_proof_decides_the_portfolio_whichever_configuration_finds_it():
+    from ortools.sat.python.cp_model import FEASIBLE, OPTIMAL
+
+    from compiler.place.ilp import QUICK_PROOF_DETERMINISTIC_S as quick
+
+    # The second configuration proves in a tenth of the quick budget while the first still runs: the first's
+    # quick answer is asked for (a re-run within the quick budget); it has none, so the second's proof stands.
+    assert _decide({1: (quick / 10, OPTIMAL)}, reruns={0: (quick, FEASIBLE)}) == ((quick / 10, OPTIMAL), [0])
+    # The first proves quickly too: the earlier configuration wins, whatever finished first.
+    assert _decide({1: (quick / 10, OPTIMAL)}, reruns={0: (quick / 2, OPTIMAL)}) == ((quick / 2, OPTIMAL), [0])
+    # A slow proof by the first configuration decides only once no other proves quickly.
+    assert _decide({0: (5 * quick, OPTIMAL)}, reruns={1: (quick, FEASIBLE)}) == ((5 * quick, OPTIMAL), [1])
+    assert _decide({0: (5 * quick, OPTIMAL), 1: (quick / 3, OPTIMAL)}) == ((quick / 3, OPTIMAL), [])
+    # Nothing proven yet, or only slowly by a later configuration: keep waiting for the first.
+    assert _decide({}) == (None, [])
+    assert _decide({1: (5 * quick, OPTIMAL)}) == (None, [])
+    assert _decide({0: (10 * quick, FEASIBLE)}) == (None, [])
