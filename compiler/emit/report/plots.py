@@ -26,11 +26,19 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: Path) -> None:
-    fig.tight_layout()
+def _save(fig, path: Path, margins: dict | None = None) -> None:
+    """Write `fig`; `margins` (subplots_adjust) instead of tight_layout, which on log axes costs a draw (0.3 s)."""
+    if margins is None:
+        fig.tight_layout()
+    else:
+        fig.subplots_adjust(**margins)
     fig.savefig(path, metadata={"Software": None})  # no version stamp: same inputs, same bytes
     fig.clf()
     _pyplot().close(fig)
+
+
+#: Room around a log-scale plot for its tick labels, axis labels and two-line title (fractions of the figure).
+_LOG_MARGINS = {"left": 0.11, "right": 0.97, "bottom": 0.12, "top": 0.87}
 
 
 def plot_frontier(rows: Sequence[dict], path: Path, title: str, plan_point: tuple[float, float] | None) -> None:
@@ -58,7 +66,7 @@ def plot_frontier(rows: Sequence[dict], path: Path, title: str, plan_point: tupl
     ax.grid(True, alpha=0.3)
     ax.set_yscale("log")
     ax.legend(fontsize=8)
-    _save(fig, path)
+    _save(fig, path, _LOG_MARGINS)
 
 
 def plot_roofline(ceilings: Sequence[Ceiling], points: Sequence[RooflinePoint], path: Path, title: str) -> None:
@@ -91,7 +99,7 @@ def plot_roofline(ceilings: Sequence[Ceiling], points: Sequence[RooflinePoint], 
                  f"{title}", fontsize=9)
     ax.grid(True, which="both", alpha=0.2)
     ax.legend(fontsize=7)
-    _save(fig, path)
+    _save(fig, path, _LOG_MARGINS)
 
 
 def plot_power(power: PowerBreakdown, path: Path, title: str) -> None:
