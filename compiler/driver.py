@@ -122,8 +122,8 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
 
 
 def stored_precision(model: str, precision: Precision) -> Precision:
-    """`precision` as the model's checkpoint stores it (`checkpoint_precision`; a callable has no checkpoint)."""
-    return checkpoint_precision(resolve_model(model), precision) if ":" not in model else precision
+    """`precision` as the model's checkpoint stores it (`checkpoint_precision`; a callable has no config, so none)."""
+    return checkpoint_precision(resolve_model(model), precision)
 
 
 def _check_parallelism(model: str, graph: BlockGraph, tp: int, pp: int) -> None:
@@ -131,7 +131,7 @@ def _check_parallelism(model: str, graph: BlockGraph, tp: int, pp: int) -> None:
     if pp > graph.num_layers:
         raise BadInput(f"--pp {pp}: {graph.model} has {graph.num_layers} layers, so at most {graph.num_layers} "
                        "pipeline stages")
-    config = resolve_model(model).config if ":" not in model else {}
+    config = resolve_model(model).config  # a callable's is empty
     heads = config.get("num_attention_heads")
     kv_heads = config.get("num_key_value_heads") or heads
     for count, what in ((heads, "attention heads"), (kv_heads, "KV heads")):
@@ -236,7 +236,7 @@ def _dtype_hint(cluster: Cluster, precision: Precision, reason: str | None = Non
 def check_context(model: str, workload: Workload, workload_path: str) -> None:
     """A request longer than the model's context (``max_position_embeddings``) is bad input, not a plan to cost:
     `BadInput` naming the class and both numbers. Long-context models are presets too (``qwen2.5-7b-instruct-1m``)."""
-    limit = resolve_model(model).config.get("max_position_embeddings") if ":" not in model else None
+    limit = resolve_model(model).config.get("max_position_embeddings")  # a callable's config is empty
     if not limit:
         return
     for c in workload.classes:
