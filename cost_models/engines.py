@@ -47,6 +47,11 @@ SGLANG_OVERLAP = ("https://lmsys.org/blog/2024-12-04-sglang-v0-4/#zero-overhead-
                   "by default since v0.4; server_args disable_overlap_schedule=False)")
 VLLM_OVERLAP = ("https://github.com/vllm-project/vllm/pull/27614 (async scheduling on by default from v0.14; "
                 "v0.11 and v0.12 vllm/config/scheduler.py: async_scheduling: bool = False)")
+TRTLLM_MIXING = ("https://nvidia.github.io/TensorRT-LLM/features/paged-attention-ifb-scheduler.html (in-flight "
+                 "batching: sequences in the context phase are processed together with sequences in generation)")
+SGLANG_MIXING = ("https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py "
+                 "(enable_mixed_chunk: bool = False; managers/scheduler.py get_next_batch_to_run prefers a new "
+                 "prefill batch to the running decode batch)")
 SWEEP_FIT = ("fitted by `tools/fidelity_sweeps.py --fit` on ../shared/reference/serving_sweeps.csv "
              "(aiconfigurator silicon_sample.csv, agg mode): {rows}")
 
@@ -61,11 +66,12 @@ class Engine:
     op_overhead_s: float | None = None  # per call a block makes per step: the shortest a kernel takes
     seq_overhead_s: float = 0.0  # per running sequence per step (sampling, bookkeeping)
     request_overhead_s: float = 0.0  # front end: HTTP, tokenisation, first detokenisation (added to TTFT)
-    sync_fraction: float = 0.0  # closed-loop benchmarks only: share of requests that arrive in lock-step waves
+    sync_fraction: float = 0.0  # closed loop, engines that mix prefill into decode steps: share arriving in waves
     admission_fraction: float = 0.0  # closed loop only: share of the time between completions a new request waits
     prefill_budget_tokens: int = 8192  # tokens one step may carry (decodes and prefill chunks together)
     max_batch: int = 2048  # sequences one replica schedules at once
     overlap: bool = False  # the host prepares step n+1 while the device runs step n ([Note: overlap scheduling])
+    mixes_prefill: bool = True  # prompt work shares steps with running decodes ([Note: waves], `wave_share`)
     compute_eff: float | None = None  # share of peak FLOP/s its matmul and attention kernels reach on `kernels_on`
     mem_eff: float | None = None  # share of peak bandwidth its kernels stream weights and KV at on `kernels_on`
     kernels_on: str | None = None  # the device family its efficiencies were measured on (elsewhere: the family's)
@@ -90,6 +96,27 @@ class Engine:
         current execution", https://github.com/vllm-project/vllm/pull/19970).
         """
         return max(device_s, host_s) if self.overlap else device_s + host_s
+
+    @property
+    def wave_share(self) -> float:
+        """Share of closed-loop requests that arrive in lock-step waves; see [Note: waves].
+
+        [Note: waves] C benchmark clients with identical request lengths start
+        together, so their first prompts form one wave. An engine that runs
+        prefill batches apart from decodes and prefers them (SGLang by default:
+        ``enable_mixed_chunk`` False, `get_next_batch_to_run` runs a waiting
+        prefill before the decode batch) prefills the whole wave while every
+        decode waits, so the wave decodes in lock-step, finishes in the same
+        step and comes back whole: the wave never disperses (share 1, from
+        the scheduler's rule, not fitted). An engine that mixes prompt chunks
+        into decode steps (TensorRT-LLM's in-flight batching, vLLM's chunked
+        prefill) starts each request decoding as soon as its own prompt is
+        done, so the wave spreads over its prefill steps and partly dissolves:
+        one share for all such engines (`sync_fraction`), fitted on their rows
+        together, since it is a property of the benchmark's clients and of
+        mixing, not of one engine's code.
+        """
+        return self.sync_fraction if self.mixes_prefill else 1.0
 
     @property
     def lookahead_steps(self) -> float:
@@ -119,17 +146,28 @@ _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhea
 #: H200's peak bandwidth (the NVIDIA family's derate, fitted on older published figures, says 70%) and reach 70%
 #: of peak FLOP/s, as the derate does (`tools/fidelity_sweeps.py` tries 0.7 to 0.9 for each); on other families an
 #: engine runs at that family's efficiencies.
-_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=5.933e-07, seq_overhead_s=1e-08,
+_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=5.686e-07, seq_overhead_s=1e-08,
                compute_eff=0.7, mem_eff=0.8)
 _SHARED_SOURCE = SWEEP_FIT.format(rows="all 842 rows, shared by the three engines")
 
 
-def _fitted(name: str, budget_source: str, overlap_source: str, **own: float) -> Engine:
+#: The wave share of engines that mix prefill into decode steps ([Note: waves]).
+MIXED_WAVE_SHARE = 0.1623
+_MIXED_WAVE_SOURCE = SWEEP_FIT.format(rows="the trtllm and vllm rows together (engines that mix prefill into decodes)")
+
+
+def _fitted(name: str, budget_source: str, overlap_source: str, mixing_source: str, *, mixes_prefill: bool = True,
+            **own: float) -> Engine:
     sources = {k: _SHARED_SOURCE for k in _SHARED}
     sources.update({k: SWEEP_FIT.format(rows=f"the {name} rows") for k in own})
     sources["prefill_budget_tokens"] = budget_source
     sources["overlap"] = overlap_source
-    return Engine(name, **_SHARED, **own, overlap=True, kernels_on="nvidia", provenance=tuple(sorted(sources.items())))
+    sources["mixes_prefill"] = mixing_source
+    if mixes_prefill:
+        own = {**own, "sync_fraction": MIXED_WAVE_SHARE}
+        sources["sync_fraction"] = _MIXED_WAVE_SOURCE
+    return Engine(name, **_SHARED, **own, overlap=True, mixes_prefill=mixes_prefill, kernels_on="nvidia",
+                  provenance=tuple(sorted(sources.items())))
 
 
 ENGINES: dict[str, Engine] = {
@@ -137,12 +175,12 @@ ENGINES: dict[str, Engine] = {
         ("step_overhead_s", "the device family's derate (cost_models/derates.py)"),
         ("seq_overhead_s", _GENERIC_SOURCE), ("request_overhead_s", _GENERIC_SOURCE), ("overlap", _GENERIC_SOURCE),
         ("prefill_budget_tokens", "the default all three measured engines share: " + TRTLLM_DEFAULTS))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, request_overhead_s=0.1049, sync_fraction=0.1673,
+    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1164,
                       admission_fraction=0.01),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, request_overhead_s=0.01678, sync_fraction=0.214,
+    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.03027,
                     admission_fraction=0.01),
-    "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, request_overhead_s=0.05046, sync_fraction=1.0,
-                      admission_fraction=0.03206),
+    "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, SGLANG_MIXING, mixes_prefill=False,
+                      request_overhead_s=0.05128, admission_fraction=0.03508),
 }
 GENERIC = ENGINES["generic"]
 

@@ -18,21 +18,16 @@ step and per running sequence (hidden behind the device where the engine
 overlaps scheduling, which in turn holds a new request back one step,
 [Note: overlap scheduling]), a front-end latency before
 a request reaches the scheduler, and, for closed-loop benchmarks only, the
-share of requests that arrive in lock-step waves. Waves happen when C clients
-with identical request lengths start together: they finish together and come
-back together, so each wave's prompts are prefilled back to back, one budget
-per step, and the first token of a wave's last prompt waits for all of them
-(what SGLang's TTFT, which grows linearly with C, shows). A request prefilled
-early in the wave does not decode at full speed until the wave's prefill
-ends: SGLang runs a prefill batch whenever prompts wait and decodes stall
-(its scheduler prefers a new prefill batch to the running decode batch,
-`get_next_batch_to_run` in
-https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/managers/scheduler.py,
-and does not mix chunks into decode batches by default, ``enable_mixed_chunk``
-False in its server_args.py), and mixing engines run its decodes in the
-wave's long steps. Either way a request waits on average (W - 1) / 2 wave
-steps beyond its own, spread over its output tokens: the wave's TPOT is the
-decode step plus that stall. Another, also
+share of requests that arrive in lock-step waves ([Note: waves] in
+`cost_models.engines`: all of them where prefill runs apart from decodes, a
+fitted share where it mixes into them). A wave's prompts are prefilled back
+to back, one budget per step, and the first token of a wave's last prompt
+waits for all of them (what SGLang's TTFT, which grows linearly with C,
+shows). A request prefilled early in the wave does not decode at full speed
+until the wave's prefill ends: SGLang's decodes stall while it prefills, and
+mixing engines run them in the wave's long steps. Either way a request waits
+on average (W - 1) / 2 wave steps beyond its own, spread over its output
+tokens: the wave's TPOT is the decode step plus that stall. Another, also
 closed-loop only, is the share of the time between two completions that
 a new request waits to be admitted: TensorRT-LLM's TTFT at low concurrency is
 the prefill plus about cycle / C, the mean time to the next completion, so it
@@ -163,9 +158,10 @@ def loop_steps(graph: BlockGraph, dep: Deployment, concurrency: float, shape: Re
                      active * prompt / out / room, wave.time_s, wave_batch.sequences, wave_steps, blocks, dispatches)
 
 
-def assemble(steps: LoopSteps, engine: Engine, derate: Derate) -> ClosedLoop:
+def assemble(steps: LoopSteps, engine: Engine, derate: Derate, *, poisson: bool = False) -> ClosedLoop:
     """TTFT and TPOT of the loop once the overheads are added: `derate`'s per step and per block (the engine's
-    own where it has them, `Engine.applied_to`) and `engine`'s per sequence; see [Note: serving calibration]."""
+    own where it has them, `Engine.applied_to`) and `engine`'s per sequence; see [Note: serving calibration].
+    `poisson`: the same load arriving at random, without a benchmark's waves or completion-triggered admission."""
     derate = engine.applied_to(derate)
     launches = derate.block_overhead_s * steps.blocks + derate.op_overhead_s * steps.dispatches
 
@@ -177,7 +173,7 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate) -> ClosedLoop:
     chunk = cost(steps.chunk_s, steps.chunk_sequences)
     service = steps.own_steps * chunk  # a prompt's own chunks run in the steps that carry them
     cycle = steps.output_len * mixed + service  # one request's life: its prefill chunks and its decode steps
-    admission = engine.admission_fraction * cycle / steps.active  # waiting for the next completion to be admitted
+    admission = 0.0 if poisson else engine.admission_fraction * cycle / steps.active  # the next completion
     ttft_desync = engine.request_overhead_s + admission + 0.5 * mixed + service
     if steps.prefill_rho < 1:
         ttft_desync += mdc_mean_wait_s(1, steps.prefill_rho, service)
@@ -187,7 +183,7 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate) -> ClosedLoop:
     wave = cost(steps.wave_s, steps.wave_sequences)
     ttft_wave = engine.request_overhead_s + wave * (steps.wave_steps + 1) / 2
     tpot_wave = decode + wave * (steps.wave_steps - 1) / 2 / max(steps.output_len - 1, 1.0)
-    s = engine.sync_fraction
+    s = 0.0 if poisson else engine.wave_share
     ttft = (1 - s) * ttft_desync + s * ttft_wave + engine.lookahead_steps * mixed
     tpot = (1 - s) * mixed + s * tpot_wave
     if steps.concurrency > steps.active:  # clients beyond the engine's slots wait for one to free (Little's law)
@@ -196,9 +192,9 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate) -> ClosedLoop:
 
 
 def closed_loop(graph: BlockGraph, dep: Deployment, concurrency: float, shape: RequestShape, *,
-                slots: float | None = None) -> ClosedLoop:
-    """C clients on one replica; see [Note: serving calibration] for the wave share."""
-    return assemble(loop_steps(graph, dep, concurrency, shape, slots), dep.engine, dep.derate)
+                slots: float | None = None, poisson: bool = False) -> ClosedLoop:
+    """C clients on one replica ([Note: serving calibration]); `poisson` as in `assemble`."""
+    return assemble(loop_steps(graph, dep, concurrency, shape, slots), dep.engine, dep.derate, poisson=poisson)
 
 
 def _decode(graph: BlockGraph, dep: Deployment, decodes: float, shape: RequestShape) -> StepTime:
@@ -321,8 +317,7 @@ def colocated_curve(graph: BlockGraph, dep: Deployment, slots: int, shape: Reque
     scales with utilisation; a prompt waits behind the prompts ahead (M/D/1 on the prefill budget) and for a
     slot (M/D/slots, service = a request's life).
     """
-    poisson = replace(dep, engine=replace(dep.engine, sync_fraction=0.0, admission_fraction=0.0))
-    full = closed_loop(graph, poisson, slots, shape, slots=slots)
+    full = closed_loop(graph, dep, slots, shape, slots=slots, poisson=True)
     rate = full.requests_per_s(shape.output_len)
     extra = max(0.0, full.step_s - full.decode_only_step_s)
     chunk_extra = max(0.0, full.chunk_step_s - full.decode_only_step_s)

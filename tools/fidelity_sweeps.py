@@ -11,15 +11,17 @@ TTFT and TPOT by model, device and engine group.
 
 ``--fit`` fits each engine's scheduler costs (`cost_models.engines.Engine`:
 step_overhead_s, block_overhead_s, op_overhead_s, seq_overhead_s, request_overhead_s, and the closed-loop
-sync_fraction and admission_fraction; bounds in
-`PARAMS`), and the efficiencies the engines' kernels reach on these GPUs (compute_eff and mem_eff, one pair for
-all engines, the best of `KERNEL_EFFS`), on all rows of that engine with the shared fitter
+admission_fraction and sync_fraction; bounds in `params`), and the efficiencies the engines' kernels reach on
+these GPUs (compute_eff and mem_eff, one pair for all engines, the best of `KERNEL_EFFS`), with the shared fitter
 (`compiler.calibrate.fit.fit_fields`) and prints them to paste into
 cost_models/engines.py. ``--loo`` reports leave-one-group-out error: each
 model x device x engine group is predicted with everything fitted on the
-other groups only. The fit has two levels: the step costs (per step, per
+other groups only. The fit has three levels: the step costs (per step, per
 block, per call, per running sequence) are shared by all engines, fitted on all rows;
-each engine's front end and closed-loop dynamics are fitted on its own rows. Only this file's rows are used: the other
+each engine's front end and admission are fitted on its own rows; the wave share of
+the engines that mix prefill into decode steps (TensorRT-LLM, vLLM) is one, fitted
+on their rows together, and SGLang, which does not, keeps waves whole
+([Note: waves] in cost_models/engines.py). Only this file's rows are used: the other
 rows of its source are held out to measure the model (see
 ../shared/reference/serving_sweeps.md). On two cores ``--fit`` takes about
 80 s and ``--loo`` about 13 minutes (every efficiency pair is fitted per
@@ -61,12 +63,19 @@ def engine_params():
     from compiler.calibrate.fit import Param
 
     return (Param("request_overhead_s", 1e-4, 1.0, grid_lo=1e-3),  # front end: up to a second
-            Param("sync_fraction", 0.01, 1.0, grid_lo=0.05),  # closed-loop waves: a share in (0, 1]
             Param("admission_fraction", 0.01, 1.0, grid_lo=0.05))  # closed loop: wait for the next completion
 
 
+def wave_params():
+    """The closed-loop wave share of engines that mix prefill into decode steps: one for all of them, fitted on
+    their rows together ([Note: waves] in cost_models/engines.py; an engine that does not mix keeps waves whole)."""
+    from compiler.calibrate.fit import Param
+
+    return (Param("sync_fraction", 0.01, 1.0, grid_lo=0.05),)  # a share in (0, 1]
+
+
 def params():
-    return step_params() + engine_params()
+    return step_params() + engine_params() + wave_params()
 
 
 def load_rows(path: Path) -> list[dict]:
@@ -194,27 +203,39 @@ def fit(rows: list[dict], grid: dict, start: dict) -> tuple[dict, tuple[float, f
 
 
 def _fit_costs(rows: list[dict], phys: list, start: dict, rounds: int = ROUNDS, restarts: int = 2) -> dict:
-    """Engine costs fitted on `rows` in two levels, alternated `rounds` times: the step costs shared by all engines,
-    then each engine's own. Each engine's own costs start at their lower bounds ("none"), so a held-out group's fit
-    does not start from values fitted on it."""
+    """Engine costs fitted on `rows` in three levels, alternated `rounds` times: the step costs shared by all
+    engines, each engine's own, and the wave share of the engines that mix prefill into decodes. Each engine's own
+    costs start at their lower bounds ("none"), so a held-out group's fit does not start from values fitted on it."""
     from compiler.calibrate.fit import fit_fields
 
     names = sorted({ENGINE_OF[r["backend"]] for r in rows})
-    engines = {n: replace(start[n], **{p.name: p.lo for p in engine_params()}) for n in names}
+    engines = {n: replace(start[n], **{p.name: p.lo for p in engine_params() + wave_params()}) for n in names}
+    mixing = [n for n in names if engines[n].mixes_prefill]
+
+    def subset(keep) -> tuple[list[dict], list]:
+        idx = [i for i, r in enumerate(rows) if keep(ENGINE_OF[r["backend"]])]
+        return [rows[i] for i in idx], [phys[i] for i in idx]
+
     for _ in range(rounds):
-        shared = fit_fields(lambda c: (_loss(rows, phys, {n: replace(engines[n], **_step_fields(c)) for n in names}),
-                                       c), engines[names[0]], step_params(), grid_points=4, restarts=restarts)
-        engines = {n: replace(engines[n], **_step_fields(shared)) for n in names}
+        shared = fit_fields(lambda c: (_loss(rows, phys, {n: replace(engines[n], **_fields(c, step_params()))
+                                                          for n in names}), c),
+                            engines[names[0]], step_params(), grid_points=4, restarts=restarts)
+        engines = {n: replace(engines[n], **_fields(shared, step_params())) for n in names}
         for n in names:
-            idx = [i for i, r in enumerate(rows) if ENGINE_OF[r["backend"]] == n]
-            sub_rows, sub_phys = [rows[i] for i in idx], [phys[i] for i in idx]
+            sub_rows, sub_phys = subset(lambda name, n=n: name == n)
             engines[n] = fit_fields(lambda c, n=n: (_loss(sub_rows, sub_phys, {n: c}), c), engines[n],
                                     engine_params(), grid_points=4, restarts=restarts)
+        if mixing:
+            sub_rows, sub_phys = subset(lambda name: name in mixing)
+            waves = fit_fields(lambda c: (_loss(sub_rows, sub_phys, {n: replace(engines[n], **_fields(c, wave_params()))
+                                                                     for n in mixing}), c),
+                               engines[mixing[0]], wave_params(), grid_points=6, restarts=restarts)
+            engines.update({n: replace(engines[n], **_fields(waves, wave_params())) for n in mixing})
     return {**start, **engines}
 
 
-def _step_fields(engine) -> dict:
-    return {p.name: getattr(engine, p.name) for p in step_params()}
+def _fields(engine, fitted) -> dict:
+    return {p.name: getattr(engine, p.name) for p in fitted}
 
 
 def summary(errs: list[dict]) -> dict:
@@ -245,7 +266,8 @@ def main() -> None:
     if args.fit:
         engines, kernels = fit(rows, grid, engines)
         phys = grid[kernels]
-        report["fitted"] = {name: {p.name: getattr(engines[name], p.name) for p in params()}
+        report["fitted"] = {name: {p.name: getattr(engines[name], p.name) for p in params()
+                                   if p not in wave_params() or engines[name].mixes_prefill}
                             | {"compute_eff": kernels[0], "mem_eff": kernels[1]}
                             for name in sorted({ENGINE_OF[r["backend"]] for r in rows})}
     report["in_sample"] = summary(errors(rows, phys, engines))

@@ -151,14 +151,33 @@ def test_in_a_wave_decodes_wait_behind_the_rest_of_the_wave_prefill(graph):
     from cost_models.load import RequestShape, assemble, loop_steps
 
     dep = _dep(engine="sglang")
-    quiet = replace(dep.engine, step_overhead_s=0.0, block_overhead_s=0.0, op_overhead_s=0.0, seq_overhead_s=0.0,
-                    sync_fraction=1.0)
+    quiet = replace(dep.engine, step_overhead_s=0.0, block_overhead_s=0.0, op_overhead_s=0.0, seq_overhead_s=0.0)
     shape = RequestShape(4096, 128)
     steps = loop_steps(graph, dep, 64, shape)
     loop = assemble(steps, quiet, dep.derate)
     assert steps.wave_steps == 32  # 64 x 4096 prompt tokens, 8192 a step
     assert loop.tpot_s == pytest.approx(steps.decode_s + steps.wave_s * 31 / 2 / 127, rel=1e-9)
     assert loop.tpot_s > 1.5 * steps.decode_s
+
+
+def test_an_engine_that_prefills_apart_from_decodes_keeps_every_wave_whole(graph):
+    """[Note: waves]: SGLang prefills a waiting wave before any decode, so benchmark clients stay in lock-step (the
+    whole wave's prompts ahead of a request's first token, on average half of them); an engine that mixes prompt
+    chunks into decode steps has the fitted share of waves; Poisson arrivals have none."""
+    from dataclasses import replace
+
+    from cost_models.load import RequestShape, assemble, loop_steps
+
+    dep = _dep(engine="sglang")
+    apart = replace(dep.engine, step_overhead_s=0.0, block_overhead_s=0.0, op_overhead_s=0.0, seq_overhead_s=0.0)
+    mixing = replace(apart, mixes_prefill=True, sync_fraction=0.0, admission_fraction=0.0)
+    steps = loop_steps(graph, dep, 64, RequestShape(4096, 128))
+    whole, dispersed = assemble(steps, apart, dep.derate), assemble(steps, mixing, dep.derate)
+    assert apart.wave_share == 1.0 and mixing.wave_share == 0.0
+    wave_ttft = apart.request_overhead_s + steps.wave_s * (steps.wave_steps + 1) / 2 + steps.mixed_s  # + lookahead
+    assert whole.ttft_s == pytest.approx(wave_ttft, rel=1e-9)
+    assert whole.ttft_s > 4 * dispersed.ttft_s  # 32 wave steps of 8,192 tokens against one prompt's own
+    assert assemble(steps, apart, dep.derate, poisson=True).ttft_s == pytest.approx(dispersed.ttft_s, rel=1e-9)
 
 
 def test_releases_before_an_engines_overlap_default_step_synchronously():
