@@ -10,6 +10,7 @@ This module reads no files: a measured `Calibration` is handed to `derate_for`.
 
 Fields:
 - ``compute_eff``: fraction of dense peak FLOP/s reached by large matmuls and attention.
+- ``fp8_compute_eff``: the same for matmuls computed at FP8, of the FP8 peak (None: ``compute_eff``; `matmul_eff`).
 - ``vector_eff``: the same for elementwise FLOPs (vector units), rarely binding.
 - ``mem_eff``: fraction of peak memory bandwidth reached by weight and KV streaming.
 - ``elementwise_traffic``: fraction of the unfused elementwise traffic (norms, RoPE,
@@ -40,6 +41,11 @@ class Derate:
     link_eff: float = 0.8
     provenance: str = ""
     measurements: int = 0  # how many published measurements pin the efficiencies down (< 2: an assumption)
+    fp8_compute_eff: float | None = None
+
+    def matmul_eff(self, dtype: str) -> float:
+        """The share of `dtype`'s dense peak its matmuls and attention reach."""
+        return self.fp8_compute_eff if dtype == "fp8" and self.fp8_compute_eff is not None else self.compute_eff
 
     @property
     def assumed(self) -> bool:

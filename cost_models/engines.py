@@ -73,6 +73,7 @@ class Engine:
     overlap: bool = False  # the host prepares step n+1 while the device runs step n ([Note: overlap scheduling])
     mixes_prefill: bool = True  # prompt work shares steps with running decodes ([Note: waves], `wave_share`)
     compute_eff: float | None = None  # share of peak FLOP/s its matmul and attention kernels reach on `kernels_on`
+    fp8_compute_eff: float | None = None  # the same for its FP8 matmuls, of the FP8 peak
     mem_eff: float | None = None  # share of peak bandwidth its kernels stream weights and KV at on `kernels_on`
     kernels_on: str | None = None  # the device family its efficiencies were measured on (elsewhere: the family's)
     provenance: tuple[tuple[str, str], ...] = field(default=())
@@ -128,7 +129,7 @@ class Engine:
         own, and its kernels' efficiencies on `family` when they were measured on that family."""
         fields = ("step_overhead_s", "block_overhead_s", "op_overhead_s")
         if family is not None and family == self.kernels_on:
-            fields += ("compute_eff", "mem_eff")
+            fields += ("compute_eff", "fp8_compute_eff", "mem_eff")
         changes = {k: getattr(self, k) for k in fields if getattr(self, k) is not None}
         if not changes:
             return derate
@@ -137,22 +138,24 @@ class Engine:
 
 _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhead and no extra scheduler cost"
 
-#: What the two-level sweep fit shares across engines: the step costs of one step on Hopper GPUs. Host time per
+#: What the sweep fit shares across engines: the step costs of one step on Hopper GPUs. Host time per
 #: step and per sequence and the per-block overhead end at the lower bounds of the fit: behind overlap scheduling
 #: (all rows but vLLM <= 0.12) the host is hidden, and the per-call overhead accounts for the launch floor: each
 #: kernel costs a few microseconds however little it computes, less but not nothing inside a CUDA graph
 #: (https://developer.nvidia.com/blog/cuda-graphs/), so a step of many small kernels (MoE routing, per-layer norms)
 #: has a floor in proportion to its calls. The engines' kernels stream weights and KV at 80% of the H100's and
 #: H200's peak bandwidth (the NVIDIA family's derate, fitted on older published figures, says 70%) and reach 70%
-#: of peak FLOP/s, as the derate does (`tools/fidelity_sweeps.py` tries 0.7 to 0.9 for each); on other families an
-#: engine runs at that family's efficiencies.
-_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=5.686e-07, seq_overhead_s=1e-08,
-               compute_eff=0.7, mem_eff=0.8)
+#: of peak FLOP/s, as the derate does (`tools/fidelity_sweeps.py` tries 0.7 to 0.9 for each); their FP8 matmuls reach
+#: 50% of the FP8 peak (it tries 0.4 to 0.7), as TensorRT-LLM's own prefill-dominated Llama-3.1-8B FP8 figure on one
+#: H100 implies (about 1.0 PFLOP/s; ../shared/reference/measurements.csv V035, not a sweep row). On other families
+#: an engine runs at that family's efficiencies.
+_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=5.606e-07, seq_overhead_s=1e-08,
+               compute_eff=0.7, fp8_compute_eff=0.5, mem_eff=0.8)
 _SHARED_SOURCE = SWEEP_FIT.format(rows="all 842 rows, shared by the three engines")
 
 
 #: The wave share of engines that mix prefill into decode steps ([Note: waves]).
-MIXED_WAVE_SHARE = 0.1623
+MIXED_WAVE_SHARE = 0.1495
 _MIXED_WAVE_SOURCE = SWEEP_FIT.format(rows="the trtllm and vllm rows together (engines that mix prefill into decodes)")
 
 
@@ -175,12 +178,12 @@ ENGINES: dict[str, Engine] = {
         ("step_overhead_s", "the device family's derate (cost_models/derates.py)"),
         ("seq_overhead_s", _GENERIC_SOURCE), ("request_overhead_s", _GENERIC_SOURCE), ("overlap", _GENERIC_SOURCE),
         ("prefill_budget_tokens", "the default all three measured engines share: " + TRTLLM_DEFAULTS))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1164,
+    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1104,
                       admission_fraction=0.01),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.03027,
+    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.03344,
                     admission_fraction=0.01),
     "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, SGLANG_MIXING, mixes_prefill=False,
-                      request_overhead_s=0.05128, admission_fraction=0.03508),
+                      request_overhead_s=0.05364, admission_fraction=0.05723),
 }
 GENERIC = ENGINES["generic"]
 

@@ -100,7 +100,7 @@ def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: Dev
     attends to the context before it, which its (B, S) polynomial does not see);
     a sliding-window block's prefill queries see at most its window of keys.
     """
-    peak, _ = compute_peak(device, precision.compute or precision.weights)
+    peak, at = compute_peak(device, precision.compute or precision.weights)
     tiers = tiers or fastest_tier(device)
     kv_tiers = kv_tiers or fastest_tier(device)
     tokens = sum(block.tokens(**point) for block, point in parts)
@@ -125,7 +125,7 @@ def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: Dev
         heavy = kind in ("matmul", "attention")
         if not heavy:  # serving engines fuse norms, RoPE and activations into neighbouring kernels
             act *= derate.elementwise_traffic
-        eff = derate.compute_eff if heavy else derate.vector_eff
+        eff = derate.matmul_eff(at) if heavy else derate.vector_eff
         comp = flops / shards / (peak * eff) if flops else 0.0
         mem = (tiers.read_s(weights / shards, device, derate) + kv_tiers.read_s(kv / shards, device, derate)
                + act / shards / fast_bw)

@@ -9,23 +9,19 @@ TTFT and TPOT by model, device and engine group.
 
     .venv/bin/python tools/fidelity_sweeps.py [--fit] [--loo] [--json] [--worst N]
 
-``--fit`` fits each engine's scheduler costs (`cost_models.engines.Engine`:
-step_overhead_s, block_overhead_s, op_overhead_s, seq_overhead_s, request_overhead_s, and the closed-loop
-admission_fraction and sync_fraction; bounds in `params`), and the efficiencies the engines' kernels reach on
-these GPUs (compute_eff and mem_eff, one pair for all engines, the best of `KERNEL_EFFS`), with the shared fitter
-(`compiler.calibrate.fit.fit_fields`) and prints them to paste into
-cost_models/engines.py. ``--loo`` reports leave-one-group-out error: each
-model x device x engine group is predicted with everything fitted on the
-other groups only. The fit has three levels: the step costs (per step, per
-block, per call, per running sequence) are shared by all engines, fitted on all rows;
-each engine's front end and admission are fitted on its own rows; the wave share of
-the engines that mix prefill into decode steps (TensorRT-LLM, vLLM) is one, fitted
-on their rows together, and SGLang, which does not, keeps waves whole
-([Note: waves] in cost_models/engines.py). Only this file's rows are used: the other
-rows of its source are held out to measure the model (see
-../shared/reference/serving_sweeps.md). On two cores ``--fit`` takes about
-80 s and ``--loo`` about 13 minutes (every efficiency pair is fitted per
-held-out group).
+``--fit`` fits each engine's scheduler costs (`cost_models.engines.Engine`: step_overhead_s,
+block_overhead_s, op_overhead_s, seq_overhead_s, request_overhead_s, and the closed-loop admission_fraction and
+sync_fraction; bounds in `params`), and the efficiencies the engines' kernels reach on these GPUs (compute_eff,
+mem_eff and fp8_compute_eff, one set for all engines, the best of `KERNEL_EFFS`), with the shared fitter
+(`compiler.calibrate.fit.fit_fields`), and prints them to paste into cost_models/engines.py. ``--loo`` reports
+leave-one-group-out error: each model x device x engine group is predicted with everything fitted on the other
+groups only. The fit has three levels: the step costs (per step, per block, per call, per running sequence) are
+shared by all engines, fitted on all rows; each engine's front end and admission are fitted on its own rows; the
+wave share of the engines that mix prefill into decode steps (TensorRT-LLM, vLLM) is one, fitted on their rows
+together, and SGLang, which does not, keeps waves whole ([Note: waves] in cost_models/engines.py). Only this file's
+rows are used: the other rows of its source are held out to measure the model (see
+../shared/reference/serving_sweeps.md). On two cores ``--fit`` takes about 4 minutes and ``--loo`` about 31
+minutes more (every set of efficiencies is fitted per held-out group).
 """
 
 from __future__ import annotations
@@ -117,15 +113,16 @@ def clients(row: dict) -> int:
     return max(int(row["concurrency"]), int(named[1]) if named else 0)
 
 
-#: The kernel efficiencies (compute_eff, mem_eff) the fit tries for the engines on NVIDIA GPUs: the family's derate
-#: (0.7 each, fitted on ../shared/reference/measurements.csv) and steps of 0.1 above it. Each pair costs every row's
-#: steps again (`physics`); the engine costs are fitted at each, and the pair whose fit scores best is kept.
-KERNEL_EFFS = tuple((c, m) for c in (0.7, 0.8, 0.9) for m in (0.7, 0.8, 0.9))
+#: The kernel efficiencies (compute_eff, mem_eff, fp8_compute_eff) the fit tries for the engines on NVIDIA GPUs: the
+#: family's derate (0.7 each, fitted on ../shared/reference/measurements.csv) and steps of 0.1 above it, and for FP8
+#: matmuls (a share of the FP8 peak, twice the BF16 one on Hopper) 0.7 and steps of 0.1 below it. Each set costs every
+#: row's steps again (`physics`); the engine costs are fitted at each, and the set whose fit scores best is kept.
+KERNEL_EFFS = tuple((c, m, f) for c in (0.7, 0.8, 0.9) for m in (0.7, 0.8, 0.9) for f in (0.4, 0.5, 0.6, 0.7))
 
 
-def physics(rows: list[dict], kernels: tuple[float, float] | None = None) -> list:
+def physics(rows: list[dict], kernels: tuple[float, float, float] | None = None) -> list:
     """Each row's engine-independent `LoopSteps` (the step times on the device): costed once per row, with the
-    engine's kernel efficiencies, or `kernels` (compute_eff, mem_eff) instead."""
+    engine's kernel efficiencies, or `kernels` (compute_eff, mem_eff, fp8_compute_eff) instead."""
     from compiler.cost.deployment import deployment
     from compiler.driver import block_graph, stored_precision
     from compiler.ir.precision import Precision
@@ -134,7 +131,8 @@ def physics(rows: list[dict], kernels: tuple[float, float] | None = None) -> lis
 
     graphs: dict = {}
     precisions: dict = {}
-    adjust = None if kernels is None else (lambda d: replace(d, compute_eff=kernels[0], mem_eff=kernels[1]))
+    adjust = None if kernels is None else (lambda d: replace(d, compute_eff=kernels[0], mem_eff=kernels[1],
+                                                             fp8_compute_eff=kernels[2]))
     out = []
     for r in rows:
         if r["model"] not in graphs:
@@ -192,13 +190,14 @@ ROUNDS = 2
 
 
 def fit(rows: list[dict], grid: dict, start: dict) -> tuple[dict, tuple[float, float]]:
-    """Engines fitted on `rows`, and the kernel efficiencies they run at: each pair of `grid` (`KERNEL_EFFS` ->
-    `physics` of `rows`) scored by a one-round fit of the engine costs, the best pair's costs fitted in full."""
+    """Engines fitted on `rows`, and the kernel efficiencies they run at: each set of `grid` (`KERNEL_EFFS` ->
+    `physics` of `rows`) scored by a one-round fit of the engine costs, the best set's costs fitted in full."""
     score = {k: _loss(rows, phys, _fit_costs(rows, phys, start, rounds=1, restarts=1)) for k, phys in grid.items()}
     best = min(grid, key=lambda k: (score[k], k))
     engines = _fit_costs(rows, grid[best], start)
     names = {ENGINE_OF[r["backend"]] for r in rows}
-    return {n: replace(e, compute_eff=best[0], mem_eff=best[1], kernels_on="nvidia") if n in names else e
+    return {n: replace(e, compute_eff=best[0], mem_eff=best[1], fp8_compute_eff=best[2], kernels_on="nvidia")
+            if n in names else e
             for n, e in engines.items()}, best
 
 
@@ -268,7 +267,7 @@ def main() -> None:
         phys = grid[kernels]
         report["fitted"] = {name: {p.name: getattr(engines[name], p.name) for p in params()
                                    if p not in wave_params() or engines[name].mixes_prefill}
-                            | {"compute_eff": kernels[0], "mem_eff": kernels[1]}
+                            | {"compute_eff": kernels[0], "mem_eff": kernels[1], "fp8_compute_eff": kernels[2]}
                             for name in sorted({ENGINE_OF[r["backend"]] for r in rows})}
     report["in_sample"] = summary(errors(rows, phys, engines))
     if args.loo:

@@ -234,3 +234,21 @@ def test_an_engines_kernel_efficiencies_hold_only_on_the_family_they_were_measur
     assert (generic.compute_eff, generic.mem_eff) == (derate_for("nvidia").compute_eff, derate_for("nvidia").mem_eff)
     on_mi300x = deployment("amd-mi300x", 1, 1, 1, bf16, "vllm").derate
     assert (on_mi300x.compute_eff, on_mi300x.mem_eff) == (derate_for("amd").compute_eff, derate_for("amd").mem_eff)
+
+
+def test_fp8_matmuls_run_at_their_own_share_of_the_fp8_peak(graph):
+    """An H100's FP8 peak is twice its BF16 one: at half BF16's efficiency an FP8 prompt's matmuls take as long as
+    BF16's (the step is compute-bound), at the same efficiency half as long (`Derate.matmul_eff`)."""
+    from compiler.cost.deployment import deployment
+    from cost_models.serving import Batch, memory_plan, step
+
+    def compute_s(dtype: str, fp8_eff: float | None) -> float:
+        dep = deployment("nvidia-h100-sxm", 1, 1, 1, Precision.of(dtype))
+        dep = replace(dep, derate=replace(dep.derate, fp8_compute_eff=fp8_eff))
+        return step(graph, dep, Batch(prefill_tokens=8192, prefill_requests=1), memory_plan(graph, dep)).compute_s
+
+    bf16 = compute_s("bf16", 0.1)  # a BF16 step never reads the FP8 share
+    assert bf16 == pytest.approx(compute_s("bf16", None), rel=1e-12)
+    half = deployment("nvidia-h100-sxm", 1, 1, 1, Precision.of("fp8")).derate.compute_eff / 2
+    assert compute_s("fp8", half) == pytest.approx(bf16, rel=0.05)
+    assert compute_s("fp8", None) == pytest.approx(bf16 / 2, rel=0.05)

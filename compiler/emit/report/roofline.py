@@ -110,7 +110,7 @@ def ceilings(plan: Plan) -> list[Ceiling]:
         spec = device(dev)
         peak, dtype = compute_peak(spec, plan.dtype)
         derate = deployment_of(plan, next(p for p in drawn if p.device == dev)).derate
-        out.append(Ceiling(dev, dtype, peak, spec.memory[0].bw_bytes_per_s, derate.compute_eff, derate.mem_eff))
+        out.append(Ceiling(dev, dtype, peak, spec.memory[0].bw_bytes_per_s, derate.matmul_eff(dtype), derate.mem_eff))
     return out
 
 
