@@ -49,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
     graph = block_graph(args.model, phases=("prefill", "decode"), use_cache=not args.no_cache, timings=timings,
                         progress=progress_for(args))
     report = summarize(graph, precision=stored_precision(args.model, options.precision_of(args)), batch=args.batch,
-                       prompt_len=args.prompt_len,
-                       context_len=args.context_len, phases=phases)
+                       prompt_len=args.prompt_len, context_len=args.context_len, phases=phases)
     report["timings_s"] = timings.as_dict()
     return output(report, args.json, lambda r: render(r, phases, args.layers))
 

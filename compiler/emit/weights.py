@@ -27,7 +27,6 @@ from compiler.ir.errors import BadInput
 from compiler.ir.precision import TORCH_DTYPES
 
 
-
 def reference_model(model: str, *, weights_dir: str | None = None, seed: int = 0):
     """The Hugging Face model in fp32: seeded from `model`'s config, or loaded from `weights_dir`."""
     import torch

@@ -183,8 +183,7 @@ class Block:
         return sum((op.work(precision, touched, **point) for op in self.ops), ZERO_WORK)
 
     def weight_bytes(self, precision: Precision) -> float:
-        return self.expert_params * precision.weight_bytes + (self.weight_params - self.expert_params) * \
-            precision.dense_bytes
+        return precision.weights_bytes(self.weight_params, self.expert_params)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "role": self.role, "phase": self.phase, "layer": self.layer}
@@ -316,8 +315,7 @@ class BlockGraph:
         return per * precision.kv_bytes
 
     def weight_bytes(self, precision: Precision) -> float:
-        return self.expert_params * precision.weight_bytes + (self.params_total - self.expert_params) * \
-            precision.dense_bytes
+        return precision.weights_bytes(self.params_total, self.expert_params)
 
     def residual_edge(self, phase: str) -> Edge | None:
         """The residual stream one layer's attention hands its FFN: what crosses the attention/FFN seam,

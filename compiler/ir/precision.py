@@ -79,6 +79,11 @@ class Precision:
         """Bytes per weight element outside the routed experts."""
         return dtype_bytes(self.dense or self.weights)
 
+    def weights_bytes(self, params: float, expert_params: float = 0.0) -> float:
+        """Bytes of `params` weights, `expert_params` of them in routed experts (stored at `weights`; the rest at
+        `dense`)."""
+        return expert_params * self.weight_bytes + (params - expert_params) * self.dense_bytes
+
     @property
     def kv_bytes(self) -> float:
         """Bytes per KV-cache element."""

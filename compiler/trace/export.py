@@ -40,7 +40,6 @@ EXAMPLE_PROMPT = 17
 EXAMPLE_CONTEXT = 19
 
 
-
 @dataclass
 class TracedPhase:
     """One exported phase and what its placeholders mean (holds fx objects: internal to trace/partition)."""

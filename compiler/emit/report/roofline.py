@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from backends.registry import device
-from compiler.ir.calibration import load_calibration
 from compiler.emit.plan import Plan, Pool
 from compiler.ir.block_graph import Block, BlockGraph
+from compiler.ir.calibration import load_calibration
 from compiler.ir.precision import Precision
 from cost_models.engines import engine, served_derate
 from cost_models.roofline import block_time, compute_peak
