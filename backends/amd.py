@@ -19,7 +19,9 @@ must scale it down.
 from __future__ import annotations
 
 from backends.base import Backend
+from backends.engines import ROCM_VLLM_DOCKER, SGLANG_DOCKER, SGLANG_RELEASE, VLLM_RELEASE
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
+from compiler.ir.engine_platform import EnginePlatform
 
 MI300X_PAGE = "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html"
 MI325X_PAGE = "https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html"
@@ -83,6 +85,14 @@ XGMI_CDNA3 = NETWORK_TABLE + " (7 links x 64 GB/s per direction)"
 
 class AmdBackend(Backend):
     family = "amd"
+    # vLLM and SGLang run in-tree on ROCm (the same CUDA-style torch device API, HIP underneath).
+    engines = (
+        EnginePlatform(engine="vllm", platform="rocm", version=VLLM_RELEASE, image="rocm/vllm:latest",
+                       kv_buffer_device="cuda", source=ROCM_VLLM_DOCKER),
+        EnginePlatform(engine="sglang", platform="rocm", version=SGLANG_RELEASE,
+                       image=f"lmsysorg/sglang:v{SGLANG_RELEASE}-rocm700-mi30x", kv_buffer_device="cuda",
+                       source=SGLANG_DOCKER),
+    )
     devices = (
         _instinct("amd-mi300x", "Instinct MI300X 192GB HBM3 (CDNA 3, OAM)", CDNA3_TFLOPS, (192e9, 5.3e12), 750, 448e9,
                   {"flops": MI300X_PAGE, "memory": MI300X_PAGE, "tdp_w": MI300X_PAGE, "scale_up": XGMI_CDNA3}),

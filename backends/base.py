@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.ir.device_spec import DeviceSpec
+from compiler.ir.engine_platform import EnginePlatform
 from cost_models.roofline import compute_peak
 
 
@@ -35,6 +36,7 @@ class Backend:
     family: str = ""
     devices: tuple[DeviceSpec, ...] = ()
     prices: tuple[ReferencePrice, ...] = ()  # reference prices of some of `devices` (none required)
+    engines: tuple[EnginePlatform, ...] = ()  # serving engines its devices run, the default first
 
     def execution(self, device: DeviceSpec) -> str:
         """``native`` if this host has the device's torch backend, else ``emulated``."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from backends.base import Backend
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
+from compiler.ir.engine_platform import EnginePlatform
 
 CS3_LAUNCH = ("https://www.tomshardware.com/tech-industry/artificial-intelligence/cerebras-launches-900000-core-"
               "125-petaflops-wafer-scale-processor-for-ai-theoretically-equivalent-to-about-62-nvidia-h100-gpus")
@@ -37,6 +38,10 @@ MEMORYX_CAPACITY = ("assumption: the smallest CS-3 MemoryX option, 1.5 TB (also 
 
 class CerebrasBackend(Backend):
     family = "cerebras"
+    # No public engine runs on the wafer: a CS-3 pool is the system's own OpenAI-compatible inference endpoint.
+    engines = (EnginePlatform(engine="external", platform="external", version="", image=None, kv_buffer_device=None,
+                              source="https://inference-docs.cerebras.ai/api-reference/chat-completions "
+                                     "(OpenAI-compatible API of Cerebras inference)"),)
     devices = (
         DeviceSpec(
             id="cerebras-cs3", vendor="Cerebras", product="CS-3 system (one WSE-3 wafer, 900k cores, 44 GB SRAM)",

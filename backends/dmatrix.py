@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from backends.base import Backend
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
+from compiler.ir.engine_platform import EnginePlatform
 
 PRODUCT_PAGE = "https://www.d-matrix.ai/product/"
 REGISTER_SUMMARY = ("https://www.briefly.co/anchor/Artificial_intelligence/story/"
@@ -23,6 +24,10 @@ PCIE = "https://github.com/stas00/ml-engineering/blob/master/network/README.md"
 
 class DmatrixBackend(Backend):
     family = "dmatrix"
+    # Corsair serves through d-Matrix's own Aviator stack: a pool is an external OpenAI-compatible endpoint.
+    engines = (EnginePlatform(engine="external", platform="external", version="", image=None, kv_buffer_device=None,
+                              source="https://www.d-matrix.ai/product/ (Aviator software stack; no public engine "
+                                     "plugin)"),)
     devices = (
         DeviceSpec(
             id="dmatrix-corsair", vendor="d-Matrix", product="Corsair PCIe card (2 packages x 4 DIMC chiplets)",

@@ -12,7 +12,9 @@ both run over the chip's integrated RoCE ports: 21 of them go all-to-all to the
 from __future__ import annotations
 
 from backends.base import Backend
+from backends.engines import GAUDI_VLLM, VLLM_RELEASE
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
+from compiler.ir.engine_platform import EnginePlatform
 
 GAUDI2_PAPER = ("https://www.intel.com/content/www/us/en/content-details/839363/"
                 "intel-gaudi-2-ai-accelerators-white-paper.html")
@@ -69,6 +71,13 @@ def _gaudi(id: str, product: str, tflops: dict[str, float], hbm: tuple[float, fl
 
 class GaudiBackend(Backend):
     family = "gaudi"
+    # vLLM through the vllm-gaudi platform plugin; no prebuilt image is published (its Dockerfiles build one),
+    # so a Gaudi pool's cluster entry names the image it built.
+    engines = (
+        EnginePlatform(engine="vllm", platform="gaudi", version=VLLM_RELEASE, image=None, kv_buffer_device="cpu",
+                       plugin="vllm-gaudi", env=(("PT_HPU_LAZY_MODE", "1"),), kv_layout="HND", kv_block_size=128,
+                       source=GAUDI_VLLM),
+    )
     devices = (
         _gaudi("intel-gaudi2", "Gaudi 2 (HL-225, OAM, 96GB HBM2E)", {"bf16": 432, "fp8": 865}, (96e9, 2.46e12), 600,
                100, {"flops": GAUDI2_PAPER + " (MME rates)", "memory": GAUDI2_PAPER, "tdp_w": GAUDI2_PAPER,

@@ -10,7 +10,9 @@ Links are per GPU, one direction (NVLink "900 GB/s" is 450 each way).
 from __future__ import annotations
 
 from backends.base import Backend, ReferencePrice
+from backends.engines import SGLANG_DOCKER, SGLANG_RELEASE, TRTLLM_DOCKER, TRTLLM_RELEASE, VLLM_DOCKER, VLLM_RELEASE
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
+from compiler.ir.engine_platform import EnginePlatform
 
 A100_DATASHEET = ("https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
                   "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf")
@@ -127,6 +129,16 @@ GB200_TFLOPS = {"bf16": 2500, "fp16": 2500, "fp8": 5000, "int8": 5000, "fp4": 10
 
 class NvidiaBackend(Backend):
     family = "nvidia"
+    # Public serving engines on CUDA, vLLM first (the engine of a pool whose cluster entry says `generic`).
+    engines = (
+        EnginePlatform(engine="vllm", platform="cuda", version=VLLM_RELEASE, image=f"vllm/vllm-openai:v{VLLM_RELEASE}",
+                       kv_buffer_device="cuda", source=VLLM_DOCKER),
+        EnginePlatform(engine="sglang", platform="cuda", version=SGLANG_RELEASE,
+                       image=f"lmsysorg/sglang:v{SGLANG_RELEASE}", kv_buffer_device="cuda", source=SGLANG_DOCKER),
+        EnginePlatform(engine="trtllm", platform="cuda", version=TRTLLM_RELEASE,
+                       image=f"nvcr.io/nvidia/tensorrt-llm/release:{TRTLLM_RELEASE}", kv_buffer_device="cuda",
+                       source=TRTLLM_DOCKER),
+    )
     devices = (
         _a100("nvidia-a100-sxm-40gb", "A100 SXM4 40GB (Ampere)", (40e9, 1.555e12)),
         _a100("nvidia-a100-sxm-80gb", "A100 SXM4 80GB (Ampere)", (80e9, 2.039e12)),

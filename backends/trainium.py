@@ -13,7 +13,9 @@ both are labelled assumptions below, each saying what it rests on.
 from __future__ import annotations
 
 from backends.base import Backend
+from backends.engines import NEURON_VLLM, VLLM_RELEASE
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
+from compiler.ir.engine_platform import EnginePlatform
 
 GIB = 2**30
 
@@ -90,6 +92,12 @@ NEURONCORE_V2_TFLOPS = {"bf16": 190, "fp16": 190, "fp8": 190, "int8": 380, "fp32
 
 class TrainiumBackend(Backend):
     family = "trainium"
+    # vLLM through the vllm-neuron platform plugin (NxD Inference underneath), in AWS's Deep Learning Container.
+    engines = (
+        EnginePlatform(engine="vllm", platform="neuron", version=VLLM_RELEASE,
+                       image="public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:latest", kv_buffer_device="cpu",
+                       plugin="vllm-neuron", env=(("VLLM_PLUGINS", "neuron"),), source=NEURON_VLLM),
+    )
     devices = (
         _neuron("aws-trn1", "Trainium (trn1.32xlarge chip, 2x NeuronCore-v2, 32 GiB HBM)", NEURONCORE_V2_TFLOPS,
                 (32 * GIB, 820 * GIB), (300, NEURONCORE_V2_POWER), 16,

@@ -70,6 +70,7 @@ class CompileInputs:
     kv_dtype: str | None = None
     time_limit_s: float = 60.0
     cost_budget_per_hour: float | None = None
+    deployable: bool = False  # `compile --deployable`: only what the cluster file's engines run
 
     @staticmethod
     def of(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, **options: Any) -> CompileInputs:
@@ -149,7 +150,7 @@ class Plan:
         root = root.parent if root.name == "plan.json" else root
         return cls(load_plan(root), inputs=CompileInputs.load(root), path=root)
 
-    def save(self, path: str | os.PathLike, *, manifests: str = "device-plugin", report: bool = True,
+    def save(self, path: str | os.PathLike, *, manifests: str = "engines", report: bool = True,
              report_points: int = REPORT_POINTS, weights: str | None = None, run_dtype: str = "fp32",
              onnx: bool = True) -> Path:
         """Write the plan directory, as ``gimletc compile --out`` does: ``plan.json``, stage programs, weight
@@ -183,12 +184,14 @@ class Plan:
 
         return summary_markdown(self.document, power_breakdown(self.document))
 
-    def manifests(self, mode: str = "device-plugin") -> dict[str, dict]:
-        """The Kubernetes objects of this plan, by file name (``kustomization.yaml`` lists the others); node
+    def manifests(self, target: str = "engines") -> dict[str, dict]:
+        """The Kubernetes objects of this plan for `target` (``compiler.emit.k8s.TARGETS``: engines, dynamo,
+        llm-d, kserve, gimletc, device-plugin, dra), by file name (``kustomization.yaml`` lists the others); node
         selectors, images and endpoints from the cluster file it was compiled with, when known."""
         from compiler.emit.k8s import manifests
 
-        return manifests(self.document, self._cluster(), mode=mode)
+        workload = self._compilation.prepared.workload if self._compilation is not None else None
+        return manifests(self.document, self._cluster(), target=target, workload=workload)
 
     def _cluster(self):
         if self._compilation is not None:
@@ -240,19 +243,21 @@ class Plan:
 def compile(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, *,
             power_budget: str | float | None = None, objective: str = "throughput", slo_ttft_ms: float | None = None,
             slo_tpot_ms: float | None = None, dtype: str = "bf16", kv_dtype: str | None = None,
-            time_limit_s: float = 60.0, sensitivity: bool = True, progress: Progress | None = None) -> Plan:
+            time_limit_s: float = 60.0, sensitivity: bool = True, progress: Progress | None = None,
+            deployable: bool = False) -> Plan:
     """Trace, cost, place and emit `model` on the `cluster` file's fleet for the `workload` file: the whole of
     ``gimletc compile``, in memory (`Plan.save` writes it). `power_budget` overrides the cluster file's: watts,
     or a string with its unit (``"200kW"``). Raises `BadInput` (a file, field or flag is wrong) or `Infeasible`
-    (the binding constraints named)."""
+    (the binding constraints named). `deployable` places only what the cluster file's engines run
+    (``--deployable``)."""
     from compiler.driver import compile as compile_pass
 
     inputs = CompileInputs.of(model, cluster, workload, power_budget_w=_watts(power_budget), objective=objective,
                               slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, dtype=dtype, kv_dtype=kv_dtype,
-                              time_limit_s=time_limit_s)
+                              time_limit_s=time_limit_s, deployable=deployable)
     result = compile_pass(model, inputs.cluster, inputs.workload, objective=objective, slo_ttft_ms=slo_ttft_ms,
                           slo_tpot_ms=slo_tpot_ms, precision=inputs.precision(), time_limit_s=time_limit_s,
-                          analyse=sensitivity, progress=progress, **inputs.budgets())
+                          analyse=sensitivity, progress=progress, deployable=deployable, **inputs.budgets())
     return Plan(result.plan, inputs=inputs, compilation=result)
 
 

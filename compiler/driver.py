@@ -173,9 +173,11 @@ def draft_model(model: str, workload: Workload, workload_path: str, *, timings: 
 def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
             slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
             precision: Precision = Precision.of("bf16"), timings: Timings | None = None,
-            progress: Progress | None = None, cost_budget_per_hour: float | None = None) -> Prepared:
+            progress: Progress | None = None, cost_budget_per_hour: float | None = None,
+            deployable: bool = False) -> Prepared:
     """Load the inputs, trace the model and cost every candidate pool. The budgets given here override the
-    cluster file's (the returned `Prepared.cluster` carries them)."""
+    cluster file's (the returned `Prepared.cluster` carries them). `deployable` keeps only what the cluster
+    file's engines run (`compiler.emit.serving.deployable`)."""
     from compiler.cost.instance import build_instance
     from compiler.cost.pool_options import enumerate_options
     from compiler.inputs import load_cluster, load_workload
@@ -206,6 +208,11 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
         for reason in skipped:
             log.warning("left out of the placement: %s%s", reason, _dtype_hint(cluster, precision, reason))
         instance = build_instance(graph, cluster, workload, options, precision, budget)
+        if deployable:
+            from compiler.emit.serving import deployable as engines_run
+
+            instance = engines_run(instance, cluster.engine)
+            options = list(instance.options)
     with timings.step("bounds"):  # infeasible in seconds when a lower bound shows it; TPOT aside (pareto sweeps it)
         _raise_if_bounded(graph.model, without_tpot(instance))
     return Prepared(graph, cluster, workload, precision, tuple(options), instance, draft)
@@ -263,7 +270,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
             objective: str = "throughput", slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
             precision: Precision = Precision.of("bf16"), time_limit_s: float = 60.0, baselines: bool = True,
             analyse: bool = True, progress: Progress | None = None, timings: Timings | None = None,
-            cost_budget_per_hour: float | None = None) -> Compilation:
+            cost_budget_per_hour: float | None = None, deployable: bool = False) -> Compilation:
     """Trace, cost, place and emit: the whole of ``gimletc compile``. Infeasible inputs raise `Infeasible`.
 
     `baselines` adds the comparisons of [Note: baselines] (iso-power and iso-cost fleets of each device type,
@@ -277,7 +284,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     note = progress or _quiet
     prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, slo_ttft_ms=slo_ttft_ms,
                    slo_tpot_ms=slo_tpot_ms, precision=precision, timings=timings, progress=progress,
-                   cost_budget_per_hour=cost_budget_per_hour)
+                   cost_budget_per_hour=cost_budget_per_hour, deployable=deployable)
     _raise_if_bounded(prep.graph.model, prep.instance)  # the TPOT targets too ([Note: placement bounds])
     note(f"solving the placement ({len(prep.options)} pool options) with CP-SAT")
     with timings.step("place"):

@@ -142,7 +142,8 @@ def _prepare(inputs: CompileInputs) -> Prepared:
 
     with repeat_warnings_muted():
         return prepare(inputs.model, inputs.cluster, inputs.workload, slo_ttft_ms=inputs.slo_ttft_ms,
-                       slo_tpot_ms=inputs.slo_tpot_ms, precision=inputs.precision(), **inputs.budgets())
+                       slo_tpot_ms=inputs.slo_tpot_ms, precision=inputs.precision(), deployable=inputs.deployable,
+                       **inputs.budgets())
 
 
 def _targets(plan: Plan, target: str | None) -> tuple[list[Pool], str | None]:

@@ -18,7 +18,8 @@ from compiler.ir.placement import OBJECTIVE_QUANTITIES, OBJECTIVES
 
 #: What compile writes into DIR (removed before a run, so none of them outlives a failed one).
 OUTPUTS = ("plan.json", "k8s", "stages", "weights", "onnx", "model", "manifest.json", "report")
-MANIFEST_CHOICES = ("device-plugin", "dra", "none")
+#: `compiler.emit.k8s.TARGETS` and none (spelled out: importing the builders here would slow every command).
+MANIFEST_CHOICES = ("engines", "dynamo", "llm-d", "kserve", "gimletc", "device-plugin", "dra", "none")
 #: Display units of each objective's quantity (`compiler.ir.placement.OBJECTIVE_QUANTITIES`).
 QUANTITY_UNITS = {"requests_per_s": "req/s", "requests_per_s_per_provisioned_w": "req/s per W provisioned",
                   "provisioned_w": "W provisioned", "worst_tpot_ms": "ms worst TPOT", "dollars_per_hour": "$/h",
@@ -43,11 +44,16 @@ def register(sub) -> None:
     p.add_argument("--slo-tpot-ms", type=options.positive_float, metavar="Y", help="override the workload's TPOT SLO")
     p.add_argument("--no-sensitivity", action="store_true",
                    help="skip re-solving with each assumed efficiency (fewer than two measurements) moved +-20%%")
-    p.add_argument("--manifests", choices=MANIFEST_CHOICES, default="device-plugin",
-                   help="Kubernetes manifests in DIR/k8s/: device-plugin limits (default), Dynamic Resource "
-                        "Allocation claims (dra), or none")
+    p.add_argument("--manifests", choices=MANIFEST_CHOICES, default="engines",
+                   help="Kubernetes manifests in DIR/k8s/: engines (default: each pool on its public engine, "
+                        "vLLM/SGLang/TensorRT-LLM, and the router), dynamo (DynamoGraphDeployment), llm-d "
+                        "(InferencePool and endpoint picker), kserve (LLMInferenceService), gimletc (the reference "
+                        "runtime's workers; device-plugin is the same, dra requests devices by DRA claims), or none")
     run_command.add_artifact_options(p)
     report.add_options(p)
+    p.add_argument("--deployable", action="store_true",
+                   help="place only what the cluster file's serving engines run: no attention/FFN split, no "
+                        "drafter pools, KV only between device types a public connector joins")
     p.add_argument("--json", action="store_true", help="print plan.json instead of the summary")
     p.set_defaults(func=run)
 
@@ -64,13 +70,13 @@ def run(args: argparse.Namespace) -> int:
                          objective=args.objective, slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms,
                          precision=options.precision_of(args), time_limit_s=args.time_limit,
                          analyse=not args.no_sensitivity, cost_budget_per_hour=args.cost_budget,
-                         progress=progress_for(args), timings=timings)
+                         progress=progress_for(args), timings=timings, deployable=args.deployable)
         with timings.step("write"):
             from compiler.emit.artifacts import write_plan_dir  # plan.json, stage programs, shards, manifest
 
             final = write_plan_dir(result.plan, args.model, out, run_command.artifact_options(args))
             wrote.append("plan.json")
-            wrote += _write(final, result.prepared.cluster, out, args.manifests)
+            wrote += _write(final, result.prepared, out, args.manifests)
         wrote += report.write(final, result, args, out, timings, progress_for(args))
     if args.json:
         sys.stdout.write(final.dumps())
@@ -79,13 +85,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(plan, cluster, out: Path, mode: str) -> list[str]:
+def _write(plan, prepared, out: Path, target: str) -> list[str]:
     """The manifests of the plan as written (a failure here removes plan.json too: `recorded`)."""
-    if mode == "none":
+    if target == "none":
         return []
     from compiler.emit.k8s import manifests, write_manifests
 
-    paths = write_manifests(manifests(plan, cluster, mode=mode), out / "k8s")
+    objects = manifests(plan, prepared.cluster, target=target, workload=prepared.workload)
+    paths = write_manifests(objects, out / "k8s")
     return [str(p.relative_to(out)) for p in paths]
 
 

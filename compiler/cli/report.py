@@ -29,7 +29,8 @@ def inputs_of(args: argparse.Namespace):
     return CompileInputs.of(args.model, args.cluster, args.workload, power_budget_w=args.power_budget,
                             objective=args.objective, slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms,
                             dtype=args.dtype, kv_dtype=args.kv_dtype, time_limit_s=args.time_limit,
-                            cost_budget_per_hour=getattr(args, "cost_budget", None))
+                            cost_budget_per_hour=getattr(args, "cost_budget", None),
+                            deployable=getattr(args, "deployable", False))
 
 
 def write(plan, result, args: argparse.Namespace, out: Path, timings, progress=None) -> list[str]:

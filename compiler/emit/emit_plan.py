@@ -14,6 +14,7 @@ from compiler.emit.plan import (
     GAIN_METRICS, Baseline, ClassResult, Draft, Plan, Pool, PoolClass, Predicted, SensitivityResult, SolverReport,
     Stage, Transfer,
 )
+from compiler.emit.serving import serve
 from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
 from compiler.ir.block_graph import BlockGraph
@@ -37,7 +38,7 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
     latencies = class_latencies(inst, sol)
     out_tps = sol.output_tokens_per_s(inst.classes)
     predicted = _predicted(sol, latencies, out_tps)
-    return Plan(
+    plan = Plan(
         gimletc_version=_version(), model=graph.model, model_sha256=graph.config_sha256, dtype=precision.weights,
         kv_dtype=precision.kv, dense_dtype=precision.dense, cluster=cluster.name, power_budget_w=inst.power_budget_w,
         inventory={t: n for t, n in inst.inventory if n > 0}, workload=workload.name,
@@ -60,6 +61,14 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
         devices_used=sol.devices(), prices_per_hour=dict(inst.prices_per_hour),
         price_sources={t: src for t, _p in inst.prices_per_hour if (src := cluster.price_source(t))},
     )
+    return serve(plan, cluster, workload, moe=graph.expert_params > 0, model_source=_model_source(graph.model))
+
+
+def _model_source(model: str) -> str | None:
+    """Where a preset's config came from (a Hugging Face URL names the checkpoint engines load)."""
+    from compiler.inputs.model_spec import preset_names, preset_provenance
+
+    return preset_provenance(model).get("source") if model in preset_names() else None
 
 
 @dataclass(frozen=True, slots=True)

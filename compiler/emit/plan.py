@@ -125,6 +125,77 @@ class Draft(_Frozen):
     predicted_acceptance_rate: float | None = Field(default=None, ge=0.0, le=1.0)  # assumed α (a prediction)
 
 
+class KvConnector(_Frozen):
+    """How a prefill or decode engine hands KV over to its peers (`compiler.emit.serving.connectors`)."""
+
+    name: str  # vLLM connector class, SGLang transfer backend or TensorRT-LLM cache-transceiver backend
+    role: Literal["kv_producer", "kv_consumer"]
+    peers: list[str]  # the pools on the other side
+    buffer_device: str  # where the engine registers its KV for transfer: device memory ("cuda") or host ("cpu")
+    block_size: int  # tokens per KV block, the same on both sides
+    layout: str  # the KV page layout both sides are set to
+    rules: list[str]  # the compatibility rules this pair was checked against
+
+
+class EngineLaunch(_Frozen):
+    """How one pool runs on a public serving engine: the process each replica starts (`compiler.emit.serving`).
+
+    ``command`` is the full argument vector (the engine's own CLI; ``model`` appears in it as given);
+    ``files`` are extra files it reads, written under ``DIR/engines/`` (paths relative to the plan). An
+    ``external`` pool runs no process of ours: its systems serve an OpenAI-compatible API at ``endpoints``.
+    """
+
+    engine: Literal["vllm", "sglang", "trtllm", "external"]
+    version: str
+    platform: str  # cuda, rocm, neuron, gaudi, cpu, external
+    plugin: str | None = None  # the platform plugin the image carries (vllm-neuron, vllm-gaudi)
+    image: str | None  # None: no public image; set `image:` in the cluster file
+    model: str  # checkpoint the engine serves: a Hugging Face id, or a path inside the container
+    served_model_name: str
+    command: list[str]
+    env: dict[str, str] = {}
+    port: int
+    files: dict[str, str] = {}
+    endpoints: list[str] = []
+    max_model_len: int
+    kv_connector: KvConnector | None = None
+    notes: list[str] = []
+
+
+class RuntimeNeed(_Frozen):
+    """A plan feature no public engine runs: it needs the reference runtime (`gimletc run` / `serve`)."""
+
+    feature: Literal["attention-ffn-split", "drafter-on-other-silicon", "cross-vendor-kv", "kv-without-connector",
+                     "external-kv"]
+    pools: list[str]
+    why: str
+
+
+class ClassRoute(_Frozen):
+    """Where the plan sends one request class: pools and their share of the class's requests."""
+
+    name: str
+    prefill: dict[str, float] = {}  # prefill (or colocated) pool -> share
+    decode: dict[str, float] = {}  # decode pool -> share (empty: the colocated pool decodes too)
+
+
+class Router(_Frozen):
+    """The front door: a public router's launch, the policy it runs, and what of the plan's routing it cannot
+    express (`compiler.emit.serving.router`)."""
+
+    router: Literal["vllm-router", "sglang-router", "trtllm-disaggregated", "none"]
+    version: str
+    image: str | None
+    command: list[str]
+    port: int
+    mode: Literal["pd", "aggregated"]
+    policy: str
+    routes: list[ClassRoute]
+    expresses_plan: bool  # False: the router cannot route by request class as the plan does (see notes)
+    files: dict[str, str] = {}  # configuration files it reads, written under DIR/engines/
+    notes: list[str] = []
+
+
 class Pool(_Frozen):
     name: str
     role: Literal["colocated", "prefill", "decode", "decode-attention", "decode-ffn", "drafter"]
@@ -145,6 +216,7 @@ class Pool(_Frozen):
     predicted_utilisation: float = 0.0  # share of the replicas' capacity the routed classes use (< 1)
     predicted_classes: list[PoolClass] = []
     draft: Draft | None = None  # speculative decoding (colocated, decode and decode-attention pools)
+    launch: EngineLaunch | None = None  # the serving engine that runs it (None: only the reference runtime does)
 
 
 class Transfer(_Frozen):
@@ -275,6 +347,8 @@ class Plan(_Frozen):
     devices_used: dict[str, int] = {}  # devices the plan deploys, per type
     prices_per_hour: dict[str, float] = {}  # dollars per device-hour, per priced type
     price_sources: dict[str, str] = {}  # where each price comes from (cluster file, or the catalog's source)
+    router: Router | None = None  # the public router in front of the engines
+    needs_runtime: list[RuntimeNeed] = []  # features only the reference runtime runs
 
     def dumps(self) -> str:
         """Canonical text: sorted keys, fixed float repr, so equal plans are equal bytes."""

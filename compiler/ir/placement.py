@@ -70,6 +70,7 @@ class Instance:
     cost_budget_per_hour: float | None = None  # dollars per hour the placement may spend
     designed: tuple[str, ...] = ()  # device types whose count the solver chooses (``count: any``, [Note: fleet design])
     cross_type_kv: bool = True  # False: KV never leaves the device type that prefilled it (vendor islands)
+    kv_pairs: tuple[tuple[str, str], ...] | None = None  # (prefill type, decode type) KV may move between; None: any
     # Lookup tables of the pair fields above, built once (the solver and pruning ask for them per option and class).
     _prices: dict = field(init=False, compare=False, repr=False)
     _links: dict = field(init=False, compare=False, repr=False)
@@ -92,6 +93,12 @@ class Instance:
 
     def handoff(self, cls: str, a: str, b: str) -> float:
         return self._handoffs.get((cls, a, b), 0.0)
+
+    def kv_reaches(self, a: str, b: str) -> bool:
+        """Whether KV prefilled on type `a` may be decoded on type `b` (vendor islands; `kv_pairs`)."""
+        if a != b and not self.cross_type_kv:
+            return False
+        return self.kv_pairs is None or (a, b) in self.kv_pairs
 
     def target(self, name: str) -> ClassTarget:
         return next(c for c in self.classes if c.name == name)

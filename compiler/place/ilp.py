@@ -33,7 +33,8 @@ instance names its binding families):
   only if p's TTFT at its cap, the hand-off over the link and the wait for a
   decode slot meet c's TTFT SLO.
 - ``decode_balance[c,t]``: what prefill options hand class c's KV to type t equals what decode options on t decode.
-  Vendor islands (``Instance.cross_type_kv`` False) have no flow from p to a type other than p's own.
+  Vendor islands (``Instance.cross_type_kv`` False) have no flow from p to a type other than p's own, and no
+  flow goes from p to a type t that ``Instance.kv_pairs`` leaves out (``compile --deployable``).
 - ``link[t1,t2]``: bytes per second from type t1 to t2 <= link bandwidth: KV hand-offs, and the hidden states
   and draft tokens of options that span two types.
 - ``demand``: each class is served at least its share of lam, and lam >= the
@@ -180,8 +181,8 @@ class PlacementModel:
                     for t in self.decode_types:
                         if t not in self.decoders[c.name]:
                             continue  # no decode option on t serves c: nothing could go there
-                        if not self.inst.cross_type_kv and t != o.kv_device:
-                            continue  # vendor islands: KV stays on the type that prefilled it
+                        if not self.inst.kv_reaches(o.kv_device, t):
+                            continue  # vendor islands, or no connector: KV stays off t
                         too_slow = c.ttft_slo_s is not None and self._prefill_ttft(c, o) + self.inst.handoff(
                             c.name, o.kv_device, t) + SLO_SHARE_ADMISSION * c.ttft_slo_s > c.ttft_slo_s
                         if too_slow and self.slo_binds:
@@ -738,11 +739,14 @@ def prune(inst: Instance) -> tuple[PoolOption, ...]:
         if cap <= 0:
             return 0.0, 0
         rate = o.service(c.name).rate_per_s * cap
-        if o.kind != "prefill" or c.ttft_slo_s is None:
+        if o.kind != "prefill":
             return rate, len(decode_types)
+        if c.ttft_slo_s is None:
+            reach = sum(inst.kv_reaches(o.kv_device, t) for t in decode_types)
+            return (rate if reach else 0.0), reach
         ttft = o.service(c.name).at(cap)[2]
         reach = sum(ttft + inst.handoff(c.name, o.kv_device, t) + SLO_SHARE_ADMISSION * c.ttft_slo_s <= c.ttft_slo_s
-                    for t in decode_types)
+                    for t in decode_types if inst.kv_reaches(o.kv_device, t))
         return (rate if reach else 0.0), reach
 
     values = {o.key: [value(o, c) for c in inst.classes] for o in inst.options}

@@ -261,3 +261,21 @@ def test_a_quick_proof_decides_the_portfolio_whichever_configuration_finds_it():
     assert _decide({}) == (None, [])
     assert _decide({1: (5 * quick, OPTIMAL)}) == (None, [])
     assert _decide({0: (10 * quick, FEASIBLE)}) == (None, [])
+
+
+def test_kv_moves_only_between_the_types_kv_pairs_allow():
+    """Prefill only on a, decode only on b: 10 req/s through a -> b (the slower half binds), nothing once the
+    pair a -> b is not allowed (`compile --deployable` with no connector between the two platforms)."""
+    flat = tuple((u, 0.1, 0.1, 0.01, 0.01) for u in (0.05, 0.5, 0.95))
+    prefill = PoolOption(key="prefill:a", kind="prefill", devices=(("a", 1),), power_w=100, provisioned_w=100,
+                         kv_device="a", tp=1, pp=1, batch=8, classes=(ClassService("c", 10.0, flat),))
+    decode = PoolOption(key="decode:b", kind="decode", devices=(("b", 1),), power_w=100, provisioned_w=100,
+                        kv_device="b", tp=1, pp=1, batch=8, classes=(ClassService("c", 20.0, flat),))
+    inst = Instance((prefill, decode), (("a", 1), ("b", 1)), None, (ClassTarget("c", 1.0, None, None, 1e6, 10.0),),
+                    link_bw_bytes_per_s=((("a", "b"), 1e12),), handoff_s=(), arrival_rate_per_s=None)
+    from dataclasses import replace
+
+    joined = solve(inst, "throughput", time_limit_s=10)
+    assert joined.requests_per_s == pytest.approx(10.0 * 0.95, rel=1e-3)  # one prefill replica at its top point
+    cut = solve(replace(inst, kv_pairs=(("a", "a"), ("b", "b"))), "throughput", time_limit_s=10)
+    assert not cut.feasible or cut.requests_per_s == 0.0

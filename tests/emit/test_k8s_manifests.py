@@ -19,6 +19,7 @@ from compiler.emit.topology import rank_of, world_size
 from compiler.inputs import load_cluster
 from compiler.ir.errors import BadInput
 from tests.conftest import pod_processes
+from tests.emit.crd_schema import strict
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "k8s_golden"
@@ -69,24 +70,11 @@ def test_every_object_validates_with_kubernetes_validate_in_strict_mode(golden, 
     assert seen_kinds == {"ConfigMap", "Deployment", "Service", "StatefulSet", "EndpointSlice", "ResourceClaimTemplate"}
 
 
-def _strict(schema):
-    """An OpenAPI object schema that rejects unknown fields, as the API server prunes them (kubeconform's strict)."""
-    if isinstance(schema, dict):
-        out = {k: _strict(v) for k, v in schema.items()}
-        if "properties" in out and "additionalProperties" not in out \
-                and not out.get("x-kubernetes-preserve-unknown-fields"):
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_strict(v) for v in schema]
-    return schema
-
-
 def test_leader_worker_sets_validate_against_the_published_crd(golden, tmp_path):
     import jsonschema
 
     vendored = json.loads((HERE / "lws_crd_v0.10.0.json").read_text())
-    validator = jsonschema.Draft7Validator(_strict(vendored["openAPIV3Schema"]))
+    validator = jsonschema.Draft7Validator(strict(vendored["openAPIV3Schema"]))
     count = 0
     for case, objects in cases(golden).items():
         for name, obj in read_back(objects, tmp_path / case).items():

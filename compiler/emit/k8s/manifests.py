@@ -43,28 +43,26 @@ writes them. Same plan, same bytes.
 from __future__ import annotations
 
 import ipaddress
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from backends.registry import device as catalog_device
 from compiler.emit.k8s import objects as k8s
+from compiler.emit.k8s.pool_deployment import (CPU_IMAGE, PoolDeployment, by_file_name, check_name,
+                                               pool_deployments)
 from compiler.emit.topology import workers_of, world_size
 from compiler.ir.errors import BadInput
 
 if TYPE_CHECKING:
-    from compiler.emit.plan import Plan, Pool
+    from compiler.emit.plan import Plan
     from compiler.inputs.cluster import Cluster
-    from compiler.ir.device_spec import DeviceSpec
 
 MODES = ("device-plugin", "dra")
+__all__ = ["MODES", "PoolDeployment", "manifests", "pool_deployments"]
 MASTER_PORT = 29500
 HTTP_PORT = 8000
 PLAN_DIR = "/plan"
 WORKER_COMMAND = ("python", "-m", "compiler.runtime.worker", "--plan", PLAN_DIR)
 DRIVER_COMMAND = ("gimletc", "serve", PLAN_DIR, "--host", "0.0.0.0", "--port", str(HTTP_PORT))
-#: For pools whose device has no vendor image in the catalog, and for the driver (it needs no accelerator).
-CPU_IMAGE = "python:3.11-slim"
 #: RFC 5737 TEST-NET-1: documentation-only, routes nowhere; stands in for missing external endpoints.
 PLACEHOLDER_ADDRESS = "192.0.2.1"
 POD_INDEX = "apps.kubernetes.io/pod-index"
@@ -75,29 +73,6 @@ NOTE = "gimletc/note"
 #: A ConfigMap holds at most 1 MiB (etcd's object limit), metadata included.
 CONFIG_MAP_LIMIT_BYTES = 1_000_000
 POOL_LABEL = "gimletc/pool"
-
-
-@dataclass(frozen=True)
-class PoolDeployment:
-    """How one pool deploys: its device, node size, resource, scheduling and worker layout."""
-
-    pool: Pool
-    key: str  # DNS-label form of the pool name
-    device: DeviceSpec
-    node_size: int
-    resource: str | None
-    node_selector: dict[str, str]
-    tolerations: tuple[Any, ...]
-    image: str
-    endpoints: tuple[str, ...]
-    workers_per_replica: int
-
-    @property
-    def kind(self) -> str:
-        """``external``, ``leader-worker-set`` or ``stateful-set`` (see [Note: how a plan deploys])."""
-        if self.resource is None:
-            return "external"
-        return "leader-worker-set" if self.pool.devices_per_replica > self.node_size else "stateful-set"
 
 
 @dataclass(frozen=True)
@@ -135,48 +110,13 @@ def manifests(plan: Plan, cluster: Cluster | None = None, *, mode: str = "device
     """
     if mode not in MODES:
         raise BadInput(f"--manifests {mode!r}: choose one of {', '.join(MODES)}")
-    if not re.fullmatch(r"[a-z]([-a-z0-9]{0,18}[a-z0-9])?", name):
-        raise BadInput(f"manifest name {name!r}: use at most 20 lowercase letters, digits and '-'")
+    check_name(name)
     ctx = _Context(plan, name, mode, world_size(plan), len(plan.dumps().encode()) <= CONFIG_MAP_LIMIT_BYTES)
     objs: list[dict[str, Any]] = [*([_plan_config_map(ctx)] if ctx.plan_in_config_map else []), *_driver(ctx)]
     for d in pool_deployments(plan, cluster):
         build = {"external": _external_pool, "leader-worker-set": _lws_pool, "stateful-set": _stateful_pool}[d.kind]
         objs.extend(build(ctx, d))
-    out = {f"{o['kind'].lower()}-{o['metadata']['name']}.yaml": o for o in objs}
-    if len(out) != len(objs):
-        raise BadInput("plan: two pools map to the same Kubernetes name; give the pools distinct names")
-    out = dict(sorted(out.items()))
-    out["kustomization.yaml"] = k8s.kustomization(list(out))
-    return out
-
-
-def pool_deployments(plan: Plan, cluster: Cluster | None) -> list[PoolDeployment]:
-    """How each pool of `plan` deploys (see [Note: how a plan deploys])."""
-    out = []
-    for pool in plan.pools:
-        spec = catalog_device(pool.device)
-        entry = cluster.entry(pool.device) if cluster is not None and pool.device in cluster.inventory() else None
-        node_size = cluster.node_size(pool.device) if entry is not None else spec.devices_per_node
-        workers = sum(1 for w in workers_of([pool]) if w.replica == 0)
-        if workers < 1 or pool.devices_per_replica % workers:
-            raise BadInput(f"plan: pool {pool.name} has {pool.devices_per_replica} devices per replica but "
-                           f"{workers} workers (stages x tp); recompile the plan")
-        selector = dict(spec.k8s_node_labels) if entry is None or entry.node_selector is None else entry.node_selector
-        out.append(PoolDeployment(
-            pool=pool, key=_dns_label(pool.name), device=spec, node_size=node_size,
-            resource=(entry.k8s_resource if entry is not None and entry.k8s_resource else spec.k8s_resource),
-            node_selector=dict(sorted(selector.items())), tolerations=entry.tolerations if entry else (),
-            image=(entry.image if entry is not None and entry.image else spec.image) or CPU_IMAGE,
-            endpoints=entry.endpoints if entry is not None else (), workers_per_replica=workers))
-    return out
-
-
-def _dns_label(text: str) -> str:
-    """``Pool_1A`` -> ``pool-1a``: lowercase letters, digits and '-', at most 20 characters."""
-    label = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:20].strip("-")
-    if not label:
-        raise BadInput(f"plan: pool name {text!r} has no letters or digits to name Kubernetes objects after")
-    return label
+    return by_file_name(objs)
 
 
 def _plan_config_map(ctx: _Context) -> dict[str, Any]:
@@ -254,7 +194,7 @@ def _worker_container(ctx: _Context, d: PoolDeployment, i: int, env: list, claim
 def _pod(ctx: _Context, d: PoolDeployment, containers: list, claim: str | None,
          annotations: dict[str, str] | None = None) -> dict[str, Any]:
     volumes, _ = _volumes(ctx)
-    tolerations = [k8s.toleration(t.key, t.operator, t.value, t.effect) for t in d.tolerations]
+    tolerations = d.tolerations_list()
     claims = [{"name": "devices", "resourceClaimTemplateName": claim}] if claim else []
     return k8s.pod_template(ctx.labels("worker", d.key), containers, volumes, node_selector=d.node_selector,
                             tolerations=tolerations, resource_claims=claims, annotations=annotations)

@@ -1,0 +1,51 @@
+"""Serving engines as a backend runs them: which engine, on which platform build, from which image. Stdlib only.
+
+A backend lists the public serving engines its devices run (`Backend.engines`,
+first the default for a pool whose cluster entry names ``engine: generic``).
+Each `EnginePlatform` is deployment data with a source: the engine and the
+release the launch specs are written for, the platform build (in-tree CUDA or
+ROCm, the vllm-neuron or vllm-gaudi plugin, vLLM's CPU build, or an external
+OpenAI-compatible endpoint), the container image, the environment the engine
+needs on that platform, and where the engine registers its KV cache for a
+connector (``kv_buffer_device``: the accelerator's memory, or host memory).
+
+>>> p = EnginePlatform(engine="vllm", platform="cuda", version="0.32.0", image="vllm/vllm-openai:v0.32.0",
+...                    kv_buffer_device="cuda", source="https://docs.vllm.ai/en/stable/deployment/docker/")
+>>> p.launchable
+True
+>>> EnginePlatform(engine="external", platform="external", version="", image=None, kv_buffer_device=None,
+...                source="vendor endpoint").launchable
+False
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Engines a launch spec can be written for; ``external`` is a system that serves an OpenAI-compatible API itself.
+ENGINE_NAMES = ("vllm", "sglang", "trtllm", "external")
+
+
+@dataclass(frozen=True, slots=True)
+class EnginePlatform:
+    """One engine on one platform build. ``image`` None: no public image; the cluster entry must name one."""
+
+    engine: str  # one of ENGINE_NAMES
+    platform: str  # cuda, rocm, neuron, gaudi, cpu, external
+    version: str  # the release the launch flags are written for (and checked against, for vLLM on CPU)
+    image: str | None
+    kv_buffer_device: str | None  # where KV is registered for transfer: "cuda" (device memory) or "cpu" (host)
+    source: str  # where the image and the platform's support are documented
+    env: tuple[tuple[str, str], ...] = ()  # environment the engine needs on this platform
+    plugin: str | None = None  # the out-of-tree platform plugin package, where the engine needs one
+    kv_layout: str = "NHD"  # the KV page layout the engine's attention backend keeps on this platform
+    kv_block_size: int = 16  # tokens per KV block the engine uses on this platform by default
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINE_NAMES:
+            raise ValueError(f"unknown engine {self.engine!r}; use one of {', '.join(ENGINE_NAMES)}")
+
+    @property
+    def launchable(self) -> bool:
+        """Whether gimletc writes a process to start (False for external endpoints)."""
+        return self.engine != "external"
