@@ -59,6 +59,8 @@ _ALLOWED = {
     "compiler/place": ("compiler.ir", "compiler.place"),
     "compiler/emit": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.trace", "compiler.emit"),
     "compiler/runtime": ("compiler.ir", "backends", "compiler.inputs", "compiler.emit", "compiler.runtime"),
+    # deploy reads a plan directory, as the runtime does, and starts public engines on it
+    "compiler/deploy": ("compiler.ir", "backends", "compiler.emit", "compiler.deploy"),
     # calibrate is a pipeline of its own: it reuses the driver's cached block_graph pass
     "compiler/calibrate": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.trace",
                            "compiler.calibrate", "compiler.driver"),
@@ -75,6 +77,7 @@ _ALLOWED = {
 _FORBIDDEN_THIRD_PARTY = {
     "compiler/cost": ("torch", "transformers", "ortools"),
     "compiler/runtime": ("ortools",),
+    "compiler/deploy": ("ortools", "torch", "transformers"),
     "cost_models": ("transformers", "ortools", "pydantic", "yaml"),  # torch only for its flop_counter formulas
 }
 

