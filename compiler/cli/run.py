@@ -50,12 +50,50 @@ def register(sub) -> None:
     src.add_argument("--prompt-ids", metavar="1,2,3", help="one prompt as comma-separated token ids")
     src.add_argument("--requests", metavar="FILE.jsonl", help="one request per line (prompt_ids, max_new_tokens, ...)")
     p.add_argument("--max-new-tokens", type=options.positive_int, default=16, help="tokens to generate (default 16)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
+    p.add_argument("--temperature", type=_temperature, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=_top_p, default=1.0, help="nucleus sampling mass in (0, 1] (default 1.0)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (request i uses seed + i)")
     add_worker_options(p)
     p.add_argument("--json", action="store_true", help="print results and measurements as JSON")
     p.set_defaults(func=run)
+
+
+def _temperature(text: str) -> float:
+    from compiler.runtime.sampling import sampling_problems
+
+    value = _float(text)
+    if sampling_problems(temperature=value, top_p=1.0):
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 (greedy) or a positive number")
+    return value
+
+
+def _top_p(text: str) -> float:
+    from compiler.runtime.sampling import sampling_problems
+
+    value = _float(text)
+    if sampling_problems(temperature=0.0, top_p=value):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number in (0, 1], e.g. 0.9")
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number") from None
+
+
+def _checked(requests: list, where: str) -> list:
+    """Refuse, before any worker starts, a request whose sampling parameters cannot run."""
+    from compiler.runtime.sampling import sampling_problems
+
+    for i, r in enumerate(requests):
+        problems = sampling_problems(temperature=r.temperature, top_p=r.top_p)
+        if isinstance(r.max_new_tokens, bool) or not isinstance(r.max_new_tokens, int) or r.max_new_tokens < 1:
+            problems.append(f"max_new_tokens {r.max_new_tokens}: give at least 1")
+        if problems:
+            raise BadInput(f"{where}" + (f", request {i + 1}" if len(requests) > 1 else "") + ": " + "; ".join(problems))
+    return requests
 
 
 def _requests(args: argparse.Namespace) -> list:
@@ -67,7 +105,7 @@ def _requests(args: argparse.Namespace) -> list:
             ids = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
         except ValueError:
             raise BadInput(f"--prompt-ids {args.prompt_ids!r}: give comma-separated integers, e.g. 1,2,3") from None
-        return [Request(ids, seed=args.seed, **common)]
+        return _checked([Request(ids, seed=args.seed, **common)], "--prompt-ids")
     out = []
     path = Path(args.requests)
     try:
@@ -88,7 +126,7 @@ def _requests(args: argparse.Namespace) -> list:
                            f"{{\"prompt_ids\": [1, 2, 3]}} and optional max_new_tokens, temperature, top_p, seed") from None
     if not out:
         raise BadInput(f"--requests {path}: no requests in the file")
-    return out
+    return _checked(out, f"--requests {path}")
 
 
 def run(args: argparse.Namespace) -> int:

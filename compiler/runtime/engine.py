@@ -37,7 +37,7 @@ from compiler.ir.errors import BadInput, RuntimeFailure
 from compiler.runtime.launch import ExternalWorkers, LocalWorkers, driver_store, external_port, pin_gloo_to_loopback
 from compiler.runtime.plan_dir import open_plan_dir
 from compiler.runtime.routes import Hop, Unit, handoff_pairs, units
-from compiler.runtime.sampling import sample
+from compiler.runtime.sampling import logprobs, sample, sampling_problems
 from compiler.runtime.speculative import SpecStats, draft_len_after, verify
 from compiler.runtime.wire import ACK, CONTROL, DATA, DRAFT, recv_json, send_json
 
@@ -66,6 +66,10 @@ class Request:
     unit: str | None = None
     logits: list = field(default_factory=list)
     draft_len: int = 0  # tokens of prompt + tokens the drafter's cache holds (speculative decoding)
+    logprobs: int | None = None  # report each token's log-probability and this many most likely alternatives
+    token_logprobs: list = field(default_factory=list)  # per token: (logprob, [(token, logprob), ...])
+    stop_check: Callable[[Request], bool] | None = None  # True once the tokens so far end in a stop sequence
+    error: str | None = None  # why this request failed alone (finish_reason "error"); the engine goes on
 
     @property
     def position(self) -> int:
@@ -197,6 +201,11 @@ class Engine:
 
         if not req.prompt:
             raise BadInput("request: empty prompt; give at least one token id")
+        if req.max_new_tokens < 1:
+            raise BadInput(f"request: max_new_tokens {req.max_new_tokens}: give at least 1")
+        problems = sampling_problems(temperature=req.temperature, top_p=req.top_p)
+        if problems:
+            raise BadInput("request: " + "; ".join(problems))
         if any(not 0 <= t < self.vocab for t in req.prompt):
             raise BadInput(f"request: token ids must lie in [0, {self.vocab}) (the model's vocab_size)")
         if len(req.prompt) + req.max_new_tokens > self.max_len:
@@ -325,15 +334,31 @@ class Engine:
         self._retire(unit)
 
     def _accept(self, r: Request, row) -> tuple[int, bool]:
-        """Sample (greedy: argmax) and emit one token; returns it and whether the request is finished."""
+        """Sample (greedy: argmax) and emit one token; returns it and whether the request is finished.
+
+        An error here (sampling, the request's callbacks) is the request's own: it finishes with reason
+        ``error`` and `Request.error`, its pages are freed as for any finished request, and the others go on."""
+        try:
+            return self._take(r, row)
+        except Exception as e:  # noqa: BLE001 - whatever one request's sampling or callbacks raise stays its own
+            log.exception("request %s failed", r.id)
+            r.error = f"{type(e).__name__}: {e}"
+            r.finish_reason = "error"
+            return -1, True
+
+    def _take(self, r: Request, row) -> tuple[int, bool]:
         if r.keep_logits:
             r.logits.append(row.clone())
         token = sample(row, temperature=r.temperature, top_p=r.top_p, generator=r.generator)
+        if r.logprobs is not None:
+            r.token_logprobs.append(logprobs(row, token, r.logprobs))
         r.tokens.append(token)
         if r.on_token is not None:
             r.on_token(r, token)
         eos = self.pd.eos_token_id
-        if len(r.tokens) >= r.max_new_tokens:
+        if r.stop_check is not None and r.stop_check(r):
+            r.finish_reason = "stop"
+        elif len(r.tokens) >= r.max_new_tokens:
             r.finish_reason = "length"
         elif not r.ignore_eos and eos is not None and token == eos:
             r.finish_reason = "stop"

@@ -17,9 +17,19 @@ Prompts: with a tokenizer in ``DIR/model/`` text is tokenized; without one a
 prompt is token ids (a JSON list, or a string of integers), and each choice
 carries ``token_ids`` next to a text of space-separated ids.
 
-If a worker dies or hangs, every in-flight request gets an error (an HTTP 500
-body, or an SSE ``error`` event before ``[DONE]``), ``/health`` turns 503 and
-new requests are refused with 503.
+Requests are validated at the door (`CompletionBody`, `ChatBody`): a value the OpenAI API or this runtime does
+not accept gets 400 with OpenAI's error JSON (``{"error": {"message", "type", "param", "code"}}``), an unknown
+model 404 (``model_not_found``); every error, malformed JSON included, is that JSON. ``n`` choices per prompt,
+batch prompts (a list of prompts), ``stop`` (strings; token ids written as integers without a tokenizer; the stop
+sequence is not returned), ``logprobs`` / ``top_logprobs``, and ``seed`` (none: a fresh one per choice; seed s:
+choice i samples with s + i). Chat applies the tokenizer's chat template to all messages; without one only a
+single message (its token ids) is accepted.
+
+Failures: a request whose sampling or callbacks raise inside the engine fails alone (500; the engine goes on,
+`Engine._accept`). If the engine cannot go on (a worker died or hung, or the scheduling loop itself raised), every
+in-flight request gets an error (a JSON 503, or an SSE ``error`` event before ``[DONE]``), ``/health`` turns 503,
+new requests get 503, and `serve` shuts the server down and returns 4, so that an orchestrator restarts it.
+SIGTERM drains: in-flight requests get up to `DRAIN_S` to finish, then the workers are stopped.
 """
 
 from __future__ import annotations
@@ -27,17 +37,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import queue
+import secrets
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from compiler.ir.errors import BadInput, GimletError
+from pydantic import BaseModel, ConfigDict, Field
+
+from compiler.ir.errors import BadInput, GimletError, RuntimeFailure
 from compiler.runtime.engine import Engine, Request
 
+log = logging.getLogger(__name__)
+
 _DONE = object()
+#: Seconds SIGTERM gives in-flight requests to finish before their connections are closed.
+DRAIN_S = 10.0
+#: Choices one HTTP request may ask for (``n`` x prompts): more would starve every other client.
+MAX_CHOICES = 64
+
+
+class RequestFailed(Exception):
+    """One request failed inside the engine (`Request.error`); the engine goes on."""
+
+
+class ServerStopping(Exception):
+    """The server shuts down before this request finished."""
 
 
 class ServingLoop:
@@ -47,18 +75,30 @@ class ServingLoop:
         self.engine = Engine(root, **engine_options)
         self.inbox: queue.Queue = queue.Queue()
         self.failure: str | None = None
-        self.inflight: dict[str, tuple[Request, Any, asyncio.AbstractEventLoop]] = {}
+        self.failed = threading.Event()  # set with `failure`: the engine cannot go on
+        self.inflight: dict[str, tuple[Request, Any, asyncio.AbstractEventLoop, int]] = {}
         self.stats: dict[str, int] = {}
         self.stopping = False
         self.thread = threading.Thread(target=self._loop, name="gimletc-engine", daemon=True)
         self.thread.start()
 
-    def submit(self, req: Request, out: asyncio.Queue, loop: asyncio.AbstractEventLoop) -> None:
-        self.inbox.put(("request", (req, out, loop)))
+    def submit(self, req: Request, out: asyncio.Queue, loop: asyncio.AbstractEventLoop, index: int = 0) -> None:
+        """Queue `req`; `out` receives ``(index, item)``: each token, then `_DONE` or an exception."""
+        self.inbox.put((req, out, loop, index))
+
+    @staticmethod
+    def _put(out: asyncio.Queue, loop: asyncio.AbstractEventLoop, index: int, item: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(out.put_nowait, (index, item))
+        except RuntimeError:  # the client's event loop is gone (it left); nothing to tell it
+            pass
 
     def _emit(self, req: Request, item: Any) -> None:
-        _, out, loop = self.inflight[req.id]
-        loop.call_soon_threadsafe(out.put_nowait, item)
+        _, out, loop, index = self.inflight[req.id]
+        self._put(out, loop, index, item)
+
+    def healthy(self) -> bool:
+        return self.failure is None and (self.stopping or self.thread.is_alive())
 
     def _loop(self) -> None:
         last_stats = 0.0
@@ -67,18 +107,34 @@ class ServingLoop:
                 self._drain(block=not self.engine.busy())
                 if self.engine.busy():
                     self.engine.step()
-                    for rid, (req, _, _) in list(self.inflight.items()):
+                    for rid, (req, _, _, _) in list(self.inflight.items()):
                         if req.finish_reason is not None:
-                            self._emit(req, _DONE)
+                            self._emit(req, _DONE if req.error is None else RequestFailed(req.error))
                             del self.inflight[rid]
                 if time.monotonic() - last_stats > 2.0:
                     self._refresh_stats()
                     last_stats = time.monotonic()
-        except GimletError as e:
-            self.failure = str(e)
-            for req, _, _ in list(self.inflight.values()):
-                self._emit(req, e)
-            self.inflight.clear()
+        except Exception as e:  # noqa: BLE001 - the engine cannot go on: say so to everyone, then stop
+            log.exception("the engine failed")
+            self.failure = str(e) if isinstance(e, GimletError) else f"the engine's loop failed: {type(e).__name__}: {e}"
+            if not isinstance(e, RuntimeFailure):  # the workers still run: stop them (bounded by the stage timeout)
+                with contextlib.suppress(Exception):
+                    self.engine.close()
+            self._fail_all(RuntimeFailure(self.failure))
+            self.failed.set()
+            return
+        self._fail_all(ServerStopping("the server is shutting down; retry on another replica"))
+
+    def _fail_all(self, error: Exception) -> None:
+        for req, _, _, _ in list(self.inflight.values()):
+            self._emit(req, error)
+        self.inflight.clear()
+        while True:
+            try:
+                _, out, loop, index = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            self._put(out, loop, index, error)
 
     def _refresh_stats(self) -> None:
         totals: dict[str, int] = {}
@@ -89,19 +145,21 @@ class ServingLoop:
 
     def _drain(self, block: bool) -> None:
         try:
-            kind, item = self.inbox.get(timeout=0.05) if block else self.inbox.get_nowait()
+            item = self.inbox.get(timeout=0.05) if block else self.inbox.get_nowait()
         except queue.Empty:
             return
         while True:
-            req, out, loop = item
+            req, out, loop, index = item
             req.on_token = lambda r, token: self._emit(r, token)
             try:
                 self.engine.submit(req)
-                self.inflight[req.id] = (req, out, loop)
+                self.inflight[req.id] = (req, out, loop, index)
             except BadInput as e:
-                loop.call_soon_threadsafe(out.put_nowait, e)
+                self._put(out, loop, index, e)
+            except Exception as e:  # noqa: BLE001 - a request the engine cannot take fails alone
+                self._put(out, loop, index, RequestFailed(f"{type(e).__name__}: {e}"))
             try:
-                kind, item = self.inbox.get_nowait()
+                item = self.inbox.get_nowait()
             except queue.Empty:
                 return
 
@@ -156,6 +214,90 @@ def _observe(m: dict, req: Request) -> None:
         m["e2e"].observe(end - req.arrived_s)
 
 
+# -- request bodies: what the OpenAI API accepts, as far as this runtime implements it ----------------------------
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class _Body(BaseModel):
+    """Fields both endpoints take. Fields of the OpenAI API not listed are ignored, except those in `UNSUPPORTED`,
+    which are refused when set to anything but their no-op value."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    n: int = Field(1, ge=1, le=MAX_CHOICES)
+    stop: str | list[str] | None = Field(None, max_length=4)
+    seed: int | None = Field(None, ge=-(1 << 63), lt=1 << 63)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: bool = False
+
+
+#: OpenAI fields this runtime does not implement, with the value that means "off".
+UNSUPPORTED = {"echo": False, "best_of": 1, "suffix": None, "presence_penalty": 0, "frequency_penalty": 0,
+               "logit_bias": None, "tools": None, "response_format": None}
+
+
+class CompletionBody(_Body):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: int | None = Field(None, ge=0, le=5)
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(part.text for part in self.content)
+        return self.content or ""
+
+
+class ChatBody(_Body):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+
+class ApiError(Exception):
+    """An error answered as OpenAI's JSON."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.param, self.code, self.kind = status, param, code, kind
+
+    def response(self):
+        from fastapi.responses import JSONResponse
+
+        return JSONResponse({"error": {"message": str(self), "type": self.kind, "param": self.param,
+                                       "code": self.code}}, status_code=self.status)
+
+
+def _item_error(item: Exception) -> ApiError:
+    """The HTTP error for what the engine's thread reported instead of tokens."""
+    if isinstance(item, BadInput):
+        return ApiError(400, str(item), param="prompt")
+    if isinstance(item, RequestFailed):
+        return ApiError(500, f"this request failed inside the engine (others are unaffected): {item}",
+                        kind="server_error", code="request_failed")
+    if isinstance(item, ServerStopping):
+        return ApiError(503, str(item), kind="server_error", code="shutting_down")
+    return ApiError(503, f"the plan's workers failed: {item}", kind="server_error", code="engine_failed")
+
+
 class _Tokens:
     """Text <-> ids: the tokenizer in DIR/model/ when present, else token ids written as integers."""
 
@@ -166,31 +308,152 @@ class _Tokens:
 
             self.tokenizer = AutoTokenizer.from_pretrained(str(root / "model"), local_files_only=True)
 
-    def encode(self, prompt: Any) -> list[int]:
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]
-        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+    @property
+    def chat_template(self) -> bool:
+        return self.tokenizer is not None and bool(getattr(self.tokenizer, "chat_template", None))
+
+    def encode(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, list):
             return prompt
-        if isinstance(prompt, str):
-            if self.tokenizer is not None:
-                return self.tokenizer.encode(prompt)
-            try:
-                return [int(t) for t in prompt.replace(",", " ").split()]
-            except ValueError:
-                pass
-        raise BadInput("prompt: this plan has no tokenizer in DIR/model/; give token ids (a list of integers, or "
-                       "a string of integers separated by spaces)")
+        if self.tokenizer is not None:
+            return self.tokenizer.encode(prompt)
+        try:
+            return [int(t) for t in prompt.replace(",", " ").split()]
+        except ValueError:
+            raise ApiError(400, "prompt: this plan has no tokenizer in DIR/model/; give token ids (a list of "
+                                "integers, or a string of integers separated by spaces)", param="prompt") from None
+
+    def prompts(self, prompt: str | list) -> list[list[int]]:
+        """A completion's prompts: one (text or token ids) or a batch (a list of either)."""
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+            return [self.encode(p) for p in prompt]
+        return [self.encode(prompt)]
+
+    def chat(self, messages: list[Message]) -> list[int]:
+        if self.chat_template:
+            ids = self.tokenizer.apply_chat_template([{"role": m.role, "content": m.text()} for m in messages],
+                                                     add_generation_prompt=True, tokenize=True)
+            return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        if len(messages) > 1:
+            raise ApiError(400, f"messages: {len(messages)} messages, but this plan has no tokenizer with a chat "
+                                f"template in DIR/model/ to format them; send one message (its content as token ids), "
+                                f"or put a tokenizer with a chat_template in the plan's model folder", param="messages")
+        return self.encode(messages[0].text())
+
+    def stops(self, stop: str | list[str] | None) -> list:
+        """Stop sequences: strings with a tokenizer, else token-id tuples (each string a list of integers)."""
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if any(not s for s in stops):
+            raise ApiError(400, "stop: an empty stop sequence; give non-empty strings", param="stop")
+        if self.tokenizer is not None:
+            return stops
+        try:
+            return [tuple(int(t) for t in s.replace(",", " ").split()) or None for s in stops]
+        except ValueError:
+            raise ApiError(400, "stop: this plan has no tokenizer in DIR/model/; give stop sequences as token ids "
+                                "(e.g. \"5\" or \"5 6\")", param="stop") from None
+
+    def piece(self, token: int) -> str:
+        return self.tokenizer.decode([token]) if self.tokenizer is not None else f" {token}"
 
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is not None:
             return self.tokenizer.decode(ids)
         return "".join(f" {t}" for t in ids)
 
+    def visible(self, tokens: list[int], stops: list, final: bool) -> tuple[int, str]:
+        """The tokens and text a client sees: cut before the first stop sequence; while generating (not `final`),
+        also without a tail that could still become one (or, with a tokenizer, an incomplete character)."""
+        if self.tokenizer is None:
+            cut = next((i for i in range(len(tokens)) for s in stops if tuple(tokens[i:i + len(s)]) == s), None)
+            if cut is None:
+                cut = len(tokens)
+                if not final:
+                    cut -= max((k for s in stops for k in range(1, len(s)) if tuple(tokens[-k:]) == s[:k]),
+                               default=0)
+            return cut, self.decode(tokens[:cut])
+        text = self.decode(tokens)
+        found = [i for i in (text.find(s) for s in stops) if i >= 0]
+        if found:
+            return len(tokens), text[:min(found)]
+        if not final:
+            hold = max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+            text = text[:len(text) - hold].rstrip("\ufffd")
+        return len(tokens), text
+
+    def stopped(self, tokens: list[int], stops: list) -> bool:
+        if self.tokenizer is None:
+            return any(tuple(tokens[-len(s):]) == s for s in stops)
+        text = self.decode(tokens)
+        return any(s in text for s in stops)
+
+
+class _Choice:
+    """One choice of a response: its engine request and what the client has been sent of it."""
+
+    def __init__(self, index: int, req: Request, prompt_index: int) -> None:
+        self.index, self.req, self.prompt_index = index, req, prompt_index
+        self.tokens: list[int] = []
+        self.sent_tokens = 0
+        self.sent_chars = 0
+        self.done = False
+
+
+def _prepare(body: _Body, chat: bool, tokens: _Tokens, model_name: str) -> tuple[list[_Choice], list]:
+    """The engine requests of a validated body (n per prompt), or an `ApiError` saying what to change."""
+    for name, off in UNSUPPORTED.items():
+        value = (body.model_extra or {}).get(name, off)
+        if value != off and not (name == "best_of" and value == body.n):
+            raise ApiError(400, f"{name}: not supported by this server; leave it out", param=name)
+    if body.model is not None and body.model != model_name:
+        raise ApiError(404, f"The model `{body.model}` does not exist; this server serves `{model_name}` "
+                            f"(GET /v1/models)", param="model", code="model_not_found")
+    if chat:
+        prompts = [tokens.chat(body.messages)]
+        if body.top_logprobs is not None and not body.logprobs:
+            raise ApiError(400, "top_logprobs: needs logprobs: true", param="top_logprobs")
+        top = (body.top_logprobs or 0) if body.logprobs else None
+        max_tokens = body.max_completion_tokens or body.max_tokens
+    else:
+        prompts = tokens.prompts(body.prompt)
+        top = body.logprobs
+        max_tokens = body.max_tokens
+    if len(prompts) * body.n > MAX_CHOICES:
+        raise ApiError(400, f"n: {len(prompts)} prompts x n {body.n} choices exceed {MAX_CHOICES} per request",
+                       param="n")
+    stops = [s for s in tokens.stops(body.stop) if s]
+    choices = []
+    for p, ids in enumerate(prompts):
+        for j in range(body.n):
+            seed = secrets.randbits(63) if body.seed is None else (body.seed + j) % (1 << 63)
+            req = Request(ids, max_new_tokens=max_tokens or 16,
+                          temperature=1.0 if body.temperature is None else body.temperature,
+                          top_p=1.0 if body.top_p is None else body.top_p, seed=seed, ignore_eos=body.ignore_eos,
+                          logprobs=top)
+            if stops:
+                req.stop_check = lambda r, stops=stops: tokens.stopped(r.tokens, stops)
+            choices.append(_Choice(len(choices), req, p))
+    return choices, stops
+
+
+def _validation_error(exc) -> ApiError:
+    """OpenAI's 400 for what pydantic refused: the first problem, naming its field."""
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+    if first.get("type") == "json_invalid":
+        return ApiError(400, f"the body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])})")
+    field = ".".join(loc) or None
+    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return ApiError(400, f"{field or 'body'}: {first['msg']}{more}", param=loc[0] if loc else None)
+
 
 def build_app(loop: ServingLoop, root: Path, model_name: str):
-    from fastapi import FastAPI, Request as HttpRequest
-    from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+    from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import PlainTextResponse, StreamingResponse
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from starlette.exceptions import HTTPException
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -203,13 +466,29 @@ def build_app(loop: ServingLoop, root: Path, model_name: str):
     registry, m = _metrics(loop)
     tokens = _Tokens(root)
 
-    def error(status: int, message: str, kind: str) -> JSONResponse:
-        return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+    @app.exception_handler(ApiError)
+    async def api_error(_, exc: ApiError):
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_, exc: RequestValidationError):
+        return _validation_error(exc).response()
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_, exc: HTTPException):
+        return ApiError(exc.status_code, str(exc.detail), code="not_found" if exc.status_code == 404 else None
+                        ).response()
+
+    @app.exception_handler(Exception)
+    async def internal(_, exc: Exception):
+        log.exception("request failed")
+        return ApiError(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error").response()
 
     @app.get("/health")
     def health():
-        if loop.failure is not None:
-            return error(503, loop.failure, "runtime_failure")
+        if not loop.healthy():
+            return ApiError(503, loop.failure or "the engine's thread stopped", kind="server_error",
+                            code="engine_failed").response()
         return {"status": "ok"}
 
     @app.get("/metrics")
@@ -221,99 +500,143 @@ def build_app(loop: ServingLoop, root: Path, model_name: str):
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
                                             "owned_by": "gimletc"}]}
 
-    async def generate(body: dict, chat: bool):
-        if loop.failure is not None:
-            return error(503, f"the plan's workers failed: {loop.failure}", "runtime_failure")
-        try:
-            prompt = body["messages"][-1]["content"] if chat else body.get("prompt")
-            if chat and tokens.tokenizer is not None and getattr(tokens.tokenizer, "chat_template", None):
-                ids = tokens.tokenizer.apply_chat_template(body["messages"], add_generation_prompt=True)
-            else:
-                ids = tokens.encode(prompt)
-        except (KeyError, IndexError, TypeError):
-            return error(400, "body: give 'prompt' (completions) or 'messages' (chat)", "invalid_request_error")
-        except BadInput as e:
-            return error(400, str(e), "invalid_request_error")
-        req = Request(ids, max_new_tokens=int(body.get("max_tokens") or body.get("max_completion_tokens") or 16),
-                      temperature=float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0),
-                      top_p=float(body.get("top_p") if body.get("top_p") is not None else 1.0),
-                      seed=int(body.get("seed") or 0), ignore_eos=bool(body.get("ignore_eos", False)))
+    async def generate(body: _Body, chat: bool):
+        if not loop.healthy():
+            raise ApiError(503, f"the plan's workers failed: {loop.failure}", kind="server_error",
+                           code="engine_failed")
+        choices, stops = _prepare(body, chat, tokens, model_name)
         out: asyncio.Queue = asyncio.Queue()
-        loop.submit(req, out, asyncio.get_running_loop())
+        for c in choices:
+            loop.submit(c.req, out, asyncio.get_running_loop(), c.index)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
-        usage_wanted = bool((body.get("stream_options") or {}).get("include_usage"))
-        if body.get("stream"):
-            return StreamingResponse(_stream(out, req, rid, chat, usage_wanted), media_type="text/event-stream")
-        while True:
-            item = await out.get()
-            if isinstance(item, Exception):
-                return error(400 if isinstance(item, BadInput) else 500, str(item),
-                             "invalid_request_error" if isinstance(item, BadInput) else "runtime_failure")
-            if item is _DONE:
-                break
-        _observe(m, req)
-        text = tokens.decode(req.tokens)
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if chat else
-                  {"index": 0, "text": text, "logprobs": None})
+        usage_wanted = body.stream_options is not None and body.stream_options.include_usage
+        if body.stream:
+            return StreamingResponse(_stream(out, choices, stops, rid, chat, usage_wanted),
+                                     media_type="text/event-stream")
+        failed = None
+        for _ in choices:
+            while True:
+                index, item = await out.get()
+                if isinstance(item, Exception):
+                    failed = failed or item
+                    break
+                if item is _DONE:
+                    break
+        if failed is not None:
+            raise _item_error(failed)
+        listed = []
+        for c in choices:
+            _observe(m, c.req)
+            n_visible, text = tokens.visible(c.req.tokens, stops, final=True)
+            shown = c.req.tokens[:n_visible]
+            lp = _logprobs(tokens, c.req, n_visible, chat)
+            choice = ({"index": c.index, "message": {"role": "assistant", "content": text}, "logprobs": lp} if chat
+                      else {"index": c.index, "text": text, "logprobs": lp})
+            listed.append({**choice, "finish_reason": c.req.finish_reason, "token_ids": shown})
         return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-                "model": model_name, "choices": [{**choice, "finish_reason": req.finish_reason,
-                                                  "token_ids": req.tokens}],
-                "usage": _usage(req)}
+                "model": model_name, "choices": listed, "usage": _usage(choices)}
 
-    async def _stream(out: asyncio.Queue, req: Request, rid: str, chat: bool, usage_wanted: bool):
+    async def _stream(out: asyncio.Queue, choices: list[_Choice], stops: list, rid: str, chat: bool,
+                      usage_wanted: bool):
         kind = "chat.completion.chunk" if chat else "text_completion"
         base = {"id": rid, "object": kind, "created": int(time.time()), "model": model_name}
         if chat:
-            yield _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                             "finish_reason": None}]})
-        while True:
-            item = await out.get()
+            for c in choices:
+                yield _sse({**base, "choices": [{"index": c.index, "delta": {"role": "assistant", "content": ""},
+                                                 "finish_reason": None}]})
+        left = len(choices)
+        while left:
+            index, item = await out.get()
+            c = choices[index]
             if isinstance(item, Exception):
-                yield _sse({"error": {"message": str(item), "type": "runtime_failure", "code": 500}})
+                e = _item_error(item)
+                yield _sse({"error": {"message": str(e), "type": e.kind, "param": None, "code": e.code}})
                 break
-            if item is _DONE:
-                yield _sse({**base, "choices": [{"index": 0, **({"delta": {}} if chat else {"text": ""}),
-                                                 "finish_reason": req.finish_reason}]})
-                _observe(m, req)
-                if usage_wanted:
-                    yield _sse({**base, "choices": [], "usage": _usage(req)})
-                break
-            text = tokens.decode([item])
-            piece = {"delta": {"content": text}} if chat else {"text": text}
-            yield _sse({**base, "choices": [{"index": 0, **piece, "finish_reason": None, "token_ids": [item]}]})
+            final = item is _DONE
+            if not final:
+                c.tokens.append(item)
+            n_visible, text = tokens.visible(c.tokens, stops, final=final)
+            if n_visible > c.sent_tokens or len(text) > c.sent_chars:
+                delta, ids = text[c.sent_chars:], c.tokens[c.sent_tokens:n_visible]
+                piece = {"delta": {"content": delta}} if chat else {"text": delta}
+                lp = _logprobs(tokens, c.req, n_visible, chat, start=c.sent_tokens)
+                yield _sse({**base, "choices": [{"index": c.index, **piece, "logprobs": lp, "finish_reason": None,
+                                                 "token_ids": ids}]})
+                c.sent_tokens, c.sent_chars = max(c.sent_tokens, n_visible), max(c.sent_chars, len(text))
+            if final:
+                left -= 1
+                yield _sse({**base, "choices": [{"index": c.index, **({"delta": {}} if chat else {"text": ""}),
+                                                 "finish_reason": c.req.finish_reason}]})
+                _observe(m, c.req)
+        else:
+            if usage_wanted:
+                yield _sse({**base, "choices": [], "usage": _usage(choices)})
         yield "data: [DONE]\n\n"
 
-    async def completions(http):
-        return await generate(await http.json(), chat=False)
+    async def completions(body: CompletionBody):
+        return await generate(body, chat=False)
 
-    async def chat_completions(http):
-        return await generate(await http.json(), chat=True)
+    async def chat_completions(body: ChatBody):
+        return await generate(body, chat=True)
 
-    for path, handler in (("/v1/completions", completions), ("/v1/chat/completions", chat_completions)):
-        handler.__annotations__["http"] = HttpRequest  # a real class: annotations are strings in this module
+    for path, handler, model in (("/v1/completions", completions, CompletionBody),
+                                 ("/v1/chat/completions", chat_completions, ChatBody)):
+        handler.__annotations__["body"] = model  # a real class: annotations are strings in this module
         app.post(path)(handler)
 
     return app
+
+
+def _logprobs(tokens: _Tokens, req: Request, n_visible: int, chat: bool, start: int = 0) -> dict | None:
+    """OpenAI's ``logprobs`` of a choice's tokens ``start .. n_visible`` (chat: ``content`` entries; completions:
+    parallel lists), or None when not asked for."""
+    if req.logprobs is None:
+        return None
+    rows = [(req.tokens[i], *req.token_logprobs[i]) for i in range(start, min(n_visible, len(req.token_logprobs)))]
+    if chat:
+        def entry(token, lp):
+            text = tokens.piece(token)
+            return {"token": text, "logprob": lp, "bytes": list(text.encode())}
+
+        return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in top]}
+                            for t, lp, top in rows], "refusal": None}
+    offsets, at = [], 0
+    for t, _, _ in rows:
+        offsets.append(at)
+        at += len(tokens.piece(t))
+    return {"tokens": [tokens.piece(t) for t, _, _ in rows], "token_logprobs": [lp for _, lp, _ in rows],
+            "top_logprobs": [{tokens.piece(a): alp for a, alp in top} for _, _, top in rows], "text_offset": offsets}
 
 
 def _sse(obj: dict) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
-def _usage(req: Request) -> dict:
-    return {"prompt_tokens": len(req.prompt), "completion_tokens": len(req.tokens),
-            "total_tokens": len(req.prompt) + len(req.tokens)}
+def _usage(choices: list[_Choice]) -> dict:
+    prompt = sum({c.prompt_index: len(c.req.prompt) for c in choices}.values())  # each prompt once, for n choices
+    completion = sum(len(c.req.tokens) for c in choices)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def serve(root: str | Path, *, host: str = "127.0.0.1", port: int = 8000, **engine_options) -> int:
-    """Start the workers (or wait for them: ``external=True``), then serve until interrupted; returns the exit code
-    (4 if the workers failed). `engine_options` are `Engine`'s (stage and start timeouts, external)."""
+    """Start the workers (or wait for them: ``external=True``), then serve until interrupted or until the engine
+    cannot go on; returns the exit code (4 if the engine failed). `engine_options` are `Engine`'s (stage and start
+    timeouts, external)."""
     import uvicorn
 
     loop = ServingLoop(root, **engine_options)
     app = build_app(loop, Path(root), loop.engine.plan.model)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                           timeout_graceful_shutdown=DRAIN_S))
+
+    def watch() -> None:  # the engine cannot go on: stop serving, so that the process exits and is restarted
+        loop.failed.wait()
+        log.error("stopping the server: %s", loop.failure)
+        server.should_exit = True
+
+    threading.Thread(target=watch, name="gimletc-engine-watch", daemon=True).start()
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        server.run()
     finally:
         loop.close()
     return 4 if loop.failure is not None else 0
