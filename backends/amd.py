@@ -18,7 +18,7 @@ must scale it down.
 
 from __future__ import annotations
 
-from backends.base import Backend
+from backends.base import Backend, hgx_node
 from backends.engines import ROCM_VLLM_DOCKER, SGLANG_DOCKER, SGLANG_RELEASE, VLLM_RELEASE
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
 from compiler.ir.engine_platform import EnginePlatform
@@ -93,7 +93,8 @@ class AmdBackend(Backend):
                        image=f"lmsysorg/sglang:v{SGLANG_RELEASE}-rocm700-mi30x", kv_buffer_device="cuda",
                        source=SGLANG_DOCKER),
     )
-    devices = (
+    # Wall power: AMD sells no fixed platform, so each part takes the HGX host share ([Note: node power shares]).
+    devices = tuple(hgx_node(d) for d in (
         _instinct("amd-mi300x", "Instinct MI300X 192GB HBM3 (CDNA 3, OAM)", CDNA3_TFLOPS, (192e9, 5.3e12), 750, 448e9,
                   {"flops": MI300X_PAGE, "memory": MI300X_PAGE, "tdp_w": MI300X_PAGE, "scale_up": XGMI_CDNA3}),
         _instinct("amd-mi325x", "Instinct MI325X 256GB HBM3E (CDNA 3, OAM)", CDNA3_TFLOPS, (256e9, 6.0e12), 1000,
@@ -104,7 +105,7 @@ class AmdBackend(Backend):
                   {"bf16": 2516.6, "fp16": 2516.6, "fp8": 5033.2, "int8": 5033.2, "fp4": 10066.3},
                   (288e9, 8.0e12), 1400, 1075e9 / 2,
                   {"flops": MI355X_PAGE, "memory": MI355X_PAGE, "tdp_w": MI355X_POWER, "scale_up": MI355X_FABRIC}),
-    )
+    ))
 
     def execution(self, device: DeviceSpec) -> str:
         """``native`` only on a ROCm build of torch with a visible GPU (a CUDA build also answers ``torch.cuda``)."""

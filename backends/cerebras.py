@@ -14,7 +14,7 @@ run emulated on the host.
 
 from __future__ import annotations
 
-from backends.base import Backend
+from backends.base import Backend, on_node
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
 from compiler.ir.engine_platform import EnginePlatform
 
@@ -36,6 +36,13 @@ MEMORYX_CAPACITY = ("assumption: the smallest CS-3 MemoryX option, 1.5 TB (also 
                     "hardware_facts.yaml), " + CS3_LAUNCH)
 
 
+# The CS-3 is itself the deployable unit: its ~23 kW covers the wafer, power supplies, pumps and fans, so its
+# wall power per device is its system power ([Note: power footing]).
+CS3_WALL = ("assumption: the system is the unit; ~23 kW, the commonly quoted CS-3 system power (" + CS3_LAUNCH
+            + "; low confidence, no primary datasheet found), covers wafer, power supplies, pumps and fans; the "
+              "CPU servers and SwarmX switches of a Cerebras cluster are not published per system and are left out")
+
+
 class CerebrasBackend(Backend):
     family = "cerebras"
     # No public engine runs on the wafer: a CS-3 pool is the system's own OpenAI-compatible inference endpoint.
@@ -43,7 +50,7 @@ class CerebrasBackend(Backend):
                               source="https://inference-docs.cerebras.ai/api-reference/chat-completions "
                                      "(OpenAI-compatible API of Cerebras inference)"),)
     devices = (
-        DeviceSpec(
+        on_node(DeviceSpec(
             id="cerebras-cs3", vendor="Cerebras", product="CS-3 system (one WSE-3 wafer, 900k cores, 44 GB SRAM)",
             family="cerebras", form="system",
             peak_flops_per_s=(("bf16", 62.5e15), ("fp16", 62.5e15)),
@@ -70,7 +77,7 @@ class CerebrasBackend(Backend):
                 "scale_out.bw_bytes_per_s": SYSTEM_IO,
                 "scale_out.latency_s": "assumption: ~10 us per message across SwarmX/Ethernet including software",
             }.items())),
-        ),
+        ), 23000, "assumed", CS3_WALL),
     )
 
 

@@ -12,7 +12,7 @@ stages run emulated on the host.
 
 from __future__ import annotations
 
-from backends.base import Backend
+from backends.base import Backend, pcie_node
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
 from compiler.ir.engine_platform import EnginePlatform
 
@@ -28,8 +28,8 @@ class DmatrixBackend(Backend):
     engines = (EnginePlatform(engine="external", platform="external", version="", image=None, kv_buffer_device=None,
                               source="https://www.d-matrix.ai/product/ (Aviator software stack; no public engine "
                                      "plugin)"),)
-    devices = (
-        DeviceSpec(
+    devices = (  # wall power: an 8-card PCIe server's host share ([Note: node power shares])
+        pcie_node(DeviceSpec(
             id="dmatrix-corsair", vendor="d-Matrix", product="Corsair PCIe card (2 packages x 4 DIMC chiplets)",
             family="dmatrix", form="card",
             peak_flops_per_s=(("fp4", 9600e12), ("fp8", 2400e12), ("int8", 2400e12)),
@@ -58,7 +58,7 @@ class DmatrixBackend(Backend):
                 "scale_out.bw_bytes_per_s": REGISTER_SUMMARY + " (one 400G JetStream NIC per 4 cards)",
                 "scale_out.latency_s": REGISTER_SUMMARY + " (~2 us JetStream latency, d-Matrix's claim)",
             }.items())),
-        ),
+        )),
     )
 
 

@@ -11,7 +11,7 @@ both run over the chip's integrated RoCE ports: 21 of them go all-to-all to the
 
 from __future__ import annotations
 
-from backends.base import Backend
+from backends.base import Backend, hgx_node
 from backends.engines import GAUDI_VLLM, VLLM_RELEASE
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
 from compiler.ir.engine_platform import EnginePlatform
@@ -78,7 +78,8 @@ class GaudiBackend(Backend):
                        plugin="vllm-gaudi", env=(("PT_HPU_LAZY_MODE", "1"),), kv_layout="HND", kv_block_size=128,
                        source=GAUDI_VLLM),
     )
-    devices = (
+    # Wall power: the HGX host share ([Note: node power shares]); Gaudi's NICs are on the chip, so an upper bound.
+    devices = tuple(hgx_node(d) for d in (
         _gaudi("intel-gaudi2", "Gaudi 2 (HL-225, OAM, 96GB HBM2E)", {"bf16": 432, "fp8": 865}, (96e9, 2.46e12), 600,
                100, {"flops": GAUDI2_PAPER + " (MME rates)", "memory": GAUDI2_PAPER, "tdp_w": GAUDI2_PAPER,
                      "devices_per_node": GAUDI2_PAPER,
@@ -91,7 +92,7 @@ class GaudiBackend(Backend):
                 "devices_per_node": GAUDI_NETWORK,
                 "scale_up": GAUDI_NETWORK + " (21x200GbE = 525 GB/s per direction)",
                 "scale_out": GAUDI_NETWORK + " (3x200GbE = 600 Gb/s)"}),
-    )
+    ))
 
     def execution(self, device: DeviceSpec) -> str:
         """``torch.hpu`` exists once the Intel Gaudi PyTorch bridge is imported; without it, emulated."""

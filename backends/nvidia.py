@@ -9,7 +9,9 @@ Links are per GPU, one direction (NVLink "900 GB/s" is 450 each way).
 
 from __future__ import annotations
 
-from backends.base import Backend, ReferencePrice
+from backends.base import (
+    DGX_A100_SOURCE, DGX_A100_W, DGX_H100_SOURCE, DGX_H100_W, Backend, ReferencePrice, hgx_node, on_node, pcie_node,
+)
 from backends.engines import SGLANG_DOCKER, SGLANG_RELEASE, TRTLLM_DOCKER, TRTLLM_RELEASE, VLLM_DOCKER, VLLM_RELEASE
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
 from compiler.ir.engine_platform import EnginePlatform
@@ -127,6 +129,25 @@ SMALL_NODE_NET = ("assumption: AWS publishes 100 Gb/s for its 8-GPU g5.48xlarge 
 GB200_TFLOPS = {"bf16": 2500, "fp16": 2500, "fp8": 5000, "int8": 5000, "fp4": 10000, "fp32": 80}
 
 
+# Wall power per GPU of the unit each GPU deploys in ([Note: power footing], [Note: node power shares]).
+DGX_B200_W = 14_300  # DGX B200: "~14.3 kW max" for 8 x 1,000 W GPUs
+NVL72_W = 120_000
+NODE_POWER = {
+    "nvidia-a100-sxm-40gb": lambda d: on_node(d, DGX_A100_W / 8, "specified", DGX_A100_SOURCE),
+    "nvidia-a100-sxm-80gb": lambda d: on_node(d, DGX_A100_W / 8, "specified", DGX_A100_SOURCE),
+    "nvidia-h100-sxm": lambda d: on_node(d, DGX_H100_W / 8, "specified", DGX_H100_SOURCE),
+    "nvidia-h200-sxm": lambda d: on_node(d, DGX_H100_W / 8, "specified", DGX_H100_SOURCE),
+    "nvidia-b200": lambda d: on_node(d, DGX_B200_W / 8, "specified",
+                                     DGX_B200 + " (DGX B200 system power usage ~14.3 kW max, 8 GPUs)"),
+    "nvidia-gb200": lambda d: on_node(
+        d, NVL72_W / 72, "assumed", "assumption: NVIDIA's product page gives no rack power; ~120 kW per "
+        "liquid-cooled NVL72 rack (72 GPUs, 36 Grace CPUs, 9 NVLink switch trays) is the figure commonly "
+        "reported, over 72 GPUs (" + GB200_PAGE + ")"),
+    "nvidia-h20": hgx_node,  # an HGX H20 server is built like an HGX H100
+    "nvidia-l40s": pcie_node, "nvidia-l4": pcie_node, "nvidia-a10g": pcie_node,
+}
+
+
 class NvidiaBackend(Backend):
     family = "nvidia"
     # Public serving engines on CUDA, vLLM first (the engine of a pool whose cluster entry says `generic`).
@@ -139,7 +160,7 @@ class NvidiaBackend(Backend):
                        image=f"nvcr.io/nvidia/tensorrt-llm/release:{TRTLLM_RELEASE}", kv_buffer_device="cuda",
                        source=TRTLLM_DOCKER),
     )
-    devices = (
+    devices = tuple(NODE_POWER[d.id](d) for d in (
         _a100("nvidia-a100-sxm-40gb", "A100 SXM4 40GB (Ampere)", (40e9, 1.555e12)),
         _a100("nvidia-a100-sxm-80gb", "A100 SXM4 80GB (Ampere)", (80e9, 2.039e12)),
         _nvidia("nvidia-l40s", "L40S 48GB GDDR6 (Ada Lovelace, PCIe)",
@@ -208,7 +229,7 @@ class NvidiaBackend(Backend):
                  "scale_up": GB200_PAGE + " (NVLink 5: 1.8 TB/s per GPU both ways; 72-GPU domain)",
                  "scale_out": GB200_MLPERF + " (4 ConnectX-7 400G per 4-GPU tray)"},
                 devices_per_node=4),
-    )
+    ))
 
     # Reference rental prices (market data, not hardware facts; a cluster file's price_per_hour overrides them).
     prices = (

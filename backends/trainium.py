@@ -12,7 +12,7 @@ both are labelled assumptions below, each saying what it rests on.
 
 from __future__ import annotations
 
-from backends.base import Backend
+from backends.base import HGX_HOST_RULE, HGX_HOST_W_PER_DEVICE, Backend, on_node
 from backends.engines import NEURON_VLLM, VLLM_RELEASE
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
 from compiler.ir.engine_platform import EnginePlatform
@@ -90,6 +90,15 @@ def _neuron(id: str, product: str, tflops: dict[str, float], hbm: tuple[float, f
 NEURONCORE_V2_TFLOPS = {"bf16": 190, "fp16": 190, "fp8": 190, "int8": 380, "fp32": 47.5}
 
 
+def _instance_node(spec: DeviceSpec) -> DeviceSpec:
+    """Wall power per chip: AWS publishes no instance power, so the chip's assumed power plus an 8-way server's
+    host share (CPUs, NICs, fans: 8 x the HGX share per GPU) split over the instance's chips."""
+    host_w = 8 * HGX_HOST_W_PER_DEVICE / spec.devices_per_node
+    return on_node(spec, spec.tdp_w + host_w, "assumed",
+                   f"{HGX_HOST_RULE}; one such host per {spec.devices_per_node}-chip instance, "
+                   f"8 x {HGX_HOST_W_PER_DEVICE:.0f} W / {spec.devices_per_node} = {host_w:.1f} W per chip")
+
+
 class TrainiumBackend(Backend):
     family = "trainium"
     # vLLM through the vllm-neuron platform plugin (NxD Inference underneath), in AWS's Deep Learning Container.
@@ -98,7 +107,7 @@ class TrainiumBackend(Backend):
                        image="public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:latest", kv_buffer_device="cpu",
                        plugin="vllm-neuron", env=(("VLLM_PLUGINS", "neuron"),), source=NEURON_VLLM),
     )
-    devices = (
+    devices = tuple(_instance_node(d) for d in (
         _neuron("aws-trn1", "Trainium (trn1.32xlarge chip, 2x NeuronCore-v2, 32 GiB HBM)", NEURONCORE_V2_TFLOPS,
                 (32 * GIB, 820 * GIB), (300, NEURONCORE_V2_POWER), 16,
                 Link("NeuronLink-v2 (2D torus, 16 chips)", 384e9 / 2, 10e-6, 16),
@@ -129,7 +138,7 @@ class TrainiumBackend(Backend):
                  "scale_out": "assumption: inf2.48xlarge has 100 Gb/s ENA networking (AWS product page, not "
                               "verified in hardware_facts.yaml), shared by 12 chips",
                  "scale_out.latency_s": "assumption: ~50 us per message over ENA TCP (Inf2 has no EFA/RDMA)"}),
-    )
+    ))
 
 
 BACKEND = TrainiumBackend()

@@ -52,6 +52,7 @@ class Timings:
     """Wall time per named step, in the order the steps ran."""
 
     steps: list[tuple[str, float]] = field(default_factory=list)
+    marks: dict[str, float] = field(default_factory=dict)  # moments since the command started, by name
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -99,25 +100,32 @@ def block_graph(model: str | ModelSpec, *, phases: tuple[str, ...] = ("prefill",
 def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, precision: Precision, input_len: int,
              output_len: int, batch: int | str | None, concurrency: int | None, engine: str = "generic",
              graphs: dict[str, BlockGraph] | None = None) -> Estimate:
-    """One deployment's `Estimate`; `graphs` memoises BlockGraphs across calls (scenario files)."""
-    from compiler.cost.deployment import deployment
+    """One deployment's `Estimate`; `graphs` memoises BlockGraphs across calls (scenario files).
+
+    Tensor parallelism above the KV heads replicates them ([Note: replicated KV heads]); closed-loop clients
+    beyond what the KV cache holds wait for a slot ([Note: clients beyond the slots]). A static batch must fit."""
+    from compiler.cost.deployment import deployment, kv_heads_of
     from compiler.cost.estimate import estimate as estimate_deployment
+    from cost_models.serving import KV_FREE_FRACTION, RUNTIME_RESERVE_FRACTION
 
     graphs = graphs if graphs is not None else {}
     if model not in graphs:
         graphs[model] = block_graph(model)
     tp = tp or max(1, count // pp)
-    _check_parallelism(model, graphs[model], tp, pp)
-    dep = deployment(device, count, tp, pp, stored_precision(model, precision), engine)
+    config = resolve_model(model).config  # a callable's is empty
+    _check_parallelism(graphs[model], config, tp, pp, engine)
+    dep = deployment(device, count, tp, pp, stored_precision(model, precision), engine, kv_heads=kv_heads_of(config))
     result = estimate_deployment(graphs[model], dep, input_len=input_len, output_len=output_len, batch=batch,
                                  concurrency=concurrency)
     if not result.fits:
         flag = f"--concurrency {concurrency}" if concurrency is not None else f"--batch {result.batch}"
-        most = (f"at most {result.max_batch} fit (use --batch max, or more devices)" if result.max_batch else
+        most = (f"at most {result.max_batch} fit (use --batch max, --concurrency, or more devices)"
+                if result.max_batch else
                 "not even one request of this length fits; use more devices or shorter requests")
         raise BadInput(f"{flag}: {result.batch} requests of {input_len} + {output_len} tokens per replica need "
                        f"{result.memory_bytes / 1e9:.1f} GB per {device}, which has "
-                       f"{result.memory_capacity_bytes / 1e9:.1f} GB; {most}")
+                       f"{result.memory_capacity_bytes / 1e9:.1f} GB and gives KV {KV_FREE_FRACTION:.0%} of what the "
+                       f"weights and a {RUNTIME_RESERVE_FRACTION:.0%} runtime reserve leave; {most}")
     return result
 
 
@@ -126,18 +134,35 @@ def stored_precision(model: str, precision: Precision) -> Precision:
     return checkpoint_precision(resolve_model(model), precision)
 
 
-def _check_parallelism(model: str, graph: BlockGraph, tp: int, pp: int) -> None:
-    """Tensor parallelism splits heads and pipeline parallelism splits layers: neither can exceed their count."""
+#: Engines that split heads evenly over tp ranks, replicating KV heads where tp exceeds them: vLLM's
+#: QKVParallelLinear (``divide(total_num_heads, tp_size)``; ``num_kv_head_replicas = divide(tp_size,
+#: total_num_kv_heads)``), SGLang's copy of it, and TensorRT-LLM (assumption: the same rule).
+EVEN_HEAD_ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def _check_parallelism(graph: BlockGraph, config: dict, tp: int, pp: int, engine: str = "generic") -> None:
+    """Refuse only the splits no engine runs: more pipeline stages than layers, more tp ranks than attention
+    heads (a rank with no query head), and, for `EVEN_HEAD_ENGINES`, tp not dividing the attention heads or
+    not dividing / divided by the KV heads. tp above the KV heads replicates them ([Note: replicated KV heads]);
+    a generic engine pads heads that tp does not divide (transformers-neuronx does)."""
     if pp > graph.num_layers:
         raise BadInput(f"--pp {pp}: {graph.model} has {graph.num_layers} layers, so at most {graph.num_layers} "
                        "pipeline stages")
-    config = resolve_model(model).config  # a callable's is empty
     heads = config.get("num_attention_heads")
     kv_heads = config.get("num_key_value_heads") or heads
-    for count, what in ((heads, "attention heads"), (kv_heads, "KV heads")):
-        if count and tp > count:
-            raise BadInput(f"--tp {tp}: {graph.model} has {count} {what}, so tensor parallelism can split it at "
-                           f"most {count} ways; lower --tp (or raise --pp)")
+    if heads and tp > heads:
+        raise BadInput(f"--tp {tp}: {graph.model} has {heads} attention heads and no engine gives a tensor-parallel "
+                       f"rank no query head, so at most --tp {heads}; lower --tp (or raise --pp)")
+    name = EVEN_HEAD_ENGINES.get(engine)
+    if name is None or not heads:
+        return
+    if heads % tp:
+        raise BadInput(f"--tp {tp}: {name} splits attention heads evenly over tp ranks and {graph.model}'s {heads} "
+                       f"do not divide by {tp}; use a --tp that divides {heads}")
+    if (kv_heads % tp if tp < kv_heads else tp % kv_heads):
+        raise BadInput(f"--tp {tp}: {name} splits {graph.model}'s {kv_heads} KV heads evenly, or replicates each "
+                       f"tp / {kv_heads} times when tp is above them, so tp must divide {kv_heads} or be a "
+                       f"multiple of it; use another --tp")
 
 
 @dataclass(frozen=True)
@@ -270,11 +295,14 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
             objective: str = "throughput", slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
             precision: Precision = Precision.of("bf16"), time_limit_s: float = 60.0, baselines: bool = True,
             analyse: bool = True, progress: Progress | None = None, timings: Timings | None = None,
-            cost_budget_per_hour: float | None = None, deployable: bool = False) -> Compilation:
+            cost_budget_per_hour: float | None = None, deployable: bool = False,
+            on_placed: Callable[[Plan], None] | None = None) -> Compilation:
     """Trace, cost, place and emit: the whole of ``gimletc compile``. Infeasible inputs raise `Infeasible`.
 
     `baselines` adds the comparisons of [Note: baselines] (iso-power and iso-cost fleets of each device type,
-    costed here; vendor islands; no disaggregation; greedy), each solved for the same `objective`."""
+    costed here; vendor islands; no disaggregation; greedy), each solved for the same `objective`.
+    `on_placed` receives the plan as soon as the placement is solved, before the baselines and the
+    sensitivity analysis (the CLI writes it then: [Note: plan first])."""
     from compiler.emit.emit_plan import emit_plan
     from compiler.place.baselines import baselines as solve_baselines
     from compiler.place.infeasible import explain
@@ -291,6 +319,11 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
         sol = solve(prep.instance, objective, time_limit_s=time_limit_s)
         if not sol.feasible:
             raise Infeasible(explain(prep.graph.model, prep.instance, sol))
+    if on_placed is not None:
+        with timings.step("emit placement"):
+            placed = emit_plan(prep.graph, prep.cluster, prep.workload, prep.precision, prep.instance, sol, [], [],
+                               draft_graph=prep.draft.graph if prep.draft is not None else None)
+        on_placed(placed)
     with timings.step("baselines"):
         base, fleets = [], []
         if baselines:
@@ -321,7 +354,8 @@ SENSITIVITY_TIE_BREAK_S = 0.5  # deterministic seconds per tie-break stage of ea
 
 def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Progress | None = None) -> list:
     """Which assumed efficiencies would change the plan: each factor of a device family that fewer than two
-    measurements pin down (`Derate.assumed`), moved by +-20%, re-costs that family's options and solves again.
+    measurements pin down (`Derate.assumed`), moved by +-20%, re-costs that family's options and solves again;
+    so does each family's assumed node power (``node_w_label`` assumed) when the power budget counts it.
 
     Returns a `Sensitivity` per (factor, direction); the plan lists them, and the summary names those that
     change the chosen pools. Each solve starts from the plan's placement and stops within `FALLBACK_GAP` of its
@@ -359,9 +393,33 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
         return Sensitivity(f"{family}.{name}", change, moved_by, tuple(sorted(after - before)),
                            tuple(sorted(before - after)), s.objective.gap if s.feasible else 0.0)
 
+    def one_power(family: str, devices: set[str], change: float) -> Sensitivity:
+        """An assumed node power (host share) moved: what the plan provisions and draws on those types."""
+        from compiler.cost.costing import with_node_power
+
+        note(f"sensitivity: {family}.node_w {change:+.0%}")
+        basis, pue = prep.cluster.power_basis, prep.cluster.pue or 1.0
+        options = sorted((with_node_power(o, devices, change, basis, pue) for o in prep.options), key=lambda o: o.key)
+        s = solve(prep.instance.with_options(options), objective, tie_break_budget=SENSITIVITY_TIE_BREAK_S,
+                  gap=FALLBACK_GAP, hint=sol)
+        value = s.objective.value if s.feasible else 0.0
+        moved_by = value / sol.objective.value - 1 if sol.objective.value else 0.0
+        after = before if abs(moved_by) <= FALLBACK_GAP else _pool_shapes(s) if s.feasible else set()
+        return Sensitivity(f"{family}.node_w", change, moved_by, tuple(sorted(after - before)),
+                           tuple(sorted(before - after)), s.objective.gap if s.feasible else 0.0)
+
+    # Node powers matter only where a budget counts them: an assumed one moves like an assumed efficiency.
+    powered: dict[str, set[str]] = {}
+    if prep.cluster.power_basis != "chip" and prep.instance.power_budget_w is not None:
+        for dev_id in prep.cluster.inventory():
+            spec = device(dev_id)
+            if spec.node_w_label == "assumed" and any(dev_id in o.device_types for o in prep.options):
+                powered.setdefault(spec.family, set()).add(dev_id)
     moves = [(family, devices, name, sign * SENSITIVITY_CHANGE) for family, devices in sorted(families.items())
              for name in SENSITIVITY_FIELDS for sign in (1, -1)]
-    return concurrently(lambda m: one(*m), moves)
+    moves += [(family, devices, None, sign * SENSITIVITY_CHANGE) for family, devices in sorted(powered.items())
+              for sign in (1, -1)]
+    return concurrently(lambda m: one(*m) if m[2] is not None else one_power(m[0], m[1], m[3]), moves)
 
 
 def _pool_shapes(sol: Solution) -> set[str]:

@@ -32,7 +32,7 @@ from compiler.ir.errors import BadInput
 from compiler.place.greedy import mix_rate
 
 if TYPE_CHECKING:
-    from compiler.api import CompileInputs
+    from compiler.compile_inputs import CompileInputs
     from compiler.driver import Prepared
     from compiler.emit.plan import Plan, Pool
     from compiler.ir.pool_option import PoolOption
@@ -113,8 +113,8 @@ def explain(path: str | Path, target: str | None = None, *, inputs: CompileInput
             resolve: bool = True) -> Explanation:
     """Explain the plan in `path` (all pools, or one pool or block: `target`). `inputs` default to the plan's
     ``report/inputs.json``; `resolve` False skips the re-solves behind "what would change the choice"."""
-    from compiler.api import CompileInputs
-    from compiler.emit.plan import load_plan
+    from compiler.compile_inputs import CompileInputs
+    from compiler.emit.plan_checks import load_plan
 
     plan = load_plan(path)
     inputs = inputs or CompileInputs.load(path)
@@ -137,7 +137,7 @@ def explain(path: str | Path, target: str | None = None, *, inputs: CompileInput
 
 
 def _prepare(inputs: CompileInputs) -> Prepared:
-    from compiler.api import repeat_warnings_muted
+    from compiler.compile_inputs import repeat_warnings_muted
     from compiler.driver import prepare
 
     with repeat_warnings_muted():

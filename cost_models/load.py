@@ -51,7 +51,8 @@ from compiler.ir.block_graph import BlockGraph
 from cost_models.derates import Derate
 from cost_models.engines import Engine
 from cost_models.queueing import MAX_UTILISATION, mdc_mean_wait_s, wait_percentile_s
-from cost_models.serving import Batch, Deployment, MemoryPlan, StepTime, block_groups, memory_plan, step
+from cost_models.serving import (Batch, Deployment, MemoryPlan, StepTime, block_groups, memory_plan,
+                                 sequences_that_fit, step)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,7 @@ class ClosedLoop:
     prefill_tokens_per_step: float
     active: float  # sequences running (the rest wait for a slot)
     chunk_step_s: float  # a step that carries a prompt's chunk ([Note: prompts arrive whole])
+    clients: float = 0.0  # closed-loop clients (0: as many as `active`)
 
     @property
     def interference(self) -> float:
@@ -105,8 +107,9 @@ class ClosedLoop:
         return self.step_s / self.decode_only_step_s if self.decode_only_step_s else 1.0
 
     def requests_per_s(self, output_len: float) -> float:
-        """Little's law: clients / time per request."""
-        return self.active / (self.ttft_s + (output_len - 1) * self.tpot_s)
+        """Little's law: clients / time per request (the wait for a slot included, [Note: clients beyond the
+        slots])."""
+        return max(self.clients, self.active) / (self.ttft_s + (output_len - 1) * self.tpot_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,11 +140,16 @@ class LoopSteps:
 
 def loop_steps(graph: BlockGraph, dep: Deployment, concurrency: float, shape: RequestShape,
                slots: float | None = None) -> LoopSteps:
-    """Cost the steps of C closed-loop clients on one replica of `dep`, without its engine's overheads."""
+    """Cost the steps of C closed-loop clients on one replica of `dep`, without its engine's overheads.
+
+    `slots`: most requests running at once (default: the engine's max batch, or fewer where the KV cache holds
+    fewer; the rest wait, [Note: clients beyond the slots])."""
     bare = replace(dep, derate=replace(dep.derate, step_overhead_s=0.0, block_overhead_s=0.0, op_overhead_s=0.0),
                    engine=replace(dep.engine, seq_overhead_s=0.0))
     budget = dep.engine.prefill_budget_tokens
-    active = min(concurrency, slots or dep.engine.max_batch)
+    if not slots:
+        slots = max(1, min(dep.engine.max_batch, sequences_that_fit(graph, dep, math.ceil(shape.kv_tokens))))
+    active = min(concurrency, slots)
     prompt, out = shape.computed_prompt, max(shape.output_len, 1.0)
     room = max(1.0, budget - active)
     mixed = _mixed_step(graph, bare, active, shape, active * prompt / out)
@@ -184,21 +192,40 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate, *, poisson: bool 
     ttft_wave = engine.request_overhead_s + wave * (steps.wave_steps + 1) / 2
     tpot_wave = decode + wave * (steps.wave_steps - 1) / 2 / max(steps.output_len - 1, 1.0)
     s = 0.0 if poisson else engine.wave_share
-    ttft = (1 - s) * ttft_desync + s * ttft_wave + engine.lookahead_steps * mixed
+    # the step already scheduled ahead holds the device for its device time; a host-bound step ahead has left the
+    # device idle by the time this request's step is prepared ([Note: overlap scheduling])
+    ttft = (1 - s) * ttft_desync + s * ttft_wave + engine.lookahead_steps * (steps.mixed_s + launches)
     tpot = (1 - s) * mixed + s * tpot_wave
-    if steps.concurrency > steps.active:  # clients beyond the engine's slots wait for one to free (Little's law)
+    if steps.concurrency > steps.active:  # [Note: clients beyond the slots]
         ttft += (steps.concurrency - steps.active) * (ttft + (steps.output_len - 1) * tpot) / steps.active
-    return ClosedLoop(ttft, tpot, mixed, decode, steps.prefill_tokens_per_step, steps.active, chunk)
+    return ClosedLoop(ttft, tpot, mixed, decode, steps.prefill_tokens_per_step, steps.active, chunk,
+                      steps.concurrency)
 
 
 def closed_loop(graph: BlockGraph, dep: Deployment, concurrency: float, shape: RequestShape, *,
                 slots: float | None = None, poisson: bool = False) -> ClosedLoop:
-    """C clients on one replica ([Note: serving calibration]); `poisson` as in `assemble`."""
+    """C clients on one replica ([Note: serving calibration]); `slots` as in `loop_steps`, `poisson` as in
+    `assemble`.
+
+    [Note: clients beyond the slots] An engine runs at most B requests at once:
+    its max batch, or fewer where the KV cache holds fewer (vLLM and
+    TensorRT-LLM admit a request only when its KV blocks are free; the rest wait
+    in the queue). With C > B closed-loop clients the queue never empties, so
+    all B slots stay busy. Let S be the time a request holds its slot: its life
+    at B clients, TTFT_B + (O - 1) x TPOT_B (counting the front end and the wait
+    for admission as held is conservative by those few ms against seconds of
+    decode). Little's law on the slots gives the throughput X = B / S requests
+    per second, the same at any C >= B; Little's law on all C clients gives
+    their response time R = C / X = C x S / B; the wait for a slot is
+    W = R - S = (C - B) x S / B = (C - B) / X, and it adds to TTFT (TPOT is the
+    running batch's, B sequences). At C = 2B a request waits one life: the
+    clients take turns, B running while B queue.
+    """
     return assemble(loop_steps(graph, dep, concurrency, shape, slots), dep.engine, dep.derate, poisson=poisson)
 
 
 def _decode(graph: BlockGraph, dep: Deployment, decodes: float, shape: RequestShape) -> StepTime:
-    kv = graph.kv_bytes_per_sequence(shape.kv_tokens, dep.precision) * decodes / dep.group
+    kv = graph.kv_bytes_per_sequence(shape.kv_tokens, dep.precision) * decodes / dep.kv_devices
     return step(graph, dep, Batch(decodes=decodes, context=shape.decode_context), memory_plan(graph, dep, kv))
 
 
@@ -233,7 +260,7 @@ def _mixed_step(graph: BlockGraph, dep: Deployment, decodes: float, shape: Reque
     chunk = room if chunked else min(room, max(prompt, per_step))
     share = per_step / chunk  # of steps that carry a chunk
     requests = 1.0 if chunked else max(1.0, chunk / prompt)
-    kv = graph.kv_bytes_per_sequence(shape.kv_tokens, dep.precision) * max(decodes, 1.0) / dep.group
+    kv = graph.kv_bytes_per_sequence(shape.kv_tokens, dep.precision) * max(decodes, 1.0) / dep.kv_devices
     plan = memory_plan(graph, dep, kv)
     full = Batch(decodes=decodes, context=shape.decode_context, prefill_tokens=chunk, prefill_requests=requests,
                  prefill_context=(prompt + room) / 2 if chunked else None)

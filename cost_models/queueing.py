@@ -8,13 +8,25 @@ arrive as a Poisson stream at utilisation ``rho = lambda S / c``.
 
 - Waiting probability: Erlang's C formula for M/M/c (Erlang 1917; Kleinrock,
   *Queueing Systems* vol. 1, 1975, sec. 3.5).
-- Mean wait: M/D/c waits about half as long as M/M/c (Cosmetatos, "Some
+- Mean wait: M/D/c waits about half as long as M/M/c (the factor (1 + c_s^2) / 2
+  with c_s = 0 for deterministic service, as in Kingman's G/G/1 formula,
+  Kingman 1961), times Cosmetatos' correction for c > 1,
+  ``1 + (1 - rho)(c - 1)(sqrt(4 + 5c) - 2) / (16 rho c)`` (Cosmetatos, "Some
   approximate equilibrium results for the multi-server queue M/G/r", 1976;
-  the factor (1 + c_s^2) / 2 with c_s = 0 for deterministic service, as in
-  Kingman's G/G/1 formula, Kingman 1961).
-- Percentiles: given a wait, it is exponential (exact for M/M/c, the usual
-  heavy-traffic approximation otherwise), so
-  ``P(W > t) = P_wait * exp(-t / theta)`` with ``theta = E[W] / P_wait``.
+  Tijms, *A First Course in Stochastic Models*, 2003, sec. 5.5). Without it
+  the wait at c = 8, rho = 0.5 is 20% short of a simulated queue.
+- Percentiles: given a wait, it is exponential after a shift that keeps its
+  mean: ``P(W > t) = P_wait * exp(-(t - t0) / theta)``, ``t0 = E[W] / P_wait - theta``.
+  One slot (M/D/1): ``theta = 1 / gamma``, the exact decay rate of the tail
+  (``gamma S = c ln(1 + gamma S / (c rho))``, M/D/c as one queue with Erlang-c
+  interarrival times, Crommelin 1932), and the shift is the service under way
+  a waiting request always waits out. Many slots: the plain exponential of the
+  mean wait given a wait (``t0 = 0``), since a waiting request waits for the
+  first of many to finish and the asymptotic tail lies beyond p99. Between,
+  ``theta`` is weighted 1/c on the first and 1 - 1/c on the second (capped at
+  the second), an interpolation checked against a simulated queue at c = 1 to
+  64 and rho = 0.5 to 0.9 (within 12%; the plain exponential alone misses by
+  23% at c = 1: ``tests/cost_models/test_queueing_simulation.py``).
 
 Everything is per replica; the load balancer's pooling across replicas
 (join-the-shortest-queue) only lowers waits, so the cap is conservative.
@@ -57,12 +69,31 @@ def erlang_c(c: float, offered: float) -> float:
 
 
 def mdc_mean_wait_s(c: float, rho: float, service_s: float) -> float:
-    """Mean wait in M/D/c at utilisation `rho`: half the M/M/c wait; infinite at rho >= 1."""
+    """Mean wait in M/D/c at utilisation `rho`: half the M/M/c wait with Cosmetatos' correction for several
+    servers ([Note: queueing model]); infinite at rho >= 1."""
     if rho >= 1.0:
         return math.inf
+    if rho <= 0:
+        return 0.0
     servers = max(1, math.ceil(c))
     p_wait = erlang_c(servers, rho * servers)
-    return 0.5 * p_wait * service_s / (servers * (1 - rho))
+    correction = 1 + (1 - rho) * (servers - 1) * (math.sqrt(4 + 5 * servers) - 2) / (16 * rho * servers)
+    return 0.5 * p_wait * service_s / (servers * (1 - rho)) * correction
+
+
+@lru_cache(maxsize=1 << 16)
+def _decay_per_arrival(rho: float) -> float:
+    """The root y > 0 of ln(1 + y) = rho y: M/D/c's wait tail decays at gamma = c rho y / S per second.
+
+    Newton from y = 1/rho^2 - 1, above the root (ln(1 + y) <= y / sqrt(1 + y)); the function is concave, so
+    the steps fall monotonically onto it."""
+    y = 1 / rho**2 - 1
+    for _ in range(100):
+        step = (math.log1p(y) - rho * y) / (1 / (1 + y) - rho)
+        y -= step
+        if abs(step) <= 1e-12 * y:
+            break
+    return y
 
 
 def wait_percentile_s(c: float, rho: float, service_s: float, percentile: float) -> float:
@@ -74,8 +105,10 @@ def wait_percentile_s(c: float, rho: float, service_s: float, percentile: float)
     tail = 1.0 - percentile
     if p_wait <= tail or p_wait <= 0:
         return 0.0
-    theta = mdc_mean_wait_s(servers, rho, service_s) / p_wait
-    return theta * math.log(p_wait / tail)
+    waiting_mean_s = mdc_mean_wait_s(servers, rho, service_s) / p_wait  # E[W | W > 0]
+    tail_s = service_s / (servers * rho * _decay_per_arrival(rho))  # 1 / gamma
+    theta = min(waiting_mean_s, (tail_s + (servers - 1) * waiting_mean_s) / servers)  # [Note: queueing model]
+    return waiting_mean_s - theta + theta * math.log(p_wait / tail)
 
 
 def max_utilisation(latency_at: Callable[[float], float], target_s: float, *, ceiling: float = MAX_UTILISATION,

@@ -75,20 +75,22 @@ class BlockTime:
 
 def block_time(block: Block, point: dict[str, float], device: DeviceSpec, *, precision: Precision,
                derate: Derate, shards: int = 1, tiers: TierSplit | None = None,
-               kv_tiers: TierSplit | None = None) -> BlockTime:
-    """Time of one step of `block` at `point` split evenly over `shards` devices (tensor parallel).
+               kv_tiers: TierSplit | None = None, kv_shards: float | None = None) -> BlockTime:
+    """Time of one step of `block` at `point` split evenly over `shards` devices (tensor parallel); the KV over
+    `kv_shards` of them (default `shards`; fewer where they replicate KV heads, [Note: replicated KV heads]).
 
     Each op is bound by compute or memory on its own; the block's compute and
     memory totals are reported to say which resource dominates. `tiers` and
     `kv_tiers` say where weights and KV live (default: the fastest tier).
     """
     return step_block_time(((block, point),), device, precision=precision, derate=derate, shards=shards,
-                           tiers=tiers, kv_tiers=kv_tiers)
+                           tiers=tiers, kv_tiers=kv_tiers, kv_shards=kv_shards)
 
 
 def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: DeviceSpec, *, precision: Precision,
                     derate: Derate, shards: int = 1, tiers: TierSplit | None = None,
-                    kv_tiers: TierSplit | None = None, attention_scale: Sequence[float] | None = None) -> BlockTime:
+                    kv_tiers: TierSplit | None = None, attention_scale: Sequence[float] | None = None,
+                    kv_shards: float | None = None) -> BlockTime:
     """One engine step that runs several batches through the same block, e.g. a colocated step's decodes
     (a decode block at (B, L)) and prefill chunk (its prefill twin at (B, S)).
 
@@ -96,7 +98,7 @@ def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: Dev
     FLOPs, KV and activation bytes add up, but its weights are read once
     (routed experts: the fraction all the step's tokens touch together). Each
     merged op is then bound by compute or memory on its own, as in `block_time`.
-    `attention_scale` multiplies each part's attention FLOPs (a prefill chunk
+    `kv_shards` as in `block_time`. `attention_scale` multiplies each part's attention FLOPs (a prefill chunk
     attends to the context before it, which its (B, S) polynomial does not see);
     a sliding-window block's prefill queries see at most its window of keys.
     """
@@ -127,8 +129,8 @@ def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: Dev
             act *= derate.elementwise_traffic
         eff = derate.matmul_eff(at) if heavy else derate.vector_eff
         comp = flops / shards / (peak * eff) if flops else 0.0
-        mem = (tiers.read_s(weights / shards, device, derate) + kv_tiers.read_s(kv / shards, device, derate)
-               + act / shards / fast_bw)
+        mem = (tiers.read_s(weights / shards, device, derate)
+               + kv_tiers.read_s(kv / (kv_shards or shards), device, derate) + act / shards / fast_bw)
         comp_total += comp
         mem_total += mem
         total += max(comp, mem)

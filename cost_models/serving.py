@@ -7,7 +7,8 @@ nothing is measured.
 
 Functions (each documented and tested on its own):
 - `memory_plan`: weights and KV per device, which tier holds them, how many tokens of KV fit.
-- `max_batch`: largest batch for a KV length distribution, paged (block size) vs contiguous.
+- `max_batch`: largest batch for a KV length distribution, paged (block size) vs contiguous;
+  `sequences_that_fit`: the largest batch of one length a replica's KV cache holds.
 - `step`: one engine step carrying decodes and a prefill chunk together (weights read once): blocks,
   TP all-reduces, PP hops with micro-batches in flight, the engine's step and per-sequence overheads.
 - `decode_step`, `prefill_time`: the two pure cases of `step`.
@@ -47,10 +48,40 @@ class Deployment:
     pp: int = 1
     precision: Precision = Precision.of("bf16")
     engine: Engine = GENERIC  # its per-step, -block and -call overheads are already in `derate` (`Engine.applied_to`)
+    kv_heads: int | None = None  # the model's KV heads (None: the KV splits evenly over tp)
 
     @property
     def step_overhead_s(self) -> float:
         return self.derate.step_overhead_s
+
+    @property
+    def kv_shards(self) -> float:
+        """Ways one sequence's KV splits over a stage's tp devices; see [Note: replicated KV heads].
+
+        [Note: replicated KV heads] Tensor parallelism gives each of tp ranks
+        heads / tp query heads and the KV heads they attend to. Where tp exceeds
+        the KV heads, engines replicate them: vLLM's QKVParallelLinear (SGLang's
+        is the same) gives each rank ``num_kv_heads = 1`` and each KV head
+        ``num_kv_head_replicas = tp / kv_heads`` copies. Each rank then holds,
+        writes and reads a whole head's KV per token and layer, so KV bytes per
+        rank are ``max(kv_heads / tp, 1) x head_dim x 2 (K and V) x layers x
+        dtype bytes`` per token, not ``kv_heads / tp`` of a head: the KV splits
+        ``min(tp, kv_heads)`` ways, not tp, and a decode step's KV read per rank
+        grows by ``tp / kv_heads``. Where tp does not divide the KV heads (a
+        generic engine padding heads, as transformers-neuronx does), each rank
+        holds ``ceil(kv_heads / tp)``. Query heads, and so attention FLOPs,
+        still split tp ways. (The K and V projection weights are replicated too,
+        2 x hidden x head_dim per layer per rank; that is not modelled: 2% of
+        Llama-2-70B's weights per rank at tp 16.)
+        """
+        if not self.kv_heads:
+            return float(self.tp)
+        return self.kv_heads / math.ceil(self.kv_heads / self.tp)
+
+    @property
+    def kv_devices(self) -> float:
+        """Devices one sequence's KV spreads over: `kv_shards` in each of pp stages (tp * pp without replication)."""
+        return self.kv_shards * self.pp
 
     @property
     def replicas(self) -> int:
@@ -140,6 +171,14 @@ def max_batch(capacity_bytes: float, kv_bytes_per_token: float, lengths: Sequenc
     return int(capacity_bytes // (per_seq * kv_bytes_per_token))
 
 
+def sequences_that_fit(graph: BlockGraph, dep: Deployment, tokens: int, plan: MemoryPlan | None = None) -> int:
+    """Most sequences of `tokens` tokens whose KV one replica of `dep` holds (paged), with the weights in `plan`
+    (default: the weights alone)."""
+    plan = plan or memory_plan(graph, dep)
+    seq_kv = graph.kv_bytes_per_sequence(tokens, dep.precision)
+    return max_batch(plan.kv_capacity_bytes * dep.kv_devices, seq_kv / tokens, [tokens])
+
+
 @dataclass(frozen=True, slots=True)
 class StepTime:
     """One engine step of one replica and its parts."""
@@ -199,7 +238,7 @@ def blocks_time(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str,
     """Sum of block times of a phase (optionally only some roles) on one tp-sharded replica (memoised: the
     attention/FFN search costs the same group at the same point many times)."""
     memo = _memo(graph).setdefault("blocks_time", {})
-    key = (dep.device, dep.tp, dep.precision, dep.derate, phase, tuple(sorted(point.items())),
+    key = (dep.device, dep.tp, dep.kv_shards, dep.precision, dep.derate, phase, tuple(sorted(point.items())),
            plan.weight_tiers, plan.kv_tiers, roles)
     hit = memo.get(key)
     if hit is not None:
@@ -207,7 +246,8 @@ def blocks_time(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str,
     total = comp = mem = over = 0.0
     for b, n in block_groups(graph, phase, roles):
         t: BlockTime = block_time(b, point, dep.device, precision=dep.precision, derate=dep.derate,
-                                  shards=dep.tp, tiers=plan.weight_tiers, kv_tiers=plan.kv_tiers)
+                                  shards=dep.tp, tiers=plan.weight_tiers, kv_tiers=plan.kv_tiers,
+                                  kv_shards=dep.kv_shards)
         total += n * t.time_s
         comp += n * t.compute_s
         mem += n * t.memory_s
@@ -356,7 +396,8 @@ def _pass(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan) ->
                           else prefill_point))
             scales.append(scale)
         t: BlockTime = step_block_time(parts, dep.device, precision=dep.precision, derate=dep.derate, shards=dep.tp,
-                                       tiers=plan.weight_tiers, kv_tiers=plan.kv_tiers, attention_scale=scales)
+                                       tiers=plan.weight_tiers, kv_tiers=plan.kv_tiers, attention_scale=scales,
+                                       kv_shards=dep.kv_shards)
         total, comp, mem, over = total + n * t.time_s, comp + n * t.compute_s, mem + n * t.memory_s, over + n * t.overhead_s
     residual = 0.0
     for phase, point in (("decode", decode_point if batch.decodes else None), ("prefill", prefill_point)):
@@ -396,7 +437,7 @@ def _hops_s(dep: Deployment, residual: float) -> float:
 def decode_step(graph: BlockGraph, dep: Deployment, batch: float, context: float,
                 plan: MemoryPlan | None = None, *, micro_batches: float | None = None) -> StepTime:
     """One decode step: `batch` sequences, each with `context` cached tokens, one new token each."""
-    plan = plan or memory_plan(graph, dep, graph.kv_bytes_per_sequence(context, dep.precision) * batch / dep.group)
+    plan = plan or memory_plan(graph, dep, graph.kv_bytes_per_sequence(context, dep.precision) * batch / dep.kv_devices)
     return step(graph, dep, Batch(decodes=batch, context=context), plan, micro_batches=micro_batches)
 
 
@@ -407,7 +448,7 @@ def prefill_time(graph: BlockGraph, dep: Deployment, batch: float, prompt: float
     A chunked prefill does the same work plus one step overhead per extra chunk
     (attention over earlier chunks is already in the S x S term).
     """
-    plan = plan or memory_plan(graph, dep, graph.kv_bytes_per_sequence(prompt, dep.precision) * batch / dep.group)
+    plan = plan or memory_plan(graph, dep, graph.kv_bytes_per_sequence(prompt, dep.precision) * batch / dep.kv_devices)
     whole = step(graph, dep, Batch(prefill_tokens=batch * prompt, prefill_requests=batch), plan,
                  micro_batches=micro_batches)
     if not chunk_tokens or chunk_tokens >= prompt * batch:

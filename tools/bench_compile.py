@@ -3,10 +3,12 @@
 Each run is a fresh `gimletc compile MODEL --cluster examples/clusters/mixed.yaml --workload
 examples/workloads/mix.yaml --no-onnx --out DIR --json` process (issue 8's goal: 405B within 15 s
 cold, 70B within 10 s). Reported: wall time cold and warm, the cold run's time per pass (from
-DIR/status.json), status and gap from plan.json. Baseline measured in the same run: a bare
-interpreter that imports `compiler`.
+DIR/status.json), when plan.json was first written ([Note: plan first] in compiler/cli/compile.py), status
+and gap from plan.json. Baseline measured in the same run: a bare interpreter that imports `compiler`; with
+``--against REV``, also the cold compile of that revision (a git worktree, run in the same process), and the
+ratios plan-first / REV-cold and everything / REV-cold.
 
-    .venv/bin/python tools/bench_compile.py [--workload FILE] [MODEL ...]
+    .venv/bin/python tools/bench_compile.py [--workload FILE] [--against REV] [MODEL ...]
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_MODELS = ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "mixtral-8x7b")
 
 
-def _run(args: list[str], cache: str) -> tuple[float, str]:
+def _run(args: list[str], cache: str, cwd: Path = REPO) -> tuple[float, str]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO,
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, "GIMLETC_CACHE_DIR": cache})
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{proc.stderr}")
@@ -38,27 +40,49 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", default="examples/workloads/mix.yaml")
+    parser.add_argument("--against", metavar="REV", help="also time a cold compile of this git revision")
     parser.add_argument("models", nargs="*", default=list(DEFAULT_MODELS))
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
-        base = statistics.median(_run(["-c", "import compiler"], cache)[0] for _ in range(3))
-        print(f"baseline (python -c 'import compiler'): {base:.2f} s")
-        print(f"{'model':16} {'cold s':>7} {'warm s':>7} {'warm/base':>9} {'status':>8} {'gap %':>6} {'options':>7}")
-        passes = []
-        for model in args.models:
-            cmd = ["-m", "compiler.cli", "compile", model, "--cluster", "examples/clusters/mixed.yaml",
-                   "--workload", args.workload, "--no-onnx", "--out", out, "--json"]
-            cold, _ = _run(cmd, cache)
-            steps = json.loads((Path(out) / "status.json").read_text())["timings_s"]
-            passes.append((model, steps))
-            warm, stdout = _run(cmd, cache)
-            plan = json.loads(stdout)
-            s = plan["solver"]
-            print(f"{model:16} {cold:7.1f} {warm:7.1f} {warm / base:9.0f} {s['status']:>8} {100 * s['gap']:6.3f} "
-                  f"{s['options']:7d}")
-        print("\ncold run, seconds per pass:")
-        for model, steps in passes:
-            print(f"  {model:16} " + ", ".join(f"{k} {v:.1f}" for k, v in steps.items() if v >= 0.05))
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out, \
+            tempfile.TemporaryDirectory() as tree:
+        if args.against:  # `python -m` puts the worktree first on sys.path: its own compiler package runs
+            subprocess.run(["git", "worktree", "add", "--detach", tree, args.against], cwd=REPO, check=True,
+                           capture_output=True)
+        try:
+            _bench(args, cache, out, Path(tree) if args.against else None)
+        finally:
+            if args.against:
+                subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=REPO, capture_output=True)
+
+
+def _bench(args, cache: str, out: str, old_tree: Path | None) -> None:
+    base = statistics.median(_run(["-c", "import compiler"], cache)[0] for _ in range(3))
+    print(f"baseline (python -c 'import compiler'): {base:.2f} s")
+    print(f"{'model':16} {'cold s':>7} {'plan s':>7} {'warm s':>7} {'warm/base':>9} {'status':>8} {'gap %':>6} "
+          f"{'options':>7}" + (f" {'old cold s':>10} {'plan/old':>8} {'all/old':>8}" if old_tree else ""))
+    passes = []
+    for model in args.models:
+        cmd = ["-m", "compiler.cli", "compile", model, "--cluster", "examples/clusters/mixed.yaml",
+               "--workload", args.workload, "--no-onnx", "--out", out, "--json"]
+        old = None
+        if old_tree is not None:
+            with tempfile.TemporaryDirectory() as old_cache, tempfile.TemporaryDirectory() as old_out:
+                old, _ = _run(cmd[:-3] + ["--out", old_out, "--json"], old_cache, cwd=old_tree)
+        cold, _ = _run(cmd, cache)
+        status = json.loads((Path(out) / "status.json").read_text())
+        placed = status.get("marks_s", {}).get("plan.json written", float("nan"))
+        passes.append((model, status["timings_s"]))
+        warm, stdout = _run(cmd, cache)
+        plan = json.loads(stdout)
+        s = plan["solver"]
+        line = (f"{model:16} {cold:7.1f} {placed:7.1f} {warm:7.1f} {warm / base:9.0f} {s['status']:>8} "
+                f"{100 * s['gap']:6.3f} {s['options']:7d}")
+        if old is not None:
+            line += f" {old:10.1f} {placed / old:8.2f} {cold / old:8.2f}"
+        print(line)
+    print("\ncold run, seconds per pass:")
+    for model, steps in passes:
+        print(f"  {model:16} " + ", ".join(f"{k} {v:.1f}" for k, v in steps.items() if v >= 0.05))
 
 
 if __name__ == "__main__":

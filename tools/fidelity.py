@@ -7,6 +7,12 @@ and prints per-row predicted vs measured, the absolute percentage error (APE), a
 the median APE overall and per device family.
 
     .venv/bin/python tools/fidelity.py [--csv PATH ...] [--family F ...] [--fit] [--loo] [--before-after] [--json]
+    .venv/bin/python tools/fidelity.py --answered [--csv PATH ...]
+
+``--answered`` counts the rows ``gimletc estimate`` answers and the ones it refuses (with why), over the
+measurement files and ../shared/reference/serving_sweeps.csv (or the ``--csv`` files), each row run the way the
+CLI runs it (`compiler.driver.estimate`; `answered` is the function, `tools/fidelity_sweeps.py --answered` the same
+count on its file).
 
 ``--fit`` searches each family's derate (compute_eff, mem_eff,
 block_overhead_s, step_overhead_s) within physically plausible bounds
@@ -88,6 +94,59 @@ def predict(row: dict, graphs: dict, derates: dict | None = None) -> float:
                  batch=None if concurrency else batch(row["batch"]),
                  concurrency=int(concurrency) if concurrency else None)
     return float(getattr(r, row["metric"]))
+
+
+SWEEPS_CSV = REPO.parent / "shared" / "reference" / "serving_sweeps.csv"
+
+
+def estimate_args(row: dict) -> dict:
+    """The keyword arguments of `compiler.driver.estimate` for a measurement row or a serving-sweep row (the
+    sweep's devices, clients and engine as `tools/fidelity_sweeps.py` reads them)."""
+    from compiler.inputs.scenarios import batch
+    from compiler.ir.precision import Precision
+
+    shape = dict(model=row["model"], device=row["device"], pp=int(row.get("pp") or 1),
+                 precision=Precision.of(row["dtype"]), input_len=int(row["input_len"]),
+                 output_len=int(row["output_len"]))
+    if "backend" in row:  # a serving sweep: one replica of tp devices, C clients, the row's engine
+        from fidelity_sweeps import ENGINE_OF, clients, devices
+
+        tp = devices(row)
+        return dict(shape, count=tp, tp=tp, batch=None, concurrency=clients(row), engine=ENGINE_OF[row["backend"]])
+    concurrency = row.get("concurrency") or None
+    return dict(shape, count=int(row["count"]), tp=int(row["tp"]), batch=None if concurrency else batch(row["batch"]),
+                concurrency=int(concurrency) if concurrency else None)
+
+
+def answered(rows: list[dict], graphs: dict) -> list[str]:
+    """Per row, "" where `compiler.driver.estimate` answers it, else its refusal (the error's first clause)."""
+    from compiler.driver import estimate
+    from compiler.ir.errors import GimletError
+
+    out = []
+    for row in rows:
+        try:
+            estimate(**estimate_args(row), graphs=graphs)
+            out.append("")
+        except GimletError as e:
+            out.append(f"{type(e).__name__}: {str(e).split(';')[0]}")
+    return out
+
+
+def print_answered(rows: list[dict], graphs: dict) -> None:
+    """How many rows `estimate` answers, overall and per file and device family, and each refusal."""
+    refusals = answered(rows, graphs)
+    by: dict[str, list[int]] = {}
+    for row, why in zip(rows, refusals):
+        for key in (row["file"], "family " + _family(row["device"]),
+                    "non-NVIDIA" if _family(row["device"]) != "nvidia" else "NVIDIA"):
+            by.setdefault(key, [0, 0])[bool(why)] += 1
+    print(f"answered {refusals.count('')} of {len(rows)} rows, refused {len(rows) - refusals.count('')}")
+    for key, (ok, no) in sorted(by.items()):
+        print(f"  {key:36s} answered {ok:4d}  refused {no:4d}")
+    for row, why in zip(rows, refusals):
+        if why:
+            print(f"  refused {row['id'][:60]:60s} {why}")
 
 
 def evaluate_rows(rows: list[dict], graphs: dict, derates: dict | None = None) -> list[dict]:
@@ -230,8 +289,13 @@ def main() -> None:
                         help="leave-one-out: predict each row with derates fitted on the other rows of its family")
     parser.add_argument("--before-after", action="store_true",
                         help="committed derates, LOO on the shared file alone and on all rows, and the new fit")
+    parser.add_argument("--answered", action="store_true",
+                        help="count the rows `gimletc estimate` answers and refuses (with the sweeps file)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.answered:
+        print_answered(load_rows(args.csv or [DEFAULT_CSV, SWEEPS_CSV, *data_files()]), {})
+        return
     keep = (lambda rows: [r for r in rows if _family(r["device"]) in args.family]) if args.family else (lambda r: r)
     shared = keep(load_rows(args.csv or [DEFAULT_CSV]))
     new = [] if args.csv else keep(load_rows(data_files()))

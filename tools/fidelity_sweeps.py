@@ -7,7 +7,7 @@ lengths, the row's engine (TensorRT-LLM, vLLM, SGLang) as its release runs by
 default (`cost_models.engines.at_version`: overlap scheduling or not). Prints median APE of
 TTFT and TPOT by model, device and engine group.
 
-    .venv/bin/python tools/fidelity_sweeps.py [--fit] [--loo] [--json] [--worst N]
+    .venv/bin/python tools/fidelity_sweeps.py [--fit] [--loo] [--json] [--worst N] [--answered]
 
 ``--fit`` fits each engine's scheduler costs (`cost_models.engines.Engine`: step_overhead_s,
 block_overhead_s, op_overhead_s, seq_overhead_s, request_overhead_s, and the closed-loop admission_fraction and
@@ -253,11 +253,18 @@ def main() -> None:
     parser.add_argument("--fit", action="store_true", help="fit each engine on all its rows and print the values")
     parser.add_argument("--loo", action="store_true", help="leave-one-group-out error (fits per held-out group)")
     parser.add_argument("--worst", type=int, default=5, help="worst groups to list (default 5)")
+    parser.add_argument("--answered", action="store_true",
+                        help="count the rows `gimletc estimate` answers and refuses (`tools/fidelity.py --answered`)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from cost_models.engines import ENGINES
 
     rows = load_rows(args.csv)
+    if args.answered:
+        from fidelity import print_answered
+
+        print_answered([dict(r, file=args.csv.name) for r in rows], {})
+        return
     phys = physics(rows)
     engines = dict(ENGINES)
     report: dict = {}

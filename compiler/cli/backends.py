@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 #: Dtypes the table shows; the JSON rows carry every dtype a device publishes.
 TABLE_DTYPES = ("bf16", "fp8", "fp4")
+NODE_LABEL_MARK = {"specified": " s", "measured": " m", "assumed": " a"}  # how the node power is known
 
 
 def register(sub) -> None:
@@ -60,11 +61,13 @@ def render(rows: list[dict[str, Any]], console: Console | None = None) -> None:
 
     console = console or Console()
     columns = [("device", "left"), ("form", "left"), ("TFLOPS\n" + "/".join(TABLE_DTYPES), "right"),
-               ("memory\nGB@TB/s", "left"), ("TDP\nW", "right"), ("per\nnode", "right"),
+               ("memory\nGB@TB/s", "left"), ("TDP\nW", "right"), ("node W\n/device", "right"),
+               ("per\nnode", "right"),
                ("scale-up\nGB/s xN", "right"), ("scale-out\nGB/s", "right"), ("k8s resource", "left"),
                ("run", "left"), ("assumed", "right")]
     cells = [[escape(r["id"]), r["form"], "/".join(_num(r["peak_tflops"].get(d)) for d in TABLE_DTYPES),
-              _memory_cell(r["memory"]), _num(r["tdp_w"]), str(r["devices_per_node"]), _link_cell(r["scale_up"]),
+              _memory_cell(r["memory"]), _num(r["tdp_w"]),
+              f"{_num(r['node_w'])}{NODE_LABEL_MARK[r['node_w_label']]}", str(r["devices_per_node"]), _link_cell(r["scale_up"]),
               _link_cell(r["scale_out"]), escape(r["k8s_resource"] or "none"), r["execution"],
               f"{len(r['assumed'])}/{len(r['sources'])}"] for r in rows]
     title = "Device catalog: vendor datasheet peaks (dense, not derated), not measurements"
@@ -74,6 +77,10 @@ def render(rows: list[dict[str, Any]], console: Console | None = None) -> None:
     for r in rows:
         if r["k8s_resource"] is None:
             console.print(f"{r['id']}: no k8s resource ({r['k8s_note']})", style="dim", markup=False)
+    console.print("TDP: the accelerator's rated power (a CS-3: the whole system); node W/device: the wall power of "
+                  "the unit it deploys in, per device (host CPUs, NICs, switches, fans included), what a power "
+                  "budget counts by default (power_basis: node); s = from a system datasheet, m = measured, "
+                  "a = assumed.", style="dim")
     console.print("Memory tiers fastest first; links per device, one direction, xN = devices the link joins. "
                   "'assumed': numbers whose source is a labelled assumption, of all numbers (--json lists every "
                   "source). 'run': native where this host has the device's torch backend, else emulated on the host "

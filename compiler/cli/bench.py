@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from compiler.deploy.bench import endpoints, run_bench, summarize
-    from compiler.emit.plan import load_plan
+    from compiler.emit.plan_checks import load_plan
     from compiler.ir.errors import RuntimeFailure
 
     plan = load_plan(args.plan)

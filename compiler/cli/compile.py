@@ -3,17 +3,27 @@
 ``DIR`` is checked writable before any tracing; the previous run's outputs
 are removed first, and ``DIR/status.json`` records how this run ended
 (`compiler.cli.status`).
+
+[Note: plan first] ``plan.json`` is written (atomically) as soon as the
+placement is solved, before the baselines, the sensitivity analysis and the
+report, which can take longer than the placement itself; the final
+``plan.json`` replaces it atomically with the baselines and sensitivity
+filled in. A run that fails or is interrupted after the placement keeps that
+first ``plan.json`` (its status says so). ``status.json`` and the summary
+give both times: when ``plan.json`` was first written, and when everything was.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from compiler.cli import options, report
 from compiler.cli import run as run_command
 from compiler.cli.console import check_out_dir, fitted_tables, progress_for, seconds, timings_line
+from compiler.ir.files import atomic_write_text
 from compiler.ir.placement import OBJECTIVE_QUANTITIES, OBJECTIVES
 
 #: What compile writes into DIR (removed before a run, so none of them outlives a failed one).
@@ -64,13 +74,20 @@ def run(args: argparse.Namespace) -> int:
 
     out = check_out_dir(args.out)
     clear(out, OUTPUTS)
-    timings, wrote = Timings(), []
-    with recorded(out, "compile", timings, wrote, OUTPUTS):
+    timings, wrote, kept = Timings(), [], set()
+    started = time.perf_counter()
+
+    def placed(plan) -> None:  # [Note: plan first]
+        atomic_write_text(out / "plan.json", plan.dumps())
+        timings.marks["plan.json written"] = time.perf_counter() - started
+        kept.add("plan.json")
+
+    with recorded(out, "compile", timings, wrote, OUTPUTS, keep=kept):
         result = compile(args.model, args.cluster, args.workload, power_budget_w=args.power_budget,
                          objective=args.objective, slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms,
                          precision=options.precision_of(args), time_limit_s=args.time_limit,
                          analyse=not args.no_sensitivity, cost_budget_per_hour=args.cost_budget,
-                         progress=progress_for(args), timings=timings, deployable=args.deployable)
+                         progress=progress_for(args), timings=timings, deployable=args.deployable, on_placed=placed)
         with timings.step("write"):
             from compiler.emit.artifacts import write_plan_dir  # plan.json, stage programs, shards, manifest
 
@@ -78,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
             wrote.append("plan.json")
             wrote += _write(final, result.prepared, out, args.manifests)
         wrote += report.write(final, result, args, out, timings, progress_for(args))
+        timings.marks["everything written"] = time.perf_counter() - started
     if args.json:
         sys.stdout.write(final.dumps())
     else:
@@ -142,8 +160,11 @@ def render(result, out: Path) -> None:
     wrote = f"wrote {out / 'plan.json'}" + (f", {out / 'k8s'}/" if (out / "k8s").is_dir() else "") + (
         f", {out / 'report'}/ (summary.md, pareto.png, roofline.png, power.png, timeline.json)"
         if (out / "report").is_dir() else "")
-    console.print(f"[dim]{timings_line(result.timings.as_dict())}. {wrote}. All metrics are predictions.[/dim]",
-                  soft_wrap=False)
+    marks = result.timings.marks
+    first = (f"; plan.json first written after {seconds(marks['plan.json written'])}, everything after "
+             f"{seconds(marks['everything written'])}" if "everything written" in marks else "")
+    console.print(f"[dim]{timings_line(result.timings.as_dict())}{first}. {wrote}. All metrics are "
+                  "predictions.[/dim]", soft_wrap=False)
 
 
 def _pool_tables(plan, width: int) -> list:

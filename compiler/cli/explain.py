@@ -35,7 +35,7 @@ def register(sub) -> None:
 def _inputs(args: argparse.Namespace):
     """The recorded compile inputs, with --cluster/--workload replacing theirs (both needed when none are recorded)."""
     from compiler.api import CompileInputs
-    from compiler.emit.plan import load_plan
+    from compiler.emit.plan_checks import load_plan
     from compiler.ir.errors import BadInput
 
     recorded = CompileInputs.load(args.plan)

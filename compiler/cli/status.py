@@ -8,7 +8,8 @@ never sits beside a failed run's status.
 
 Keys: ``command``, ``argv``, ``gimletc_version``, ``ok``, ``exit_code``,
 ``error`` (the one-line message, or null), ``warnings``, ``timings_s`` (step
--> seconds) and ``wrote`` (files, relative to DIR).
+-> seconds), ``marks_s`` (moments since the start, e.g. compile's ``plan.json
+written``) and ``wrote`` (files, relative to DIR).
 """
 
 from __future__ import annotations
@@ -50,11 +51,13 @@ def clear(out: Path, names: tuple[str, ...]) -> None:
 
 @contextmanager
 def recorded(out: Path, command: str, timings: Timings, wrote: list[str],
-             outputs: tuple[str, ...] = ()) -> Iterator[None]:
+             outputs: tuple[str, ...] = (), keep: set[str] | None = None) -> Iterator[None]:
     """Run the body, then write ``out/status.json`` however it ended; exceptions propagate unchanged.
 
-    On failure, `outputs` the body may have half written are removed again.
+    On failure, `outputs` the body may have half written are removed again, except those in `keep` (filled
+    by the body as it goes: work that is complete on its own, such as compile's first plan.json).
     """
+    keep = keep if keep is not None else set()
     collect = _Collect()
     logging.getLogger().addHandler(collect)
     status = {"ok": False, "exit_code": 1, "error": None}
@@ -73,10 +76,13 @@ def recorded(out: Path, command: str, timings: Timings, wrote: list[str],
     finally:
         logging.getLogger().removeHandler(collect)
         if not status["ok"]:
-            clear(out, outputs)
-            wrote.clear()
+            clear(out, tuple(o for o in outputs if o not in keep))
+            wrote[:] = sorted(keep)
+            if keep and status["error"]:
+                status["error"] += f" ({', '.join(sorted(keep))} kept: written before the failure)"
         record = {"command": command, "argv": sys.argv[1:], "gimletc_version": gimletc_version(), **status,
-                  "warnings": collect.messages, "timings_s": timings.as_dict(), "wrote": sorted(wrote)}
+                  "warnings": collect.messages, "timings_s": timings.as_dict(),
+                  "marks_s": {k: round(v, 3) for k, v in timings.marks.items()}, "wrote": sorted(wrote)}
         try:
             atomic_write_text(out / STATUS_FILE, json.dumps(record, indent=1, sort_keys=True) + "\n")
         except OSError:

@@ -12,15 +12,15 @@ any mix of those classes fits too.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from backends.registry import backend_of, device
 from compiler.inputs.workload import Workload
 from compiler.ir.block_graph import BlockGraph
-from compiler.ir.pool_option import ClassService
+from compiler.ir.pool_option import ClassService, PoolOption
 from compiler.ir.precision import Precision
 from cost_models.load import RequestShape
-from cost_models.power import step_power_w
+from cost_models.power import device_basis_w, draw_on_basis_w, step_power_w
 from cost_models.roofline import TierSplit
 from cost_models.serving import Deployment, StepTime
 
@@ -63,6 +63,33 @@ def unsupported(device_id: str, precision: Precision) -> list[str]:
 def replica_power(dep: Deployment, step: StepTime) -> float:
     """Mean draw of one replica's devices over `step`."""
     return dep.group * step_power_w(dep.device, time_s=step.time_s, compute_s=step.compute_s, memory_s=step.memory_s)
+
+
+def on_basis(option: PoolOption, basis: str, pue: float = 1.0) -> PoolOption:
+    """`option` with its watts on the budget's footing ([Note: power basis] in `cost_models.power`): what it
+    provisions (its devices' rated power there), its full-load draw and its idle draw. Options are costed on
+    the chip footing (``power_w`` from the step, ``provisioned_w`` the devices' TDP); this is the one place
+    they move to another, so every generator (plain, attention/FFN, drafted) agrees."""
+    specs = [(device(d), k) for d, k in option.devices]
+    provisioned = sum(k * device_basis_w(s, basis, pue)[0] for s, k in specs)
+    idle = sum(k * device_basis_w(s, basis, pue)[1] for s, k in specs)
+    return replace(option, power_w=draw_on_basis_w(option.power_w, specs, basis, pue), provisioned_w=provisioned,
+                   idle_w=idle)
+
+
+def with_node_power(option: PoolOption, devices: set[str], change: float, basis: str, pue: float = 1.0) -> PoolOption:
+    """`option` (already on `basis`) with the rated power of its `devices` moved by `change` (+0.2: 20% more):
+    what a sensitivity move of an assumed node power does to what it provisions and draws. On ``chip`` a node
+    power is not counted, so nothing moves."""
+    if basis == "chip":
+        return option
+    moved = [(device(d), k) for d, k in option.devices if d in devices]
+    if not moved:
+        return option
+    full = sum(k * device_basis_w(s, basis, pue)[0] for s, k in moved) * change
+    idle = sum(k * device_basis_w(s, basis, pue)[1] for s, k in moved) * change
+    return replace(option, provisioned_w=option.provisioned_w + full, power_w=option.power_w + full,
+                   idle_w=option.idle_w + idle)
 
 
 def usable_services(services: list[ClassService]) -> tuple[ClassService, ...]:

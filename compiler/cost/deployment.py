@@ -13,7 +13,7 @@ from compiler.ir.block_graph import BlockGraph
 from compiler.ir.calibration import load_calibration
 from compiler.ir.errors import BadInput
 from compiler.ir.precision import Precision
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from cost_models import engines
 from cost_models.derates import Derate
@@ -21,9 +21,10 @@ from cost_models.serving import Deployment, devices_to_hold
 
 
 def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precision, engine: str = "generic",
-               adjust: Callable[[Derate], Derate] | None = None) -> Deployment:
+               adjust: Callable[[Derate], Derate] | None = None, kv_heads: int | None = None) -> Deployment:
     """`count` devices of `device_id` as replicas of a `tp` x `pp` group, weights and KV at `precision`,
-    served by `engine` (`cost_models.engines`); `adjust` changes the family's derate (sensitivity analysis)."""
+    served by `engine` (`cost_models.engines`); `adjust` changes the family's derate (sensitivity analysis);
+    `kv_heads` (`kv_heads_of`) lets tp above it replicate KV heads ([Note: replicated KV heads])."""
     spec = device(device_id)
     if count < 1 or tp < 1 or pp < 1:
         raise BadInput(f"count, tp and pp must be at least 1 (got count={count}, tp={tp}, pp={pp})")
@@ -38,7 +39,12 @@ def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precisio
         raise BadInput(f"engine: {e}") from None
     derate = engines.served_derate(spec.family, load_calibration(spec.id), served_by)
     derate = adjust(derate) if adjust is not None else derate
-    return Deployment(spec, count, derate, tp, pp, precision, served_by)
+    return Deployment(spec, count, derate, tp, pp, precision, served_by, kv_heads)
+
+
+def kv_heads_of(config: Mapping[str, Any]) -> int | None:
+    """A Hugging Face config's KV heads (its attention heads where it has no GQA; None for a callable's empty one)."""
+    return config.get("num_key_value_heads") or config.get("num_attention_heads") or None
 
 
 def devices_needed(graph: BlockGraph, dep: Deployment, *, resident: bool = False) -> int:

@@ -8,7 +8,9 @@ request shape (input and output length) with one of three batching modes:
 - ``concurrency=C``: C closed-loop clients, each sending its next request as
   soon as the previous one finishes (what serving benchmarks measure): continuous
   batching with prefill chunks inside decode steps, the engine's scheduler costs
-  and the wait for a prefill slot included (`cost_models.load.closed_loop`).
+  and the wait for a prefill slot included (`cost_models.load.closed_loop`); clients
+  beyond what the KV cache holds wait for a running request to finish
+  ([Note: clients beyond the slots]).
 
 After: an `Estimate` (`compiler.ir.estimate`). Every number is a prediction of
 the cost model, not a measurement.
@@ -29,7 +31,8 @@ from compiler.ir.estimate import Estimate
 from compiler.cost.deployment import devices_needed, group_shape
 from cost_models.power import energy_per_token_j, step_power_w
 from cost_models.load import RequestShape, closed_loop
-from cost_models.serving import Deployment, MemoryPlan, StepTime, decode_step, max_batch, memory_plan, prefill_time
+from cost_models.serving import (Deployment, MemoryPlan, StepTime, decode_step, memory_plan, prefill_time,
+                                 sequences_that_fit)
 
 #: Most sequences one replica schedules at once (TensorRT-LLM's default max batch size is 2048).
 MAX_BATCH_CAP = 2048
@@ -59,10 +62,11 @@ def estimate(graph: BlockGraph, dep: Deployment, *, input_len: int, output_len: 
         raise BadInput("--input-len and --output-len must be at least 1")
     weights_only = _check_fits(graph, dep)
     seq_kv = graph.kv_bytes_per_sequence(input_len + output_len, dep.precision)
-    per_replica, fit_batch = _batch_per_replica(graph, dep, weights_only.kv_capacity_bytes * dep.group, seq_kv,
-                                                input_len, output_len, batch, concurrency)
-    plan = memory_plan(graph, dep, seq_kv * per_replica / dep.group)
-    phases = _phases(graph, dep, plan, per_replica, input_len, output_len, concurrent=concurrency is not None)
+    per_replica, running, fit_batch, fits = _batch_per_replica(graph, dep, weights_only, input_len, output_len,
+                                                               batch, concurrency)
+    plan = memory_plan(graph, dep, seq_kv * running / dep.kv_devices)
+    phases = _phases(graph, dep, plan, per_replica, running, input_len, output_len,
+                     concurrent=concurrency is not None)
     e2e = phases.e2e_s(output_len)
     requests = per_replica * dep.replicas
     power = dep.count * _mean_power(dep, phases)
@@ -73,7 +77,7 @@ def estimate(graph: BlockGraph, dep: Deployment, *, input_len: int, output_len: 
         ttft_ms=phases.ttft_s * 1e3, tpot_ms=phases.tpot_s * 1e3, e2e_latency_s=e2e,
         output_tokens_per_s=requests * output_len / e2e, total_tokens_per_s=requests * (input_len + output_len) / e2e,
         tokens_per_s_per_user=1.0 / phases.tpot_s, batch=per_replica, max_batch=fit_batch,
-        fits=per_replica <= fit_batch, memory_bytes=plan.weight_bytes + seq_kv * per_replica / dep.group,
+        fits=fits, memory_bytes=plan.weight_bytes + seq_kv * running / dep.kv_devices,
         memory_capacity_bytes=dep.device.capacity_bytes, power_w=power,
         energy_j_per_token=energy_per_token_j(power, e2e, requests * output_len),
         bound_prefill=phases.prefill.bound, bound_decode=phases.decode.bound, derate=dep.derate.provenance,
@@ -104,31 +108,42 @@ def _tiers_text(dep: Deployment) -> str:
     return serving + " each" + (f"; {', '.join(idle)} memory does not serve inference" if idle else "")
 
 
-def _batch_per_replica(graph: BlockGraph, dep: Deployment, replica_kv: float, seq_kv: float, input_len: int,
-                       output_len: int, batch: int | str | None, concurrency: int | None) -> tuple[int, int]:
-    """(sequences per replica in this mode, the most whose KV fits in `replica_kv` bytes)."""
+def _batch_per_replica(graph: BlockGraph, dep: Deployment, weights_only: MemoryPlan, input_len: int,
+                       output_len: int, batch: int | str | None,
+                       concurrency: int | None) -> tuple[int, int, int, bool]:
+    """(requests per replica in this mode (closed loop: clients), how many run at once, the most that run at once,
+    whether they fit).
+
+    The most that run at once is the engine's max batch, or fewer where the KV cache beside the weights holds
+    fewer: `--batch max` runs that many, and a closed loop's clients beyond it wait for a slot ([Note: clients
+    beyond the slots]). An explicit static batch runs whole, so it fits if its KV does (the engine's max batch
+    is a scheduler default, not a limit: optimum-habana runs static batches of 4,000).
+    """
     tokens = input_len + output_len
-    fit_batch = min(MAX_BATCH_CAP, max_batch(replica_kv, seq_kv / tokens, [tokens]))
+    kv_fit = sequences_that_fit(graph, dep, tokens, weights_only)
+    fit_batch = min(MAX_BATCH_CAP, dep.engine.max_batch, kv_fit)
     if concurrency is not None:
         per_replica = math.ceil(concurrency / dep.replicas)
+        running = max(1, min(per_replica, fit_batch))  # at least one, to cost the loop even where none fits
     elif batch == "max":
-        per_replica = fit_batch
+        per_replica = running = fit_batch
     else:
-        per_replica = math.ceil(int(batch) / dep.replicas)
+        per_replica = running = math.ceil(int(batch) / dep.replicas)
     if per_replica < 1:
         raise BadInput(f"{graph.model} weights fit {dep.group} x {dep.device.id} but leave no room for the KV of one "
                        f"{tokens}-token sequence; add devices (--tp/--count) or shorten the request")
-    return per_replica, fit_batch
+    return per_replica, running, fit_batch, 0 < running <= kv_fit
 
 
-def _phases(graph: BlockGraph, dep: Deployment, plan: MemoryPlan, per_replica: int, input_len: int, output_len: int,
-            *, concurrent: bool) -> _Phases:
-    decode = decode_step(graph, dep, per_replica, input_len + output_len / 2, plan)
+def _phases(graph: BlockGraph, dep: Deployment, plan: MemoryPlan, per_replica: int, running: int, input_len: int,
+            output_len: int, *, concurrent: bool) -> _Phases:
+    """`per_replica` requests (closed loop: clients), `running` of them at once (the rest wait for a slot)."""
+    decode = decode_step(graph, dep, running, input_len + output_len / 2, plan)
     if not concurrent:
         prefill = prefill_time(graph, dep, per_replica, input_len, plan=plan)
         e2e = prefill.time_s + (output_len - 1) * decode.time_s
         return _Phases(prefill.time_s, decode.time_s, prefill, decode, prefill.time_s / e2e)
-    loop = closed_loop(graph, dep, per_replica, RequestShape(input_len, output_len))
+    loop = closed_loop(graph, dep, per_replica, RequestShape(input_len, output_len), slots=running)
     prefill = prefill_time(graph, dep, 1, input_len, plan=plan)
     e2e = loop.ttft_s + (output_len - 1) * loop.tpot_s
     busy_prefill = prefill.time_s * per_replica / max(e2e, 1e-12)  # share of time spent on prefill work

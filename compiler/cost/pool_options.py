@@ -18,6 +18,14 @@ at, `compiler.cost.costing`); per device type `_shapes` (tp x pp groups worth
 trying) and `_replica_options` (decode, colocated and prefill options of one
 shape); then the attention/FFN options (`compiler.cost.af_options`) and, when
 the workload drafts, decode options with a drafter pool (`compiler.cost.drafted`).
+
+Power: each option carries one replica's draw at full load (``power_w``: the
+decode step at full batch; for a colocated option the mixed step that also
+carries the prompts arriving at that rate; for prefill the prefill batch), its
+draw serving nothing (``idle_w``) and what it provisions (``provisioned_w``),
+all on the cluster's ``power_basis`` (`compiler.cost.costing.on_basis`); the
+placement draws between idle and full in proportion to the load it routes
+([Note: drawn power] in `cost_models.power`).
 """
 
 from __future__ import annotations
@@ -28,7 +36,8 @@ from typing import Callable
 from backends.registry import device
 from compiler.cost.af_options import af_options, worth_placing
 from compiler.cost.costing import (
-    BATCHES, PREFILL_BATCHES, ClassDemand, class_demands, replica_power, tiers_text, unsupported, usable_services,
+    BATCHES, PREFILL_BATCHES, ClassDemand, class_demands, on_basis, replica_power, tiers_text, unsupported,
+    usable_services,
 )
 from compiler.cost.deployment import deployment, group_shape
 from compiler.cost.drafted import DraftModel, drafted_options, drafters
@@ -41,8 +50,9 @@ from compiler.ir.precision import Precision
 from cost_models.derates import Derate
 from cost_models.load import colocated_curve, decode_curve, decode_table, prefill_curve, prefill_table
 from cost_models.serving import (
-    Deployment, MemoryPlan, StepTime, decode_step, devices_to_hold, max_batch, memory_plan, prefill_time,
+    Batch, Deployment, MemoryPlan, StepTime, decode_step, devices_to_hold, max_batch, memory_plan, prefill_time,
 )
+from cost_models.serving import step as engine_step
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +85,7 @@ def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload, p
             dep = deployment(dev_id, tp * pp, tp, pp, precision, cluster.engine(dev_id), adjust)
             options += _replica_options(graph, dep, classes, draft, pool, cluster)
     options += worth_placing(af_options(graph, cluster, precision, classes, only, adjust), options)
+    options = [on_basis(o, cluster.power_basis, cluster.pue_factor) for o in options]
     if not options:
         raise BadInput(f"no device type in the cluster can hold {graph.model} at {precision.weights}: "
                        + "; ".join(skipped))
@@ -123,7 +134,8 @@ def _replica_options(graph: BlockGraph, dep: Deployment, classes: list[ClassDema
                      for c in served]
         step = _step_at(graph, dep, b, served[0])
         out.append(_option(f"decode:{shape}:b{b}", "decode", dep, b, step, decode, plan))
-        out.append(_option(f"colocated:{shape}:c{b}", "colocated", dep, b, step, colocated, plan))
+        out.append(_option(f"colocated:{shape}:c{b}", "colocated", dep, b, step, colocated, plan,
+                           power_step=_mixed_step_at(graph, dep, b, served[0])))
         if draft is not None:
             out += drafted_options(graph, dep, plan, b, served, tables, draft, pool, cluster)
     for k in PREFILL_BATCHES:
@@ -145,8 +157,22 @@ def _step_at(graph: BlockGraph, dep: Deployment, batch: int, c: ClassDemand) -> 
     return decode_step(graph, dep, batch, c.shape.decode_context, kv_plan)
 
 
+def _mixed_step_at(graph: BlockGraph, dep: Deployment, batch: int, c: ClassDemand) -> StepTime:
+    """The mean step of a colocated replica at full batch (the first class it serves): its decodes plus the prompt
+    tokens that arrive with them (batch x prompt / output per step, within the prefill budget), the step whose
+    utilisations set its power."""
+    prompt, out = c.shape.computed_prompt, max(c.shape.output_len, 1.0)
+    tokens = min(batch * prompt / out, max(1.0, dep.engine.prefill_budget_tokens - batch))
+    kv_plan = memory_plan(graph, dep, c.kv_mean_bytes * batch / dep.group)
+    return engine_step(graph, dep, Batch(decodes=batch, context=c.shape.decode_context, prefill_tokens=tokens,
+                                         prefill_requests=tokens / prompt if prompt else 0.0), kv_plan)
+
+
 def _option(key: str, kind: str, dep: Deployment, batch: int, step: StepTime, services: list[ClassService],
-            plan: MemoryPlan) -> PoolOption:
-    return PoolOption(key, kind, ((dep.device.id, dep.group),), replica_power(dep, step), dep.group * dep.device.tdp_w,
+            plan: MemoryPlan, power_step: StepTime | None = None) -> PoolOption:
+    """One option on the chip footing (`enumerate_options` moves it to the cluster's); `power_step` (default
+    `step`) is the full-load step whose utilisations set its draw."""
+    return PoolOption(key, kind, ((dep.device.id, dep.group),), replica_power(dep, power_step or step),
+                      dep.group * dep.device.tdp_w,
                       dep.device.id, dep.tp, dep.pp, batch, usable_services(services),
                       (("bound", step.bound), ("weights_in", tiers_text(plan.weight_tiers))))

@@ -42,7 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.emit.plan import Plan, Pool, load_plan
+from compiler.emit.plan import Plan, Pool
+from compiler.emit.plan_checks import load_plan
 from compiler.ir.errors import BadInput, RuntimeFailure
 from compiler.ir.files import atomic_write_text
 

@@ -22,6 +22,7 @@ from compiler.ir.placement import Baseline as BaselineSolution
 from compiler.ir.placement import Instance, Sensitivity, Solution, gain
 from compiler.ir.pool_option import PoolOption
 from compiler.ir.precision import Precision
+from cost_models.power import drawn_w
 
 #: Pool roles of the two halves of a decode-af option, and the block roles each runs.
 _AF_HALVES = (("a", "decode-attention", ("attn",)), ("f", "decode-ffn", ("embed", "ffn", "moe", "head")))
@@ -60,6 +61,7 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
         cost_budget_per_hour=inst.cost_budget_per_hour, fleet_design=list(inst.designed),
         devices_used=sol.devices(), prices_per_hour=dict(inst.prices_per_hour),
         price_sources={t: src for t, _p in inst.prices_per_hour if (src := cluster.price_source(t))},
+        power_basis=cluster.power_basis, pue=cluster.pue,
     )
     return serve(plan, cluster, workload, moe=graph.expert_params > 0, model_source=_model_source(graph.model))
 
@@ -151,6 +153,7 @@ def _pools(graph: BlockGraph, inst: Instance, sol: Solution, used: list[tuple[Po
     for i, (o, n) in enumerate(used):
         name = f"pool{i}"
         util = sol.utilisation(o)
+        drawn = drawn_w(idle_w=o.idle_w, full_w=o.power_w, replicas=n, load=util * n)  # [Note: drawn power]
         classes = _pool_classes(o, sol.served_on(o.key), util)
         worst = lambda index: max((getattr(c, index) for c in classes if getattr(c, index) is not None),  # noqa: E731
                                   default=None)
@@ -163,33 +166,34 @@ def _pools(graph: BlockGraph, inst: Instance, sol: Solution, used: list[tuple[Po
                 pools.append(Pool(name=f"{name}{suffix}", role=role, device=dev, devices_per_replica=per, tp=per,
                                   pp=1, replicas=replicas, phases=["decode"],
                                   stages=stages(graph, dev, 1, ["decode"], roles),
-                                  predicted_power_w=o.power_w * n * per * replicas / (n * o.devices_per_replica),
+                                  predicted_power_w=drawn * per * replicas / (n * o.devices_per_replica),
                                   **common))
             pool_of[o.key] = [f"{name}a", f"{name}f"]
             continue
         phases = _PHASES_OF[o.kind]
         d = dict(o.detail)
         if "draft_device" in d:  # [Note: speculative decoding placement] in cost_models.speculative
-            pools += _drafted(graph, draft_graph, o, n, name, common)
+            pools += _drafted(graph, draft_graph, o, n, name, common, drawn)
             pool_of[o.key] = [name, f"{name}d"]
             continue
         (dev, per), = o.devices
         pools.append(Pool(name=name, role=o.kind, device=dev, devices_per_replica=per, tp=o.tp, pp=o.pp,
                           replicas=n, phases=phases, stages=stages(graph, dev, o.pp, phases, None),
-                          predicted_power_w=o.power_w * n, **common))
+                          predicted_power_w=drawn, **common))
         pool_of[o.key] = [name]
     return pools, pool_of
 
 
 def _drafted(graph: BlockGraph, draft_graph: BlockGraph | None, o: PoolOption, n: int, name: str,
-             common: dict) -> list[Pool]:
+             common: dict, drawn: float) -> list[Pool]:
     """A drafted decode option's target pool (with its `draft` block) and drafter pool, one drafter replica per
-    target replica (compiler/runtime/speculative.py pairs replica r with drafter r % replicas)."""
+    target replica (compiler/runtime/speculative.py pairs replica r with drafter r % replicas); `drawn` (the
+    option's predicted draw) is shared by devices."""
     if draft_graph is None:
         raise ValueError(f"option {o.key} drafts but emit_plan was given no draft graph")
     d = dict(o.detail)
     target = o.tp * o.pp
-    share = lambda devices: o.power_w * n * devices / o.devices_per_replica  # noqa: E731
+    share = lambda devices: drawn * devices / o.devices_per_replica  # noqa: E731
     draft = Draft(pool=f"{name}d", model=d["draft_model"], model_sha256=draft_graph.config_sha256, k=d["draft_k"],
                   predicted_acceptance_rate=d["draft_acceptance"])
     return [Pool(name=name, role="decode", device=o.kv_device, devices_per_replica=target, tp=o.tp, pp=o.pp,

@@ -15,12 +15,9 @@ activations), the predicted totals, the solver report and the baselines.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from compiler.ir.errors import BadInput
+from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
 
@@ -232,8 +229,8 @@ class Transfer(_Frozen):
 class Predicted(_Frozen):
     requests_per_s: float
     output_tokens_per_s: float
-    power_w: float  # mean draw while serving
-    provisioned_power_w: float  # device TDP reserved against the budget
+    power_w: float  # mean draw at the solved load, on power_basis ([Note: drawn power])
+    provisioned_power_w: float  # devices' rated power on power_basis, reserved against the budget
     output_tokens_per_s_per_w: float  # per watt drawn
     worst_ttft_ms: float | None
     worst_tpot_ms: float | None
@@ -349,44 +346,12 @@ class Plan(_Frozen):
     price_sources: dict[str, str] = {}  # where each price comes from (cluster file, or the catalog's source)
     router: Router | None = None  # the public router in front of the engines
     needs_runtime: list[RuntimeNeed] = []  # features only the reference runtime runs
+    # What every watt of the plan counts ([Note: power basis] in cost_models/power.py): chip (accelerators'
+    # rated power), node (their share of their nodes' wall power) or facility (node x pue). Plans written
+    # before the field existed counted chip power.
+    power_basis: Literal["chip", "node", "facility"] = "chip"
+    pue: float | None = None  # the cluster file's facility PUE, if it gave one
 
     def dumps(self) -> str:
         """Canonical text: sorted keys, fixed float repr, so equal plans are equal bytes."""
         return json.dumps(self.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
-
-
-def load_plan(path: str | Path) -> Plan:
-    """Read and validate ``plan.json`` (a file or the plan directory): its schema, then its meaning
-    (`compiler.emit.plan_checks`). Any problem is one `BadInput` naming the file and the field."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "plan.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadInput(f"plan {path}: not found; run `gimletc compile ... --out DIR` first") from None
-    except OSError as e:
-        raise BadInput(f"plan {path}: cannot read ({e.strerror or e}); give the plan directory or its plan.json") from None
-    except UnicodeDecodeError as e:
-        raise BadInput(f"plan {path}: not UTF-8 text (byte {e.start}); recompile the plan") from None
-    except json.JSONDecodeError as e:
-        raise BadInput(f"plan {path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    except (ValueError, RecursionError) as e:  # e.g. a number of more than 4300 digits, nesting too deep
-        raise BadInput(f"plan {path}: not a plan ({type(e).__name__}: {str(e)[:80]}); recompile the plan") from None
-    if not isinstance(data, dict):
-        raise BadInput(f"plan {path}: expected a JSON object, got {type(data).__name__}; recompile the plan")
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise BadInput(f"plan {path}: schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}; "
-                       f"recompile it with this gimletc")
-    try:
-        plan = Plan.model_validate(data)
-    except ValidationError as e:
-        from compiler.emit.plan_checks import field_path
-
-        err = e.errors(include_url=False)[0]
-        raise BadInput(f"plan {path}: field {field_path(err['loc']) or '(top level)'}: {err['msg']}; "
-                       "recompile the plan") from None
-    from compiler.emit.plan_checks import check_plan
-
-    check_plan(plan, str(path))
-    return plan

@@ -1,4 +1,5 @@
-"""What a loaded plan must satisfy beyond its JSON Schema, checked before anything runs or deploys.
+"""Loading ``plan.json`` (`load_plan`), and what a loaded plan must satisfy beyond its JSON Schema, checked
+before anything runs or deploys.
 
 The schema (`compiler.emit.plan.Plan`) fixes types; these checks fix meaning:
 catalog device ids, positive counts, a pipeline stage per ``pp`` numbered in
@@ -15,14 +16,16 @@ naming the file and field, instead of deep inside the runtime or the manifests.
 
 from __future__ import annotations
 
+import json
 import re
-from typing import TYPE_CHECKING, Any, Iterable
+from pathlib import Path
+from typing import Any, Iterable
+
+from pydantic import ValidationError
 
 from backends.registry import device
+from compiler.emit.plan import SCHEMA_VERSION, Plan, Pool
 from compiler.ir.errors import BadInput
-
-if TYPE_CHECKING:
-    from compiler.emit.plan import Plan, Pool
 
 #: Far beyond any fleet; keeps the worker table (one entry per device) small enough to build.
 MAX_DEVICES = 1_000_000
@@ -93,3 +96,36 @@ def _check_pool(pool: Pool, at: str, fail) -> int:
         fail(f"{at}.devices_per_replica", f"{pool.devices_per_replica} devices do not split over tp x pp = "
                                           f"{workers} workers")
     return pool.replicas * pool.devices_per_replica
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate ``plan.json`` (a file or the plan directory): its schema, then its meaning
+    (`compiler.emit.plan_checks`). Any problem is one `BadInput` naming the file and the field."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "plan.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(f"plan {path}: not found; run `gimletc compile ... --out DIR` first") from None
+    except OSError as e:
+        raise BadInput(f"plan {path}: cannot read ({e.strerror or e}); give the plan directory or its plan.json") from None
+    except UnicodeDecodeError as e:
+        raise BadInput(f"plan {path}: not UTF-8 text (byte {e.start}); recompile the plan") from None
+    except json.JSONDecodeError as e:
+        raise BadInput(f"plan {path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except (ValueError, RecursionError) as e:  # e.g. a number of more than 4300 digits, nesting too deep
+        raise BadInput(f"plan {path}: not a plan ({type(e).__name__}: {str(e)[:80]}); recompile the plan") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"plan {path}: expected a JSON object, got {type(data).__name__}; recompile the plan")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise BadInput(f"plan {path}: schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}; "
+                       f"recompile it with this gimletc")
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        raise BadInput(f"plan {path}: field {field_path(err['loc']) or '(top level)'}: {err['msg']}; "
+                       "recompile the plan") from None
+    check_plan(plan, str(path))
+    return plan

@@ -1,6 +1,11 @@
 """The cluster file: what a provider owns, or may buy. Device pools (catalog id, count, node size, price),
 the bandwidth between pools, a power budget and a cost budget.
 
+The power budget binds one footing, ``power_basis`` ([Note: power basis] in
+`cost_models.power`): ``node`` (the default) counts each device's share of its
+node's wall power, ``chip`` the accelerator's rated power alone, ``facility``
+node power times the site's ``pue``.
+
 A pool's ``count`` is a number (a fixed fleet) or ``any`` (fleet design: the
 solver chooses how many, within the budgets; [Note: fleet design] in
 `compiler.ir.placement`). Prices are dollars per device-hour: the entry's
@@ -12,12 +17,12 @@ turns every failure into one line naming file, field and fix. Files speak kW,
 GB/s (1e9 bytes/s) and microseconds; methods hand the compiler W, bytes/s and s.
 
 >>> c = Cluster(name="lab", devices=[{"device": "nvidia-h100-sxm", "count": 8}], power_budget_kw=10)
->>> c.inventory(), c.power_budget_w
-({'nvidia-h100-sxm': 8}, 10000.0)
+>>> c.inventory(), c.power_budget_w, c.power_basis
+({'nvidia-h100-sxm': 8}, 10000.0, 'node')
 >>> d = Cluster(name="design", devices=[{"device": "nvidia-h100-sxm", "count": "any", "price_per_hour": 3.0}],
 ...             power_budget_kw=10, cost_budget_per_hour=30)
 >>> d.inventory(), d.designed()
-({'nvidia-h100-sxm': 10}, ('nvidia-h100-sxm',))
+({'nvidia-h100-sxm': 7}, ('nvidia-h100-sxm',))
 """
 
 from __future__ import annotations
@@ -171,6 +176,13 @@ class Cluster(Frozen):
     cost_budget_per_hour: float | None = Field(
         default=None, gt=0, description="dollars per hour the deployed devices may cost (prices: each entry's "
                                         "price_per_hour or the catalog's); none means unconstrained")
+    power_basis: Literal["chip", "node", "facility"] = Field(
+        default="node", description="what the power budget counts: node (each device's share of its node's wall "
+                                    "power: host CPUs, NICs, switches, fans), chip (the accelerator's rated power "
+                                    "alone) or facility (node power times pue)")
+    pue: float | None = Field(
+        default=None, ge=1.0, le=3.0, description="the facility's power usage effectiveness (total facility power "
+                                                  "over IT power); needed by power_basis: facility")
     devices: tuple[Inventory, ...] = Field(min_length=1)
     links: tuple[LinkSpec, ...] = ()
     default_link: LinkSpeed = Field(
@@ -207,6 +219,13 @@ class Cluster(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _facility_needs_pue(self) -> Cluster:
+        if self.power_basis == "facility" and self.pue is None:
+            raise ValueError("power_basis: facility counts node power times the facility's PUE; give pue (e.g. "
+                             "pue: 1.3), or use power_basis: node")
+        return self
+
+    @model_validator(mode="after")
     def _cost_budget_needs_prices(self) -> Cluster:
         if self.cost_budget_per_hour is not None:
             for i, inv in enumerate(self.devices):
@@ -225,11 +244,11 @@ class Cluster(Frozen):
         return tuple(inv.device for inv in self.devices if inv.count == "any")
 
     def budget_bound(self, device_id: str) -> int:
-        """The most devices of `device_id` the budgets buy: power budget / TDP and cost budget / price, whichever
-        is smaller ([Note: fleet design])."""
+        """The most devices of `device_id` the budgets buy: power budget / the device's rated power on the
+        budget's footing (`device_w`) and cost budget / price, whichever is smaller ([Note: fleet design])."""
         bounds = []
         if self.power_budget_w is not None:
-            bounds.append(self.power_budget_w / registry.device(device_id).tdp_w)
+            bounds.append(self.power_budget_w / self.device_w(device_id))
         price = self.price_per_hour(device_id)
         if self.cost_budget_per_hour is not None and price is not None:
             bounds.append(self.cost_budget_per_hour / price)
@@ -239,6 +258,17 @@ class Cluster(Frozen):
                            "power_budget_kw (or --power-budget), or cost_budget_per_hour with a price for "
                            f"{device_id}")
         return int(math.floor(min(bounds) + 1e-9))
+
+    def device_w(self, device_id: str) -> float:
+        """What one device of `device_id` counts against the power budget on its footing ([Note: power basis])."""
+        from cost_models.power import device_basis_w
+
+        return device_basis_w(registry.device(device_id), self.power_basis, self.pue_factor)[0]
+
+    @property
+    def pue_factor(self) -> float:
+        """The PUE the facility footing multiplies by (1 where the file gives none)."""
+        return 1.0 if self.pue is None else self.pue
 
     def price_per_hour(self, device_id: str) -> float | None:
         """Dollars per device-hour: the entry's ``price_per_hour``, else the catalog's reference price, else None."""

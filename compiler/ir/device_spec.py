@@ -58,6 +58,14 @@ class DeviceSpec:
     elsewhere stages execute emulated on the host CPU.
     ``sources`` maps each field name (dotted for nested numbers, e.g. ``memory.hbm.bw_bytes_per_s``)
     to a URL or an ``assumption: ...`` note.
+
+    [Note: power footing] ``tdp_w`` is what the vendor rates the accelerator itself at (a board, an OAM
+    module, or a whole system where the system is the unit: a CS-3). ``node_w_per_device`` is the wall power
+    of the unit one deploys, per device: the accelerator plus its share of the host CPUs, memory, NICs,
+    switches, fans and power-supply losses (a DGX H100's 10.2 kW over its 8 GPUs), so a CS-3 and an 8-GPU
+    node compare on one footing. ``node_w_label`` says how that number is known: ``measured``, ``specified``
+    (a system datasheet's maximum) or ``assumed`` (its source says why). None (an out-of-tree device that
+    gives none) reads as ``tdp_w``; `cost_models.power` turns either into watts on a budget's footing.
     """
 
     id: str
@@ -80,6 +88,13 @@ class DeviceSpec:
     sources: tuple[tuple[str, str], ...] = field(default=())
     k8s_node_labels: tuple[tuple[str, str], ...] = ()
     dra_device_class: str | None = None
+    node_w_per_device: float | None = None
+    node_w_label: str = ""  # measured | specified | assumed ([Note: power footing])
+
+    @property
+    def node_w(self) -> float:
+        """Wall power of the deployable unit per device; ``tdp_w`` where the device gives none."""
+        return self.tdp_w if self.node_w_per_device is None else self.node_w_per_device
 
     def peak(self, dtype: str) -> float | None:
         return dict(self.peak_flops_per_s).get(dtype)
@@ -115,6 +130,8 @@ class DeviceSpec:
             out[f"memory.{t.name}.capacity_bytes"] = t.capacity_bytes
             out[f"memory.{t.name}.bw_bytes_per_s"] = t.bw_bytes_per_s
         out["tdp_w"], out["idle_w"], out["devices_per_node"] = self.tdp_w, self.idle_w, self.devices_per_node
+        if self.node_w_per_device is not None:
+            out["node_w_per_device"] = self.node_w_per_device
         for name in ("scale_up", "scale_out"):
             link = getattr(self, name)
             if link is not None:

@@ -92,8 +92,8 @@ class PoolOption:
     key: str
     kind: str
     devices: tuple[tuple[str, int], ...]  # (device id, devices per replica)
-    power_w: float  # predicted mean draw of one replica while serving
-    provisioned_w: float  # what the budget must reserve for it: the devices' TDP
+    power_w: float  # predicted draw of one replica at full load, on the budget's footing ([Note: drawn power])
+    provisioned_w: float  # what the budget must reserve for it: its devices' rated power on that footing
     kv_device: str  # the device type that holds the KV this option produces or consumes
     tp: int
     pp: int
@@ -101,6 +101,7 @@ class PoolOption:
     classes: tuple[ClassService, ...] = ()  # the classes whose longest request fits, in workload order
     detail: tuple[tuple[str, Any], ...] = ()
     link_bytes_per_token: float = 0.0  # per output token, between its two device types (attention/FFN seam)
+    idle_w: float = 0.0  # predicted draw of one replica serving nothing, on the same footing
 
     def uses(self, device_id: str) -> int:
         return dict(self.devices).get(device_id, 0)

@@ -7,10 +7,10 @@ power budget, links between device types and each class's KV hand-off. After:
 a `Solution`: replicas per option, the requests/s of each class on each option
 and the KV flows between pools, the objective with its unit, bound and status,
 and, when infeasible, the named constraint families that make it so
-(`compiler.place.infeasible`).
+(`binding_families`; `compiler.place.infeasible` words them).
 
 Variable families (integers; rates in milli-requests/s, dollars in milli-dollars per hour, one scaling
-helper, `scaled`):
+helper, `scaled` in `compiler.place.candidates`, which also chooses and prunes the options placed):
 - ``n[o]``: replicas of pool option o; ``use[o]``: whether o has any.
 - ``x[c,o]``: class c's requests/s served end to end by colocated option o.
 - ``f[c,p,t]``: class c's requests/s prefilled by option p whose KV goes to decode pools on device type t.
@@ -20,8 +20,10 @@ helper, `scaled`):
 Constraints (each family behind an assumption literal so an infeasible
 instance names its binding families):
 - ``inventory[t]``: devices of type t used by all replicas <= inventory.
-- ``power``: sum of replicas' provisioned power (device TDP) <= budget. A budget
-  provisions for peak draw; the predicted mean draw is reported beside it.
+- ``power``: sum of replicas' provisioned power (their devices' rated power on the
+  budget's footing, [Note: power basis]) <= budget. A budget provisions for peak
+  draw; the predicted mean draw, linear in each option's load ([Note: drawn
+  power]), is reported beside it.
 - ``cost``: sum of replicas' price (dollars per device-hour x devices) <= the cost
   budget, when the instance has one (every device type then needs a price).
 - ``utilisation[o]``: the load of o (each class's requests/s over o's capacity for
@@ -56,23 +58,22 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 from typing import Callable, Sequence, TypeVar
 
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.placement import (
     FAMILIES, OBJECTIVES, PRICED_OBJECTIVES, SLO_SHARE_ADMISSION, Instance, Objective, Solution,
 )
-from compiler.ir.pool_option import PoolOption
-from compiler.place.greedy import greedy, mix_rate
+from compiler.place import portfolio
+from compiler.place.candidates import COST_SCALE, LOAD_SCALE, RATE_SCALE, candidates, load_units, scaled
+from compiler.place.greedy import greedy
+from compiler.place.ratio import dinkelbach
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-RATE_SCALE = 1000  # requests/s are modelled in milli-requests/s
-COST_SCALE = 1000  # dollars per hour are modelled in milli-dollars per hour
-LOAD_SCALE = 10**9  # a replica's capacity in load units: fine enough that rounding a class's cost up costs < 0.1%
 SHARE_SCALE = 1000  # class shares in thousandths
+DRAW_SCALE = 10**6  # the predicted draw is modelled in microwatts (an error below 1 W at 1000 requests/s)
 
 
 def _integer_shares(shares: Sequence[float], total: int) -> list[int]:
@@ -86,11 +87,6 @@ def _integer_shares(shares: Sequence[float], total: int) -> list[int]:
     for i in sorted(range(len(raw)), key=lambda i: (out[i] - raw[i], i))[:max(0, total - sum(out))]:
         out[i] += 1
     return out
-
-
-def scaled(value: float, scale: float = RATE_SCALE) -> int:
-    """The one place floats become integers: floor, so a scaled capacity never exceeds the real one."""
-    return int(math.floor(value * scale + 1e-9))
 
 
 class PlacementModel:
@@ -148,11 +144,23 @@ class PlacementModel:
                        ).only_enforce_if(self.lit["inventory"])
 
     def _power(self) -> None:
-        """``power``: provisioned watts (TDP) of all replicas <= budget; ``draw`` is the predicted mean."""
+        """``power``: provisioned watts (rated power on the budget's footing) of all replicas <= budget."""
         self.power = sum(self.n[o.key] * scaled(o.provisioned_w, 1) for o in self.opts)
-        self.draw = sum(self.n[o.key] * scaled(o.power_w, 1) for o in self.opts)
         if self.inst.power_budget_w is not None:
             self.m.add(self.power <= scaled(self.inst.power_budget_w, 1)).only_enforce_if(self.lit["power"])
+
+    @property
+    def draw(self):
+        """The predicted mean draw in microwatts ([Note: drawn power] in `cost_models.power`), linear: each
+        option's idle draw x n[o], plus (full - idle) x its load (each class's requests/s over o's rate for it,
+        the load `utilisation[o]` bounds by n[o])."""
+        terms = [self.n[o.key] * scaled(o.idle_w, DRAW_SCALE) for o in self.opts]
+        for o in self.opts:
+            for c in self.inst.classes:
+                if (c.name, o.key) in self.caps:
+                    per_flow_w = (o.power_w - o.idle_w) / (RATE_SCALE * o.service(c.name).rate_per_s)
+                    terms.append(self.flow(c.name, o.key) * scaled(per_flow_w, DRAW_SCALE))
+        return sum(terms)
 
     def _cost(self) -> None:
         """``cost``: dollars per hour of all replicas <= the cost budget. ``cost`` is None when some option's
@@ -213,9 +221,9 @@ class PlacementModel:
         strictest cap (``capped`` below), and `candidates` adds, for every option
         whose classes' caps differ, one option per class (`split_by_class`: the
         same replica serving that class alone, at its own cap). The option itself
-        stays where it mixes the workload best of its group: a fleet with room
-        for one big replica (four wafers of 70B on eight) serves every class on
-        it, at the strictest cap, where per-class replicas would need three.
+        stays beside them, mixing every class at the strictest cap: a fleet with
+        room for one big replica (four wafers of 70B on eight) serves every class
+        on it, where per-class replicas would need three.
         Caps within 1% of each other are not split; their classes share the
         strictest cap, since every class on a replica waits in the same queue.
         """
@@ -224,7 +232,7 @@ class PlacementModel:
                      for c in self.inst.classes if (c.name, o.key) in self.caps]
             if not terms:
                 continue
-            load = sum(flow * math.ceil(LOAD_SCALE / (RATE_SCALE * rate)) for _c, flow, rate, _cap in terms)
+            load = sum(flow * load_units(rate) for _c, flow, rate, _cap in terms)
             self.m.add(load <= LOAD_SCALE * self.n[o.key])  # never above the replicas' capacity
             for c, flow, _rate, cap in terms:
                 if cap <= 0:
@@ -233,8 +241,7 @@ class PlacementModel:
             if not usable:
                 continue
             strictest = min(cap for _c, _flow, _rate, cap in usable)
-            capped = sum(flow * math.ceil(LOAD_SCALE / (RATE_SCALE * rate * strictest))
-                         for _c, flow, rate, _cap in usable)
+            capped = sum(flow * load_units(rate, strictest) for _c, flow, rate, _cap in usable)
             self.m.add(capped <= LOAD_SCALE * self.n[o.key]).only_enforce_if(self.lit["slo"])
 
 
@@ -310,66 +317,10 @@ class PlacementModel:
         return self._run(time_limit_s, **params)
 
     def search(self, objective, sense: str, time_limit_s: float, budget: float, **params):
-        """Optimise `objective` with every `PORTFOLIO` configuration at once, one thread each, `budget`
-        deterministic seconds each: a quick proof (`QUICK_PROOF_DETERMINISTIC_S`), else the first
-        configuration's proof, else the best placement found carrying the tightest bound any search proved
-        (see [Note: a deterministic portfolio])."""
-        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
+        """Optimise `objective` with the deterministic portfolio (`compiler.place.portfolio`), `budget`
+        deterministic seconds for each of its searches; `params` are CP-SAT parameters."""
         self._objective(objective, sense)
-        cp = self.cp
-        configs = [{k: getattr(cp, v) if isinstance(v, str) else v for k, v in c.items()} for c in PORTFOLIO]
-        solvers = [self._solver(time_limit_s, max_deterministic_time=budget, **params, **c) for c in configs]
-        runs: dict[int, tuple] = {}
-
-        def quick_rerun(i: int) -> tuple:  # what a still-running search reaches within the quick budget
-            solver = self._solver(time_limit_s, max_deterministic_time=QUICK_PROOF_DETERMINISTIC_S, **params,
-                                  **configs[i])
-            return solver, solver.solve(self.m)
-
-        with ThreadPoolExecutor(len(solvers)) as pool:  # CP-SAT releases the GIL while it searches
-            pending = {pool.submit(s.solve, self.m): i for i, s in enumerate(solvers)}
-            while pending:
-                done, _running = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    i = pending.pop(future)
-                    runs[i] = (solvers[i], future.result())
-                decided = self._decided(runs, len(solvers), quick_rerun)
-                if decided is not None:  # what a stopped search reports depends on when it stopped: not read
-                    for s in solvers:
-                        s.stop_search()
-                    return decided
-        return self.best_of([runs[i] for i in range(len(solvers))], sense)
-
-    def _decided(self, runs: dict, configs: int, quick_rerun):
-        """The search's answer once it no longer depends on the searches still running, else None: the earliest
-        configuration that proves within `QUICK_PROOF_DETERMINISTIC_S`, else the first configuration's proof.
-        A configuration still running when that needs its quick answer is re-run within the quick budget, which
-        reaches exactly what its full run would have by then."""
-        proven = lambda run: run[1] == self.cp.OPTIMAL  # noqa: E731 (or within the gap asked for)
-        quick = lambda run: proven(run) and run[0].deterministic_time <= QUICK_PROOF_DETERMINISTIC_S  # noqa: E731
-        known = [i for i in range(configs) if i in runs and quick(runs[i])]
-        if not known and not (0 in runs and proven(runs[0])):
-            return None
-        for i in range(min(known, default=configs)):  # every earlier configuration's quick answer
-            run = runs[i] if i in runs else quick_rerun(i)
-            if quick(run):
-                return run
-        return runs[known[0]] if known else runs[0]
-
-    def best_of(self, runs: list, sense: str):
-        """Of finished searches of one objective, in order: an infeasibility proof, else the best placement (a
-        proven one first; the earlier on a tie) carrying the tightest bound of them all, else the first."""
-        cp = self.cp
-        if any(status == cp.INFEASIBLE for _s, status in runs):
-            return next(r for r in runs if r[1] == cp.INFEASIBLE)
-        found = [(s, status) for s, status in runs if status in (cp.OPTIMAL, cp.FEASIBLE)]
-        if not found:
-            return runs[0]
-        sign = 1 if sense == "max" else -1
-        best = max(found, key=lambda r: (r[1] == cp.OPTIMAL and _gap(r[0]) == 0, sign * r[0].objective_value))
-        bounds = [s.best_objective_bound for s, _status in runs]
-        return _Best(best[0], min(bounds) if sense == "max" else max(bounds)), best[1]
+        return portfolio.search(self.m, lambda **more: self._solver(time_limit_s, **params, **more), sense, budget)
 
     def _objective(self, objective, sense: str) -> None:
         if objective is None:
@@ -406,17 +357,6 @@ class PlacementModel:
         self.m.add(expr >= value if sense == "max" else expr <= value)
 
 
-class _Best:
-    """A finished `CpSolver` (its placement and incumbent) with the tightest bound of a portfolio's searches."""
-
-    def __init__(self, solver, bound: float) -> None:
-        self._solver = solver
-        self.best_objective_bound = bound
-
-    def __getattr__(self, name: str):
-        return getattr(self._solver, name)
-
-
 def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float = 60.0,
           families: Sequence[str] = FAMILIES, tie_break: bool = True,
           tie_break_budget: float | None = None, explain: bool = True, gap: float = 0.0,
@@ -434,8 +374,6 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     starts from the greedy placement (`compiler.place.greedy`). `budget` is the deterministic seconds of each
     first-stage search (`PROVE_DETERMINISTIC_S`): what-if solves that stop at a gap afford less.
     """
-    from compiler.place.infeasible import binding_families
-
     if objective not in OBJECTIVES:
         raise BadInput(f"--objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
     if objective in ("power", "latency", "cost") and inst.arrival_rate_per_s is None:
@@ -459,12 +397,24 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     return _solution(model, *outcome, objective, start)
 
 
-def feasible(inst: Instance) -> bool:
-    """Whether any placement of `inst` meets every constraint: one search with no objective (tenths of a second
-    where an optimisation takes seconds; ``gimletc pareto`` bisects the fastest TPOT target with it)."""
-    model = PlacementModel(inst.with_options(candidates(inst)))
+def feasible(inst: Instance, families: Sequence[str] = FAMILIES) -> bool:
+    """Whether any placement of `inst` meets every constraint of `families`: one search with no objective (tenths
+    of a second where an optimisation takes seconds; ``gimletc pareto`` bisects the fastest TPOT target with it)."""
+    model = PlacementModel(inst.with_options(candidates(inst, prune_them="slo" in families)), families)
     _solver, status = model.solve(None, "max", FEASIBILITY_LIMIT_S)
     return status in (model.cp.OPTIMAL, model.cp.FEASIBLE)
+
+
+def binding_families(inst: Instance, families: Sequence[str]) -> tuple[str, ...]:
+    """A minimal infeasible set of constraint families, by a deletion filter (`compiler.place.infeasible` words
+    them). CP-SAT's own assumption core is sufficient but neither minimal nor always reported once presolve
+    proves infeasibility: drop each family in turn and keep it dropped if the rest is still infeasible."""
+    binding = [f for f in FAMILIES if f in families]
+    for f in list(binding):
+        rest = [x for x in binding if x != f]
+        if not feasible(inst, rest):
+            binding = rest
+    return tuple(binding)
 
 
 #: Wall seconds a feasibility search may take; one that runs out counts as infeasible (none has come close).
@@ -497,56 +447,6 @@ def _check_prices(inst: Instance, objective: str) -> None:
         raise BadInput(f"{why} needs a price for every device type, and {', '.join(missing)} has none: set "
                        f"price_per_hour (dollars per device-hour) on its entry in the cluster file")
 
-def _mixed_caps(inst: Instance) -> set[str]:
-    """Options whose classes meet their SLOs at different utilisations (more than 1% apart)."""
-    out = set()
-    for o in inst.options:
-        caps = [inst.cap(o, c) for c in inst.classes if o.service(c.name) is not None]
-        if len(caps) > 1 and max(caps) - min(caps) > 0.01:
-            out.add(o.key)
-    return out
-
-
-def candidates(inst: Instance, *, prune_them: bool = True) -> list[PoolOption]:
-    """The options the model places ([Note: class caps]): each option whose classes meet their SLOs at different
-    utilisations also as one option per class (`split_by_class`), pruned (`prune`); the option itself stays as
-    a mixing replica, at its strictest class's cap, where it mixes the workload best of its group
-    (`_best_mixers`): a fleet with room for one replica must be able to serve every class on it."""
-    mixed = _mixed_caps(inst)
-    split = inst.with_options(split_by_class(inst.options, mixed))
-    if not prune_them:
-        return [*split.options, *(o for o in inst.options if o.key in mixed)]
-    return sorted([*prune(split), *_best_mixers(inst, mixed)], key=lambda o: o.key)
-
-
-def _best_mixers(inst: Instance, keys: set[str]) -> list[PoolOption]:
-    """Of the options named in `keys`, per group of interchangeable ones (as in `prune`), the one that serves the
-    most of the workload's mix at the strictest cap of the classes it serves (none where it serves fewer than
-    two classes within their SLOs: its per-class twins cover that)."""
-    def rate(o: PoolOption) -> float:
-        usable = {c.name: c.share for c in inst.classes if o.service(c.name) is not None and inst.cap(o, c) > 0}
-        return mix_rate(inst, o, usable) if len(usable) > 1 else 0.0
-
-    best: dict[tuple, tuple[float, PoolOption]] = {}
-    for o in sorted((o for o in inst.options if o.key in keys), key=lambda o: o.key):
-        r = rate(o)
-        group = (o.kind, o.devices, o.kv_device, o.pp, o.provisioned_w)
-        if r > 0 and (group not in best or r > best[group][0]):
-            best[group] = (r, o)
-    return [o for _r, o in best.values()]
-
-
-def split_by_class(options: Sequence[PoolOption], keys: set[str]) -> list[PoolOption]:
-    """`options` with each one named in `keys` replaced by one option per class it serves (``key|class``)."""
-    out = []
-    for o in options:
-        if o.key in keys and len(o.classes) > 1:
-            out += [replace(o, key=f"{o.key}|{s.name}", classes=(s,)) for s in o.classes]
-        else:
-            out.append(o)
-    return sorted(out, key=lambda o: o.key)
-
-
 def _solve_model(model: PlacementModel, objective: str, deadline: float, tie_break: bool, budget: float):
     """Run the lexicographic stages; None if infeasible, else (solver, proven, first-stage value and bound)."""
     cp = model.cp
@@ -557,7 +457,7 @@ def _solve_model(model: PlacementModel, objective: str, deadline: float, tie_bre
     solver = None
     for i, (expr, sense) in enumerate(stages):
         if i == 0:
-            solver, status = solved or _first_stage(model, expr, sense, deadline)
+            solver, status = solved[:2] if solved else _first_stage(model, expr, sense, deadline)
         else:  # [Note: deterministic tie-breaks]
             model.hint_from(solver)
             tie, status = model.solve(expr, sense, deadline - time.perf_counter(), max_deterministic_time=budget)
@@ -569,11 +469,12 @@ def _solve_model(model: PlacementModel, objective: str, deadline: float, tie_bre
         if status not in (cp.OPTIMAL, cp.FEASIBLE):
             raise Infeasible("the solver found no placement within the time limit; raise --time-limit")
         if i == 0:
-            first = (solver.objective_value, solver.best_objective_bound)
-            proven = status == cp.OPTIMAL and abs(first[0] - first[1]) < 1  # a gap limit also reports OPTIMAL
+            first = solved[2] if solved else (solver.objective_value, solver.best_objective_bound)
+            # a gap limit also reports OPTIMAL; a ratio's status is already its own proof
+            proven = status == cp.OPTIMAL and (solved is not None or abs(first[0] - first[1]) < 1)
             if not proven:
                 break  # out of time (or within the gap asked for): keep the best found so far
-        model.fix(expr, round(solver.objective_value), sense)
+        model.fix(expr, round(solver.value(expr)), sense)
     return solver, proven, first
 
 
@@ -584,18 +485,12 @@ def _first_stage(model: PlacementModel, expr, sense: str, deadline: float):
     cp = model.cp
     solver, status = model.search(expr, sense, deadline - time.perf_counter(), model.budget)
     if status != cp.FEASIBLE or model.gap >= FALLBACK_GAP or deadline - time.perf_counter() <= 0 \
-            or _gap(solver) <= FALLBACK_GAP:
+            or portfolio.relative_gap(solver) <= FALLBACK_GAP:
         return solver, status
     model.hint_from(solver)
     again = model.search(expr, sense, deadline - time.perf_counter(), FALLBACK_DETERMINISTIC_S,
                          relative_gap_limit=FALLBACK_GAP)
-    return model.best_of([(solver, status), again], sense)
-
-
-def _gap(solver) -> float:
-    """The relative gap between `solver`'s incumbent and its bound."""
-    value, bound = solver.objective_value, solver.best_objective_bound
-    return abs(bound - value) / max(abs(bound), 1e-9)
+    return portfolio.best_of([(solver, status), again], sense)
 
 
 #: [Note: solving to a gap] Most instances are proven optimal in well under a
@@ -612,34 +507,11 @@ def _gap(solver) -> float:
 #: The cost model's own uncertainty (the sensitivity analysis moves
 #: efficiencies by 20%) dwarfs 2%.
 #:
-#: [Note: a deterministic portfolio] No single CP-SAT configuration suits every
-#: instance here: the default search (LP at level 1) finds good placements of
-#: the big 70B mixes but cannot prove a 405B mix (bound 45% above the best)
-#: or find any placement of mixtral-8x7b on the mixed fleet within 5
-#: deterministic seconds, while a full linearisation (level 2) with
-#: pseudo-cost branching proves both in a tenth of a second and does worse on
-#: the mixes. CP-SAT's own parallel portfolio is not repeatable, so `search`
-#: runs each configuration of `PORTFOLIO` single-threaded (deterministic) on
-#: its own thread, each with the same deterministic budget, and keeps the
-#: best placement (the first configuration's on a tie) with the tightest
-#: bound: the same inputs give the same plan on any machine, and two cores
-#: search at once. A configuration that proves its answer (or reaches the gap
-#: asked for) within `QUICK_PROOF_DETERMINISTIC_S` decides (the earliest such
-#: in `PORTFOLIO`); failing that, the first configuration's proof decides; the
-#: others are then stopped unread (what a stopped search reports depends on
-#: when it stopped). Which configuration proves quickly is itself
-#: deterministic: one still running when that matters is re-run within the
-#: quick budget, which reaches what its full run would have by then. The 405B
-#: mix is the case: the second configuration proves it in 0.03
-#: deterministic seconds while the first spends its whole budget (1.7 s of
-#: wall time) without a proof. Every search starts from the greedy placement
-#: (or the plan's, in the sensitivity re-solves) as a hint.
+#: The portfolio of searches each first stage runs: [Note: a deterministic portfolio] in
+#: `compiler.place.portfolio`.
 PROVE_DETERMINISTIC_S = 1.0
-QUICK_PROOF_DETERMINISTIC_S = 0.1
 FALLBACK_GAP = 0.02
 FALLBACK_DETERMINISTIC_S = 2.0
-#: CP-SAT configurations `PlacementModel.search` runs side by side (names of `cp_model` constants as strings).
-PORTFOLIO = ({}, {"linearization_level": 2, "search_branching": "PSEUDO_COST_SEARCH"})
 
 
 #: [Note: deterministic tie-breaks] Stages after the first only choose among
@@ -653,11 +525,13 @@ TIE_BREAK_DETERMINISTIC_S = 0.5
 
 def _stages(model: PlacementModel, objective: str, deadline: float) -> tuple[list[tuple], tuple | None]:
     """The lexicographic objectives: the user's first, then what makes its optimum cheapest; and the first
-    stage already solved, where finding it solved it (Dinkelbach), else None."""
-    if objective == "tokens-per-watt":
-        return _dinkelbach(model, deadline, model.power, model.ratio_hint * RATE_SCALE)
+    stage already solved, where finding it solved it (Dinkelbach: `compiler.place.ratio`), else None."""
+    if objective == "tokens-per-watt":  # per replica as `_power` and `_cost` count them
+        per = {o.key: scaled(o.provisioned_w, 1) for o in model.opts}
+        return dinkelbach(model, deadline, model.power, per, model.ratio_hint * RATE_SCALE)
     if objective == "tokens-per-dollar":
-        return _dinkelbach(model, deadline, model.cost, model.ratio_hint)
+        per = {o.key: scaled(model.inst.price_per_hour(o), COST_SCALE) for o in model.opts}
+        return dinkelbach(model, deadline, model.cost, per, model.ratio_hint)
     return {
         "throughput": lambda: [(model.lam, "max"), (model.power, "min")],
         "power": lambda: [(model.power, "min"), (model.lam, "max")],
@@ -673,7 +547,8 @@ def _solution(model: PlacementModel, solver, proven: bool, first: tuple[float, f
     cost = solver.value(model.cost) / COST_SCALE if model.cost is not None else None
     if objective in ("tokens-per-watt", "tokens-per-dollar"):  # the linearised Dinkelbach value means nothing
         per = power if objective == "tokens-per-watt" else cost  # to a reader; report the ratio
-        value = bound = lam / RATE_SCALE / per if per else 0.0
+        value = lam / RATE_SCALE / per if per else 0.0
+        bound = max(value, first[1] / RATE_SCALE * (1.0 if objective == "tokens-per-watt" else COST_SCALE))
     else:
         unit = {"throughput": RATE_SCALE, "power": 1.0, "latency": 1e3, "cost": COST_SCALE}[objective]
         value, bound = first[0] / unit, first[1] / unit
@@ -692,97 +567,6 @@ def _solution(model: PlacementModel, solver, proven: bool, first: tuple[float, f
         served=tuple(sorted(served.items())),
         class_requests_per_s=tuple((c.name, solver.value(model.class_rate[c.name]) / RATE_SCALE)
                                    for c in model.inst.classes),
-        requests_per_s=lam / RATE_SCALE, power_w=float(solver.value(model.draw)), provisioned_w=float(power),
+        requests_per_s=lam / RATE_SCALE, power_w=solver.value(model.draw) / DRAW_SCALE, provisioned_w=float(power),
         cost_per_hour=cost, wall_s=time.perf_counter() - start, variables=len(proto.variables), constraints=len(proto.constraints),
         options=tuple(model.opts))
-
-
-def _dinkelbach(model: PlacementModel, deadline: float, per, start: float = 0.0):
-    """Max lam/`per` (provisioned power, or dollars per hour) as a sequence of max lam - q*per solves
-    (Dinkelbach, 1967), from q = `start` (any guess: a ratio above the optimum costs one step). Returns the
-    stages and the last solve: at q = the best ratio found its optimum has a ratio of at least q, so it is the
-    ratio's optimum (to the model's gap) and needs no second solve."""
-    scale = 10**6
-    q, best, last = start, 0.0, None
-    for _ in range(20):
-        expr = model.lam * scale - scaled(q, scale) * per
-        solver, status = model.search(expr, "max", deadline - time.perf_counter(), model.budget)
-        if status not in (model.cp.OPTIMAL, model.cp.FEASIBLE):
-            last = last or (expr, (solver, status))  # keep the last solve that found a placement
-            break
-        last = (expr, (solver, status))
-        lam, denominator = solver.value(model.lam), solver.value(per)
-        if denominator <= 0 or lam <= 0 or lam / denominator <= best * (1 + max(1e-9, model.gap)):
-            break
-        best = q = lam / denominator
-    expr, solved = last
-    return [(expr, "max"), (model.lam, "max")], solved
-
-
-def prune(inst: Instance) -> tuple[PoolOption, ...]:
-    """Keep, per group of interchangeable options, the best one for each class; drop the rest.
-
-    Options on the same devices (same kind, inventory use and provisioned
-    power) differ only in what each class gets from a replica: the requests/s
-    it serves within the class's SLO (rate x cap) and, for prefill, which
-    decode types its KV reaches within the TTFT SLO. Serving a class on the
-    group's best option for it takes no more devices or watts than on any
-    other, so only those are kept (ties: the wider reach, then the key). An
-    option no class can use within its SLO is dropped, and so is a larger
-    replica that m smaller ones of the same kind match on the same devices
-    (`_scales`). (The latency objective keeps everything.)
-    """
-    decode_types = sorted({o.kv_device for o in inst.options if o.receives_kv})
-
-    def value(o: PoolOption, c) -> tuple[float, int]:
-        cap = inst.cap(o, c)
-        if cap <= 0:
-            return 0.0, 0
-        rate = o.service(c.name).rate_per_s * cap
-        if o.kind != "prefill":
-            return rate, len(decode_types)
-        if c.ttft_slo_s is None:
-            reach = sum(inst.kv_reaches(o.kv_device, t) for t in decode_types)
-            return (rate if reach else 0.0), reach
-        ttft = o.service(c.name).at(cap)[2]
-        reach = sum(ttft + inst.handoff(c.name, o.kv_device, t) + SLO_SHARE_ADMISSION * c.ttft_slo_s <= c.ttft_slo_s
-                    for t in decode_types if inst.kv_reaches(o.kv_device, t))
-        return (rate if reach else 0.0), reach
-
-    values = {o.key: [value(o, c) for c in inst.classes] for o in inst.options}
-    alive = [o for o in inst.options if any(v[0] > 0 for v in values[o.key])]
-    alike: dict[tuple, list[PoolOption]] = {}  # `_scales` compares only options of one kind on the same types
-    for o in alive:
-        alike.setdefault((o.kind, o.device_types, o.kv_device), []).append(o)
-    size = {o.key: o.devices_per_replica for o in alive}
-    alive = [o for o in alive if not any(_scales(o2, o, values) for o2 in alike[(o.kind, o.device_types, o.kv_device)]
-                                         if size[o.key] % size[o2.key] == 0 and size[o.key] >= 2 * size[o2.key])]
-    groups: dict[tuple, list[PoolOption]] = {}
-    for o in alive:
-        groups.setdefault((o.kind, o.devices, o.kv_device, o.pp, o.provisioned_w), []).append(o)
-    kept: set[str] = set()
-    for members in groups.values():
-        for i, c in enumerate(inst.classes):
-            best = max(members, key=lambda o: (values[o.key][i][1] > 0, values[o.key][i][0], values[o.key][i][1],
-                                               _neg_key(o.key)))
-            if values[best.key][i][0] > 0:
-                kept.add(best.key)
-    return tuple(o for o in sorted(inst.options, key=lambda o: o.key) if o.key in kept)
-
-
-def _scales(small: PoolOption, big: PoolOption, values: dict) -> bool:
-    """Whether m replicas of `small` (same kind and device types, m times fewer devices each) do at least what
-    one replica of `big` does for every class, on the same devices and watts: then `big` is never needed."""
-    if small.kind != big.kind or small.device_types != big.device_types or small.kv_device != big.kv_device:
-        return False
-    m, rem = divmod(big.devices_per_replica, small.devices_per_replica)
-    if m < 2 or rem or any(kb != m * ks for (_d, kb), (_d2, ks) in zip(big.devices, small.devices)):
-        return False
-    if m * small.provisioned_w > big.provisioned_w * (1 + 1e-9):
-        return False
-    return all(m * vs[0] >= vb[0] and vs[1] >= vb[1] for vs, vb in zip(values[small.key], values[big.key]))
-
-
-def _neg_key(key: str) -> tuple[int, ...]:
-    """Sorts keys in reverse, so that max() breaks ties towards the smallest key."""
-    return tuple(-ord(ch) for ch in key)

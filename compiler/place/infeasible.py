@@ -1,7 +1,7 @@
 """Why no placement exists: a minimal set of binding constraint families, and a message with numbers.
 
-`binding_families` finds which families (`compiler.ir.placement.FAMILIES`)
-make an instance infeasible; `explain` turns them into one line that names
+`binding_families` (`compiler.place.ilp`, which `solve` calls) finds which families
+(`compiler.ir.placement.FAMILIES`) make an instance infeasible; `explain` turns them into one line that names
 each with the number that would make it feasible ("power budget 1.0 kW <
 1.4 kW needed ..."), by re-solving with that family relaxed.
 """
@@ -9,31 +9,11 @@ each with the number that would make it feasible ("power budget 1.0 kW <
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
 
-from compiler.ir.placement import FAMILIES, Instance, Solution
-from compiler.place.ilp import PlacementModel, candidates, solve
+from compiler.ir.placement import Instance, Solution
+from compiler.place.ilp import binding_families, solve
 
-
-def binding_families(inst: Instance, families: Sequence[str]) -> tuple[str, ...]:
-    """A minimal infeasible set of constraint families, by a deletion filter.
-
-    CP-SAT's own assumption core is sufficient but neither minimal nor always
-    reported once presolve proves infeasibility: drop each family in turn and
-    keep it dropped if the rest is still infeasible.
-    """
-    binding = [f for f in FAMILIES if f in families]
-    for f in list(binding):
-        rest = [x for x in binding if x != f]
-        if not _feasible(inst, rest):
-            binding = rest
-    return tuple(binding)
-
-
-def _feasible(inst: Instance, families: Sequence[str]) -> bool:
-    model = PlacementModel(inst.with_options(candidates(inst, prune_them="slo" in families)), families)
-    _solver, status = model.solve(None, "max", 30.0)
-    return status in (model.cp.OPTIMAL, model.cp.FEASIBLE)
+__all__ = ["binding_families", "explain"]
 
 
 def explain(model_name: str, inst: Instance, sol: Solution) -> str:

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from compiler.emit.manifest import verify_manifest
-from compiler.emit.plan import Plan, Stage, load_plan
+from compiler.emit.plan import Plan, Stage
+from compiler.emit.plan_checks import load_plan
 from compiler.emit.transfers import validate_transfers
 from compiler.ir.errors import BadInput
 

@@ -96,12 +96,13 @@ def test_inventory_bound_counts_prefill_and_decode_together():
 
 
 def test_infeasible_power_budget_is_reported_before_any_solve(tmp_path):
-    """The issue's example: llama-3.1-8b at 200 W on the NVIDIA fleet, whose least pool is one H100 (700 W TDP)."""
+    """The issue's example: llama-3.1-8b at 200 W on the NVIDIA fleet, whose least pool is one H100: on the node
+    footing (the default) 10.2 kW per DGX H100 / 8 GPUs = 1275 W, so 1.3 kW needed."""
     proc = run_cli("compile", "llama-3.1-8b", "--cluster", str(REPO / "examples" / "clusters" / "nvidia.yaml"),
                    "--workload", str(REPO / "examples" / "workloads" / "chat.yaml"), "--power-budget", "200W",
                    "--out", str(tmp_path))
     assert proc.returncode == 3, proc.stderr
-    assert "power budget 0.2 kW < 0.7 kW needed" in proc.stderr and "before any solve" in proc.stderr
+    assert "power budget 0.2 kW < 1.3 kW needed" in proc.stderr and "before any solve" in proc.stderr
     status = json.loads((tmp_path / "status.json").read_text())
     assert status["exit_code"] == 3 and "place" not in status["timings_s"]
 

@@ -119,7 +119,7 @@ def test_a_compile_writes_plan_manifests_and_status(tmp_path):
 
 @pytest.mark.parametrize("flags,needles", [
     (["--count", "8", "--tp", "8"], ["--tp 8", "4 attention heads"]),
-    (["--count", "3", "--tp", "3"], ["--tp 3", "2 KV heads"]),
+    (["--count", "3", "--tp", "3", "--engine", "vllm"], ["--tp 3", "vLLM splits attention heads evenly"]),
     (["--count", "4", "--pp", "4", "--tp", "1"], ["--pp 4", "2 layers"]),
     (["--batch", "1000000", "--input-len", "100000"], ["--batch 1000000", "GB per cpu-host", "at most"]),
 ])

@@ -34,10 +34,11 @@ def compiled(tmp_path_factory):
     return get
 
 
-def test_plan_carries_every_baseline_with_gains_in_the_objectives_terms(compiled):
-    """Baselines (a)-(d) are in plan.json with their own status; each gain is the plan's objective over the
-    baseline's (throughput: a ratio of requests/s), below 1 included, and the summary says plainly when a single
-    device type at equal power beats this fixed fleet."""
+def test_plan_json_poses_every_baseline_and_the_summary_names_a_type_that_beats_it(compiled):
+    """Baselines (a)-(d) are in plan.json with their own status and question, a note where they have no
+    placement, and the summary says plainly when a single device type at equal power beats this fixed fleet.
+    (What each baseline is worth, and the gains, are checked against hand arithmetic and brute force on small
+    instances in tests/compiler/test_value.py.)"""
     plan, _, stdout = compiled("chat")
     from compiler.place.ilp import FALLBACK_GAP
 
@@ -47,23 +48,14 @@ def test_plan_carries_every_baseline_with_gains_in_the_objectives_terms(compiled
     names = [b["name"] for b in plan["baselines"]]
     assert {f"iso-power:{d}" for d in plan["inventory"]} | {"vendor-islands", "no-disaggregation", "greedy"} \
         == set(names)
-    value = plan["solver"]["objective_value"]
     for b in plan["baselines"]:
         assert b["status"] in ("optimal", "feasible", "infeasible", "skipped") and b["question"]
         if b["status"] in ("optimal", "feasible"):
-            assert b["plan_gain"] == pytest.approx(value / b["objective_value"], rel=1e-9)
-            assert b["plan_gains"]["output_tokens_per_s"] == pytest.approx(
-                plan["predicted"]["output_tokens_per_s"] / b["output_tokens_per_s"], rel=1e-9)
-            assert b["plan_gains"]["output_tokens_per_s_per_provisioned_w"] == pytest.approx(
-                plan["predicted"]["output_tokens_per_s"] / plan["predicted"]["provisioned_power_w"]
-                / (b["output_tokens_per_s"] / b["provisioned_power_w"]), rel=1e-9)
-            assert b["provisioned_power_w"] <= plan["power_budget_w"] + 1e-6
+            assert b["plan_gain"] is not None and b["provisioned_power_w"] <= plan["power_budget_w"] + 1e-6
         else:
             assert b["plan_gain"] is None and b["note"]
-    for name in ("vendor-islands", "no-disaggregation", "greedy"):  # placements the plan could have chosen
-        assert next(b for b in plan["baselines"] if b["name"] == name)["plan_gain"] >= 1 - 2e-3
     losers = [b["name"].split(":")[1] for b in plan["baselines"] if b["name"].startswith("iso-power:")
-              and b["plan_gain"] is not None and b["plan_gain"] < 1 - 2e-3]
+              and b["beats_plan"]]
     if losers:  # reported as it is, never clipped at 1
         assert "A single device type beats this mix at equal power" in stdout
         assert all(d in stdout for d in losers)
@@ -99,16 +91,18 @@ def test_a_compile_whose_trace_is_cached_imports_neither_torch_nor_transformers(
 
 
 def test_sensitivity_moves_each_assumed_factor_both_ways_and_the_objective_follows(compiled):
-    """Every assumed efficiency of a device family the fleet offers is moved +-20%; a faster device can only
-    raise the most throughput the fleet serves, a slower one only lower it (up to the 2% the re-solves stop
-    at), and the pools are called changed only where the objective moved by more than that."""
+    """Every assumed efficiency (and assumed node power) of a device family the fleet offers is moved +-20%; a
+    faster device can only raise the most throughput the fleet serves, a slower one only lower it, and a hungrier
+    one (more node power under the power budget) only lower it (up to the 2% the re-solves stop at); the pools
+    are called changed only where the objective moved by more than that."""
     plan, _, _ = compiled("chat")
     moves = {(s["factor"], s["change"]): s for s in plan["sensitivity"]}
     factors = {f for f, _c in moves}
     assert factors and all((f, c) in moves for f in factors for c in (0.2, -0.2))
     for (factor, change), s in moves.items():
         assert 0 <= s["solve_gap"] < 0.1, s
-        assert s["objective_change"] * change >= -0.02 * abs(change), s
+        better = -change if factor.endswith(".node_w") else change  # more watts per device buy fewer devices
+        assert s["objective_change"] * better >= -0.02 * abs(change), s
         assert s["changes_pools"] == bool(s["pools_added"] or s["pools_removed"])
         if abs(s["objective_change"]) <= 0.02:
             assert not s["changes_pools"], s
@@ -206,7 +200,7 @@ def test_schema_command_prints_all_three_schemas():
 
 
 def test_plan_loads_back_and_validates(compiled, tmp_path):
-    from compiler.emit.plan import load_plan
+    from compiler.emit.plan_checks import load_plan
 
     _, raw, _ = compiled("chat")
     (tmp_path / "plan.json").write_bytes(raw)
@@ -221,7 +215,10 @@ def test_plan_loads_back_and_validates(compiled, tmp_path):
         load_plan(tmp_path)
 
 
-def test_pareto_writes_frontier_and_heterogeneous_dominates(tmp_path):
+def test_pareto_writes_its_frontier_files(tmp_path):
+    """`gimletc pareto` end to end: the picture, one CSV row per (target, curve) with every baseline among the
+    curves, and the JSON frontier. (The sweep's values: `test_the_frontier_of_a_hand_made_fleet_is_hand_arithmetic`
+    in tests/compiler/test_value.py.)"""
     import csv
 
     proc = run_cli("pareto", "llama-3.1-8b", "--cluster", str(REPO / "examples" / "clusters" / "nvidia.yaml"),
@@ -229,13 +226,9 @@ def test_pareto_writes_frontier_and_heterogeneous_dominates(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "pareto.png").stat().st_size > 10_000
     rows = list(csv.DictReader((tmp_path / "pareto.csv").open()))
-    het = {r["tpot_target_ms"]: float(r["output_tokens_per_s_per_mw"]) for r in rows if r["curve"] == "heterogeneous"}
-    assert len(het) == 3
+    assert len({r["tpot_target_ms"] for r in rows if r["curve"] == "heterogeneous"}) == 3
     curves = {r["curve"] for r in rows}
     assert {"vendor-islands", "no-disaggregation", "greedy"} <= curves and any(c.startswith("iso-power:")
                                                                                 for c in curves)
-    for r in rows:  # placements the plan could have chosen: never better, beyond the sweep's 0.5% gap
-        if r["curve"] in ("vendor-islands", "no-disaggregation", "greedy") and r["tpot_target_ms"] in het:
-            assert het[r["tpot_target_ms"]] >= float(r["output_tokens_per_s_per_mw"]) * (1 - 6e-3)
     frontier = json.loads((tmp_path / "pareto.json").read_text())
     assert frontier["points"] and frontier["objective"] == "tokens-per-watt" and len(frontier["tpot_targets_ms"]) == 3

@@ -217,20 +217,16 @@ def test_greedy_runs_a_mixed_replica_at_its_strictest_class_cap():
 
 
 class _Run:
-    """A finished search as `PlacementModel._decided` reads it: the work it took and its status."""
+    """A finished search as `portfolio.decided` reads it: the work it took and its status."""
 
     def __init__(self, deterministic_time: float) -> None:
         self.deterministic_time = deterministic_time
 
 
 def _decide(runs: dict, configs: int = 2, reruns: dict | None = None):
-    """`_decided` on `runs` ({config: (deterministic seconds, status)}); `reruns` what a quick-budget re-run
+    """`decided` on `runs` ({config: (deterministic seconds, status)}); `reruns` what a quick-budget re-run
     of a still-running configuration returns (absent: the test fails if one is asked for)."""
-    from types import SimpleNamespace
-
-    from ortools.sat.python import cp_model
-
-    from compiler.place.ilp import PlacementModel
+    from compiler.place.portfolio import decided
 
     asked = []
 
@@ -239,15 +235,14 @@ def _decide(runs: dict, configs: int = 2, reruns: dict | None = None):
         det, status = (reruns or {})[i]
         return _Run(det), status
 
-    found = PlacementModel._decided(SimpleNamespace(cp=cp_model), {i: (_Run(d), s) for i, (d, s) in runs.items()},
-                                    configs, rerun)
+    found = decided({i: (_Run(d), s) for i, (d, s) in runs.items()}, configs, rerun)
     return (None if found is None else (found[0].deterministic_time, found[1])), asked
 
 
 def test_a_quick_proof_decides_the_portfolio_whichever_configuration_finds_it():
     from ortools.sat.python.cp_model import FEASIBLE, OPTIMAL
 
-    from compiler.place.ilp import QUICK_PROOF_DETERMINISTIC_S as quick
+    from compiler.place.portfolio import QUICK_PROOF_DETERMINISTIC_S as quick
 
     # The second configuration proves in a tenth of the quick budget while the first still runs: the first's
     # quick answer is asked for (a re-run within the quick budget); it has none, so the second's proof stands.

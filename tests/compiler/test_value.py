@@ -1,17 +1,16 @@
 """The value of heterogeneity, measured against baselines that can win: complementary devices at the margin hand
-arithmetic predicts, islands never above the fixed fleet, iso-power baselines equal to a separate one-type solve,
-fleet design (`count: any`), prices and the cost objectives."""
+arithmetic predicts, each baseline the brute-force optimum of its own restriction, iso-power fleets and gains by
+hand arithmetic, fleet design (`count: any`), prices and the cost objectives."""
 
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
 from compiler.ir.placement import ClassTarget, Instance, gain
 from compiler.ir.pool_option import ClassService, PoolOption
-from compiler.place.baselines import baselines, colocated_only, islands
+from compiler.place.baselines import baselines, islands
 from compiler.place.ilp import solve
 from tests.conftest import REPO, assert_one_line_error, run_cli
 
@@ -89,27 +88,31 @@ def test_ratio_objectives_match_hand_arithmetic():
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_the_fixed_fleet_is_never_below_vendor_islands_or_colocated_only(seed):
-    """On random two-type instances, for every objective: the plan's gain over islands and over no
-    disaggregation (options the plan could choose too) is at least 1, in the objective's own sense."""
-    from tests.compiler.test_place import random_instance
+def test_each_baseline_is_the_brute_force_optimum_of_its_own_restriction(seed):
+    """On random two-type instances, vendor islands and no disaggregation serve what exhaustive enumeration
+    finds over the placements each allows, restricted here by their definitions, not by `islands` and
+    `colocated_only`: islands keep every one-type option and hand no KV across types (the cross-type link cut
+    to zero); no disaggregation keeps the colocated options. The plan's gain over each is the ratio of the two
+    enumerated optima."""
+    from dataclasses import replace
 
-    base = random_instance(seed)
-    inst = Instance(base.options, base.inventory, base.power_budget_w, base.classes, base.link_bw_bytes_per_s,
-                    base.handoff_s, None, prices_per_hour=(("a", 2.5), ("b", 1.0)))
-    rated = Instance(*[getattr(inst, f) for f in ("options", "inventory", "power_budget_w", "classes",
-                                                 "link_bw_bytes_per_s", "handoff_s")], 0.5,
-                     prices_per_hour=inst.prices_per_hour)
-    for objective, instance in (("throughput", inst), ("tokens-per-watt", inst), ("tokens-per-dollar", inst),
-                                ("power", rated), ("cost", rated)):
-        plan = solve(instance, objective, time_limit_s=20)
-        for sub in (islands(instance), colocated_only(instance)):
-            other = solve(sub, objective, time_limit_s=20)
-            if not other.feasible:
-                continue
-            assert plan.feasible, (objective, seed)
-            g = gain(plan.objective.sense, plan.objective.value, other.objective.value)
-            assert g is None or g >= 1 - 2e-3, (objective, seed, plan.objective, other.objective)
+    from compiler.place.ilp import RATE_SCALE
+    from tests.compiler.test_place import brute_force, random_instance
+
+    inst = random_instance(seed)
+    allowed = {"vendor-islands": replace(inst, options=tuple(o for o in inst.options if len(o.devices) == 1),
+                                         link_bw_bytes_per_s=((("a", "b"), 0.0),)),
+               "no-disaggregation": replace(inst, options=tuple(o for o in inst.options if o.kind == "colocated"))}
+    plan_best = brute_force(inst)
+    by_name = {b.name: b for b in baselines(inst, "throughput", time_limit_s=20)}
+    for name, restricted in allowed.items():
+        want = brute_force(restricted) if restricted.options else -1
+        b = by_name[name]
+        if want < 1:
+            assert not b.feasible, (name, seed, b)
+            continue
+        assert b.status == "optimal" and round(b.requests_per_s * RATE_SCALE) == want, (name, seed, b)
+        assert gain("max", plan_best, b.requests_per_s * RATE_SCALE) == pytest.approx(plan_best / want, rel=1e-9)
 
 
 def test_islands_route_no_kv_across_types():
@@ -133,10 +136,11 @@ def test_count_any_is_bounded_by_the_budget_by_hand(tmp_path):
                                         "  - {device: nvidia-h100-sxm, count: any, price_per_hour: 3}\n"
                                         "  - {device: nvidia-b200, count: any, price_per_hour: 6}\n"
                                         "  - {device: amd-mi300x, count: 4, price_per_hour: 5}\n"))
-    # H100: 70 kW / 700 W = 100, $100 / $3 = 33 -> 33. B200: 70 kW / 1000 W = 70, $100 / $6 = 16 -> 16.
+    # On the node footing (the default): H100: 70 kW / (10.2 kW / 8 = 1,275 W) = 54, $100 / $3 = 33 -> 33.
+    # B200: 70 kW / (14.3 kW / 8 = 1,787.5 W) = 39, $100 / $6 = 16 -> 16.
     assert c.inventory() == {"nvidia-h100-sxm": 33, "nvidia-b200": 16, "amd-mi300x": 4}
     assert c.designed() == ("nvidia-h100-sxm", "nvidia-b200")
-    assert c.alone("nvidia-b200", "power").inventory() == {"nvidia-b200": 70}
+    assert c.alone("nvidia-b200", "power").inventory() == {"nvidia-b200": 39}
     assert c.alone("nvidia-b200", "cost").inventory() == {"nvidia-b200": 16}
 
 
@@ -162,28 +166,96 @@ def test_cost_objective_without_a_price_names_the_device(tmp_path):
                           "price_per_hour")
 
 
-def test_iso_power_baseline_equals_a_separate_solve_of_a_one_type_cluster_file(tmp_path):
-    """The iso-power baseline of each type, recomputed as its own compile of a one-type cluster file holding as
-    many devices as the budget buys (70 kW / TDP, by hand), gives the plan's numbers."""
-    from compiler.driver import compile
+def test_iso_power_fleet_is_as_many_devices_as_the_budget_buys(tmp_path):
+    """70 kW buys floor(70,000 / 700) = 100 H100 SXM and floor(70,000 / 1,000) = 70 B200 (datasheet TDPs),
+    whatever the fixed fleet holds, and the one-type cluster keeps the power budget and drops the cost one."""
+    from compiler.inputs import load_cluster
 
-    nvidia = str(REPO / "examples" / "clusters" / "nvidia.yaml")
-    plan = compile("llama-3.1-8b", nvidia, CHAT, analyse=False).plan
-    assert plan.power_budget_w == 70_000
-    checked = 0
-    for device, tdp_w in (("nvidia-h100-sxm", 700), ("nvidia-b200", 1000)):
-        b = next(b for b in plan.baselines if b.name == f"iso-power:{device}")
-        count = math.floor(70_000 / tdp_w)
-        alone = _cluster(tmp_path, f"name: alone\npower_budget_kw: 70\ndevices:\n  - {{device: {device}, "
-                                   f"count: {count}}}\n")
-        own = compile("llama-3.1-8b", str(alone), CHAT, analyse=False, baselines=False).plan
-        assert b.status == own.solver.status == "optimal"
-        assert b.requests_per_s == pytest.approx(own.predicted.requests_per_s, rel=1e-9)
-        assert b.output_tokens_per_s == pytest.approx(own.predicted.output_tokens_per_s, rel=1e-9)
-        assert b.provisioned_power_w == pytest.approx(own.predicted.provisioned_power_w, rel=1e-9)
-        assert b.plan_gain == pytest.approx(plan.solver.objective_value / own.solver.objective_value, rel=1e-9)
-        checked += 1
-    assert checked == 2
+    c = load_cluster(_cluster(tmp_path, "name: f\npower_budget_kw: 70\npower_basis: chip\ncost_budget_per_hour: 30\n"
+                                        "devices:\n"
+                                        "  - {device: nvidia-h100-sxm, count: 16, price_per_hour: 4.0}\n"
+                                        "  - {device: nvidia-b200, count: 8, price_per_hour: 6.0}\n"))
+    for device, count in (("nvidia-h100-sxm", 100), ("nvidia-b200", 70)):
+        alone = c.alone(device, "power")
+        assert alone.inventory() == {device: count}
+        assert alone.power_budget_w == 70_000 and alone.cost_budget_per_hour is None
+    assert c.alone("nvidia-b200", "cost").inventory() == {"nvidia-b200": 5}  # floor(30 / 6)
+
+
+def test_plan_gains_over_baselines_are_hand_arithmetic_in_each_objectives_sense():
+    """The complementary fleet (hand arithmetic at the top of this file) with a one-type fleet of 10 pf devices
+    (what 10 kW buys at 1 kW each) posed as its iso-power baseline. Throughput: the plan serves 50 req/s, every
+    baseline 10 x 10/11, so each gain is 5.5 on requests, tokens and tokens per provisioned watt alike (both
+    10 kW). Power at 9 req/s: the plan provisions 2 kW, islands 10 kW: the gain in the objective's sense (a
+    quantity to minimise) is 10 / 2 = 5; what each can serve is its capacity, one pf prefill and one dc decode
+    10 req/s against ten colocated replicas' 10 x 10/11, so the gain on tokens is 1.1 and on tokens per
+    provisioned watt (10 / 2 kW) / (9.09 / 10 kW) = 5.5."""
+    from compiler.emit.emit_plan import baseline_result
+    from compiler.emit.plan import Predicted
+
+    def gains_of(inst, objective, fleet):
+        sol = solve(inst, objective)
+        out_tps = sol.requests_per_s * 100.0
+        predicted = Predicted(requests_per_s=sol.requests_per_s, output_tokens_per_s=out_tps, power_w=sol.power_w,
+                              provisioned_power_w=sol.provisioned_w, output_tokens_per_s_per_w=out_tps / sol.power_w,
+                              worst_ttft_ms=None, worst_tpot_ms=None,
+                              output_tokens_per_s_per_provisioned_w=out_tps / sol.provisioned_w)
+        return {b.name: baseline_result(b, sol, predicted)
+                for b in baselines(inst, objective, time_limit_s=10, fleets=[("iso-power:pf", fleet)])}
+
+    inst = complementary()
+    pf_alone = replace_options(inst, "pf")
+    for name, b in gains_of(inst, "throughput", pf_alone).items():
+        assert b.requests_per_s == pytest.approx(10 * COLOCATED, rel=2e-3), name
+        assert b.plan_gain == pytest.approx(5.5, rel=3e-3), name
+        assert b.plan_gains["output_tokens_per_s"] == pytest.approx(5.5, rel=3e-3), name
+        assert b.plan_gains["output_tokens_per_s_per_provisioned_w"] == pytest.approx(5.5, rel=3e-3), name
+    at_nine = complementary(arrival=9.0)
+    islands_power = gains_of(at_nine, "power", replace_options(at_nine, "pf"))["vendor-islands"]
+    assert islands_power.provisioned_power_w == 10_000.0 and islands_power.plan_gain == pytest.approx(5.0)
+    assert islands_power.plan_gains["output_tokens_per_s"] == pytest.approx(1.1, rel=2e-3)
+    assert islands_power.plan_gains["output_tokens_per_s_per_provisioned_w"] == pytest.approx(5.5, rel=2e-3)
+
+
+def replace_options(inst: Instance, device: str) -> Instance:
+    """`inst` with only `device`'s options and 10 of it (10 kW of 1 kW devices)."""
+    from dataclasses import replace
+
+    return replace(inst, options=tuple(o for o in inst.options if o.kv_device == device), inventory=((device, 10),))
+
+
+def test_the_frontier_of_a_hand_made_fleet_is_hand_arithmetic():
+    """The interactivity sweep on a fleet small enough to solve by hand (1 kW devices, 10 of each type, 10 kW,
+    100 output tokens): prefill on pf at 10 req/s; decode on dc at 10 req/s whose TPOT p90 is 10 ms at half
+    load and 20 ms at full; colocated on either at 10/11 req/s whose TPOT is 20 ms at half load. The targets
+    run from the slowest light-load TPOT (20 ms) to the fastest feasible one (10 ms).
+    At 20 ms: a pf prefill feeds a dc decode at full load, 10 req/s per 2 kW = 500,000 tokens/s per MW; islands
+    and no disaggregation only have the colocated pools at half load: 10/11 x 0.5 x 100 per kW = 45,455.
+    At 10 ms: decode at half load, one prefill per two decodes, 10 req/s per 3 kW = 333,333; the colocated
+    pools miss 10 ms at any load, so the baselines drop out."""
+    from types import SimpleNamespace
+
+    from compiler.driver import frontier
+
+    def option(kind, device, rate, tpot_half, tpot_full):
+        curve = ((0.5, 0.1, 0.1, tpot_half, tpot_half), (1.0, 0.1, 0.1, tpot_full, tpot_full))
+        return PoolOption(f"{kind}:{device}", kind, ((device, 1),), power_w=800.0, provisioned_w=1000.0,
+                          kv_device=device, tp=1, pp=1, batch=8, classes=(ClassService("chat", rate, curve),))
+
+    options = (option("prefill", "pf", 10.0, 0.0, 0.0), option("decode", "dc", 10.0, 0.010, 0.020),
+               option("colocated", "pf", COLOCATED, 0.020, 0.040), option("colocated", "dc", COLOCATED, 0.020, 0.040))
+    chat = ClassTarget("chat", 1.0, None, None, kv_bytes=1e6, output_len=100.0)
+    inst = Instance(options, (("dc", 10), ("pf", 10)), 10_000.0, (chat,), (), (), None)
+    named = SimpleNamespace(name="hand", model="hand")
+    prep = SimpleNamespace(instance=inst, options=options, cluster=named, workload=named, graph=named)
+    result = frontier(prep, points=2, fleets=[], time_limit_s=10)
+    assert result.targets_ms == pytest.approx([20.0, 10.0])
+    rows = {(r["curve"], round(r["tpot_target_ms"])): r["output_tokens_per_s_per_mw"] for r in result.rows}
+    want = {("heterogeneous", 20): 500_000, ("heterogeneous", 10): 1e6 / 3,
+            ("vendor-islands", 20): 1e7 / 220, ("no-disaggregation", 20): 1e7 / 220, ("greedy", 20): 1e7 / 220}
+    assert set(rows) == set(want)
+    for key, value in want.items():
+        assert rows[key] == pytest.approx(value, rel=1e-2), key
 
 
 def test_cost_objective_end_to_end_reports_dollars_and_gains_as_the_baseline_over_the_plan(tmp_path):

@@ -7,7 +7,6 @@ from collections import defaultdict
 
 import pytest
 
-from backends.registry import device
 from compiler.emit.report import build_report, write_report
 from compiler.emit.report.power import power_breakdown
 from compiler.emit.report.roofline import ceilings, roofline_points
@@ -41,16 +40,27 @@ def split(tiny_graph):
     return plan.model_copy(update={"mean_input_len": 256.0, "mean_output_len": 64.0, "transfers": kv})
 
 
-def test_power_breakdown_adds_up_to_what_the_solver_provisioned(compiled):
-    """Per pool: replicas x devices x the catalog TDP; in all, the solver's provisioned watts; the rest is dark."""
-    plan, _ = compiled
+def test_power_breakdown_of_a_hand_made_plan_is_the_datasheet_arithmetic(tiny_graph):
+    """On the chip footing, against datasheet TDPs (H100 SXM and H200 SXM 700 W, B200 1,000 W): one B200
+    colocated replica, three 2-H100 prefill replicas and two H200 decode replicas provision 1,000 + 6 x 700 +
+    2 x 700 = 6,600 W; of an inventory of 2 B200, 8 H100 and 2 H200, one B200 and two H100 stay dark (2,400 W);
+    drawn watts are the pools' own predictions added up (600 + 2,500 + 900)."""
+    from compiler.emit.handmade import PoolShape, handmade_plan
+
+    shapes = [PoolShape("co", "colocated", device="nvidia-b200"),
+              PoolShape("pre", "prefill", tp=2, replicas=3, device="nvidia-h100-sxm"),
+              PoolShape("dec", "decode", replicas=2, device="nvidia-h200-sxm")]
+    plan = handmade_plan(tiny_graph("llama-tiny"), shapes)
+    drawn = {"co": 600.0, "pre": 2500.0, "dec": 900.0}
+    plan = plan.model_copy(update={
+        "pools": [p.model_copy(update={"predicted_power_w": drawn[p.name]}) for p in plan.pools],
+        "inventory": {"nvidia-b200": 2, "nvidia-h100-sxm": 8, "nvidia-h200-sxm": 2}, "power_budget_w": 10_000.0})
     power = power_breakdown(plan)
-    for row, pool in zip(power.pools, plan.pools):
-        assert row.provisioned_w == pool.replicas * pool.devices_per_replica * device(pool.device).tdp_w
-    assert power.provisioned_w == pytest.approx(plan.predicted.provisioned_power_w)
-    assert power.drawn_w == pytest.approx(plan.predicted.power_w, abs=len(plan.pools))  # the solver floors watts
-    inventory_w = sum(device(d).tdp_w * n for d, n in plan.inventory.items())
-    assert power.provisioned_w + power.dark_w == pytest.approx(inventory_w)
+    assert plan.power_basis == "chip"
+    assert [(r.pool, r.devices, r.provisioned_w, r.drawn_w) for r in power.pools] == [
+        ("co", 1, 1000.0, 600.0), ("pre", 6, 4200.0, 2500.0), ("dec", 2, 1400.0, 900.0)]
+    assert power.provisioned_w == 6600.0 and power.drawn_w == 4000.0 and power.budget_w == 10_000.0
+    assert power.dark_devices == (("nvidia-b200", 1), ("nvidia-h100-sxm", 2)) and power.dark_w == 2400.0
 
 
 def test_every_block_sits_under_its_devices_roofline(compiled, split, tiny_graph):

@@ -101,7 +101,7 @@ def test_edited_stage_program_is_refused(llama_split, tmp_path):
 
 
 def test_mismatched_kv_dtypes_are_refused_without_a_conversion(llama_split):
-    from compiler.emit.plan import load_plan
+    from compiler.emit.plan_checks import load_plan
     from compiler.emit.transfers import validate_transfers
     from compiler.ir.errors import BadInput
 

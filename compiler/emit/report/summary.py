@@ -41,7 +41,8 @@ def _kw(watts: float | None) -> str:
 def summary_markdown(plan: Plan, power: PowerBreakdown, *, files: Sequence[tuple[str, str]] = (),
                      frontier_note: str | None = None) -> str:
     """The whole ``summary.md``; `files` lists (file name, what it shows) of the report's other files."""
-    budget = f"{plan.power_budget_w / 1e3:.1f} kW" if plan.power_budget_w else "no power budget"
+    budget = (f"{plan.power_budget_w / 1e3:.1f} kW of {basis_words(plan)}" if plan.power_budget_w
+              else "no power budget")
     parts = [f"# {plan.model} on {plan.cluster}: the plan",
              f"Workload **{plan.workload}** (mean {plan.mean_input_len:.0f} prompt + {plan.mean_output_len:.0f} "
              f"output tokens), {budget}, weights {plan.dtype}, KV {plan.kv_dtype}, objective "
@@ -88,9 +89,21 @@ def _totals(plan: Plan) -> str:
     pr = plan.predicted
     return "\n".join([
         f"- requests: {pr.requests_per_s:.2f} req/s; output tokens: {pr.output_tokens_per_s:,.0f} tokens/s",
-        f"- power: {_kw(pr.power_w)} kW drawn, {_kw(pr.provisioned_power_w)} kW provisioned (budget {budget_kw(plan)})",
+        f"- power: {_kw(pr.power_w)} kW drawn, {_kw(pr.provisioned_power_w)} kW provisioned (budget {budget_kw(plan)}; "
+        f"{basis_words(plan)})",
         f"- efficiency: {pr.output_tokens_per_s_per_w:.2f} output tokens/s per W drawn",
         f"- worst TTFT {_ms(pr.worst_ttft_ms, 0)} ms, worst TPOT {_ms(pr.worst_tpot_ms)} ms (at the SLO percentile)"])
+
+
+#: What each power footing counts ([Note: power basis] in cost_models/power.py), as the summary says it.
+BASIS_WORDS = {"chip": "chip power (accelerators' rated power alone, no host, NICs, switches or fans)",
+               "node": "node power (each device's share of its node's wall power: host, NICs, switches, fans)",
+               "facility": "facility power (node power x PUE {pue:g})"}
+
+
+def basis_words(plan: Plan) -> str:
+    """The footing the plan's watts count, in words."""
+    return BASIS_WORDS[plan.power_basis].format(pue=plan.pue or 1.0)
 
 
 def budget_kw(plan: Plan) -> str:
@@ -176,6 +189,8 @@ def _power(power: PowerBreakdown) -> str:
                  _kw(power.drawn_w)])
     dark = ", ".join(f"{n} {d}" for d, n in power.dark_devices) or "none"
     budget = "none" if power.budget_w is None else f"{_kw(power.budget_w)} kW"
-    return (f"Provisioned = devices x TDP (catalog), held under the budget ({budget}); drawn = predicted mean while "
-            f"serving. Left dark: {dark} ({_kw(power.dark_w)} kW at TDP).\n\n"
+    basis = BASIS_WORDS[power.basis].format(pue=power.pue or 1.0)
+    return (f"All watts count {basis}. Provisioned = devices x their rated power on that footing (catalog), held "
+            f"under the budget ({budget}); drawn = predicted mean at each pool's solved utilisation (idle plus "
+            f"full-load minus idle, times utilisation). Left dark: {dark} ({_kw(power.dark_w)} kW rated).\n\n"
             + table(["pool", "role", "device", "devices", "provisioned kW", "drawn kW"], rows))

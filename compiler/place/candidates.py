@@ -1,0 +1,170 @@
+"""The pool options the placement model places, and how the model counts a replica's load.
+
+Before: an `Instance` with every costed option. After: the options `PlacementModel`
+(`compiler.place.ilp`) builds variables for: each option whose classes meet their
+SLOs at different utilisations split into one option per class (`split_by_class`),
+the option itself kept beside them as a replica that mixes its classes at the
+strictest cap ([Note: class caps] in `compiler.place.ilp`), and then only the
+options no other option dominates (`prune`, [Note: exact pruning]).
+
+The integer scales live here, beside `scaled` (the one place floats become
+integers) and `load_units` (what one request/s costs a replica), because the
+pruning compares options exactly as the model counts them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from compiler.ir.placement import SLO_SHARE_ADMISSION, ClassTarget, Instance
+from compiler.ir.pool_option import PoolOption
+
+RATE_SCALE = 1000  # requests/s are modelled in milli-requests/s
+COST_SCALE = 1000  # dollars per hour are modelled in milli-dollars per hour
+LOAD_SCALE = 10**9  # a replica's capacity in load units: fine enough that rounding a class's cost up costs < 0.1%
+
+
+def scaled(value: float, scale: float = RATE_SCALE) -> int:
+    """The one place floats become integers: floor, so a scaled capacity never exceeds the real one."""
+    return int(math.floor(value * scale + 1e-9))
+
+
+def load_units(rate_per_s: float, cap: float = 1.0) -> int:
+    """Load units one milli-request/s takes of a replica that serves `rate_per_s` at utilisation 1, run at
+    most at utilisation `cap` (rounded up: a replica never runs past its cap).
+
+    >>> load_units(10.0), load_units(10.0, 0.5)
+    (100000, 200000)
+    """
+    return math.ceil(LOAD_SCALE / (RATE_SCALE * rate_per_s * cap))
+
+
+def candidates(inst: Instance, *, prune_them: bool = True) -> list[PoolOption]:
+    """The options the model places ([Note: class caps]): each option whose classes meet their SLOs at different
+    utilisations also as one option per class (`split_by_class`), beside the option itself as a mixing replica
+    at its strictest class's cap; then, unless `prune_them` is False, only those no other one dominates
+    (`prune`, sorted by key)."""
+    mixed = mixed_caps(inst)
+    split = split_by_class(inst.options, mixed)
+    every = [*split, *(o for o in inst.options if o.key in mixed)]
+    return list(prune(inst.with_options(every))) if prune_them else every
+
+
+def mixed_caps(inst: Instance) -> set[str]:
+    """Options whose classes meet their SLOs at different utilisations (more than 1% apart)."""
+    out = set()
+    for o in inst.options:
+        caps = [inst.cap(o, c) for c in inst.classes if o.service(c.name) is not None]
+        if len(caps) > 1 and max(caps) - min(caps) > 0.01:
+            out.add(o.key)
+    return out
+
+
+def split_by_class(options: Sequence[PoolOption], keys: set[str]) -> list[PoolOption]:
+    """`options` with each one named in `keys` replaced by one option per class it serves (``key|class``)."""
+    out = []
+    for o in options:
+        if o.key in keys and len(o.classes) > 1:
+            out += [replace(o, key=f"{o.key}|{s.name}", classes=(s,)) for s in o.classes]
+        else:
+            out.append(o)
+    return sorted(out, key=lambda o: o.key)
+
+
+#: [Note: exact pruning] An option is dropped only where another one (or m replicas of another) does at least
+#: what it does in every constraint the model has, so the optimum of every objective but latency (which keeps
+#: everything) is the same with and without it. Option A dominates B when, with m >= 1 replicas of A standing
+#: in for one of B: both are of one kind (and hand KV from, or take it on, the same device type); m replicas of
+#: A use no more devices of any type, provisioned watts or dollars than one of B; every class B
+#: serves, A serves, each request/s of it taking no more of m replicas' load than of B's (`load_units` at the
+#: strictest cap, as `PlacementModel` counts it); a prefill option's KV reaches, within the class's TTFT
+#: SLO, every decode type B's does; and A moves no more bytes per token over a link. Equal options keep the
+#: smallest key. Keeping only the best option per class would be wrong for a mix: X serving 10 req/s of
+#: each of two classes is best for neither against Y (11 and 1) and Z (1 and 11), yet one X replica serves a
+#: 50/50 mix at 9.5 req/s where Y or Z serves 1.74 (the test of that name). The predicted mean draw is
+#: reported, never optimised, so it is not compared; an objective that read it would have to be.
+
+
+@dataclass(frozen=True, slots=True)
+class _Profile:
+    """What the model reads of one replica of an option, in the model's integers."""
+
+    uses: tuple[tuple[str, int], ...]  # devices per type
+    spends: tuple[int, int]  # provisioned watts, price (milli-dollars per hour; -1: no price)
+    link: tuple[tuple[str, ...], float] | None  # device types and bytes per token moved between them
+    classes: dict[str, tuple[int, frozenset[str]]]  # class -> load units per milli-request/s, KV reach
+
+
+def prune(inst: Instance) -> tuple[PoolOption, ...]:
+    """The options of `inst` that no other option dominates ([Note: exact pruning]), sorted by key; an option no
+    class can use within its SLO is dropped too."""
+    decode_types = sorted({o.kv_device for o in inst.options if o.receives_kv})
+    decoders = {c.name: {o.kv_device for o in inst.options if o.receives_kv and o.service(c.name) is not None
+                         and inst.cap(o, c) > 0} for c in inst.classes}
+    profiles = {o.key: _profile(inst, o, decode_types, decoders) for o in inst.options}
+    alike: dict[tuple, list[PoolOption]] = {}
+    for o in sorted(inst.options, key=lambda o: o.key):
+        if profiles[o.key].classes:
+            alike.setdefault((o.kind, o.kv_device if o.kind != "colocated" else ""), []).append(o)
+    kept = []
+    for members in alike.values():
+        for b in members:
+            pb = profiles[b.key]
+            if not any(a is not b and _dominates(profiles[a.key], pb) and not (
+                    b.key < a.key and _dominates(pb, profiles[a.key])) for a in members):
+                kept.append(b)
+    return tuple(sorted(kept, key=lambda o: o.key))
+
+
+def _profile(inst: Instance, o: PoolOption, decode_types: list[str], decoders: dict[str, set[str]]) -> _Profile:
+    caps = {c.name: inst.cap(o, c) for c in inst.classes if o.service(c.name) is not None}
+    usable = {name: cap for name, cap in caps.items() if cap > 0}
+    strictest = min(usable.values(), default=0.0)
+    classes = {}
+    for c in inst.classes:
+        if c.name not in usable:
+            continue
+        reach = frozenset(_reach(inst, o, c, usable[c.name], decode_types, decoders)) if o.kind == "prefill" \
+            else frozenset()
+        if o.kind == "prefill" and not reach:
+            continue  # its KV can go nowhere within the SLO: the class is not served here
+        classes[c.name] = (load_units(o.service(c.name).rate_per_s, strictest), reach)
+    price = inst.price_per_hour(o)
+    link = (o.device_types, o.link_bytes_per_token) if o.link_bytes_per_token and len(o.device_types) == 2 \
+        else None
+    return _Profile(tuple((t, o.uses(t)) for t in o.device_types),
+                    (scaled(o.provisioned_w, 1), scaled(price, COST_SCALE) if price is not None else -1), link,
+                    classes)
+
+
+def _reach(inst: Instance, o: PoolOption, c: ClassTarget, cap: float, decode_types: list[str],
+           decoders: dict[str, set[str]]) -> list[str]:
+    """Decode types prefill option `o` may hand class `c`'s KV to within its TTFT SLO (`PlacementModel`'s
+    ``f[c,p,t]``: a decode option there serves c, the KV may go there, and p's TTFT at its cap, the hand-off
+    and the wait for a decode slot fit)."""
+    ttft = o.service(c.name).at(cap)[2]
+    return [t for t in decode_types if t in decoders[c.name] and inst.kv_reaches(o.kv_device, t) and (
+        c.ttft_slo_s is None
+        or ttft + inst.handoff(c.name, o.kv_device, t) + SLO_SHARE_ADMISSION * c.ttft_slo_s <= c.ttft_slo_s)]
+
+
+def _dominates(a: _Profile, b: _Profile) -> bool:
+    """Whether m >= 1 replicas of `a` do what one of `b` does on no more devices, watts or dollars."""
+    uses_b = dict(b.uses)
+    m = min((uses_b.get(t, 0) // k for t, k in a.uses if k), default=0)
+    for sa, sb in zip(a.spends, b.spends):
+        if sa > 0 and sb >= 0:  # an unpriced option leaves the model without dollars: nothing to compare
+            m = min(m, sb // sa)
+    if m < 1:
+        return False
+    if a.link is not None and (b.link is None or a.link[0] != b.link[0] or a.link[1] > b.link[1]):
+        return False
+    for name, (units_b, reach_b) in b.classes.items():
+        if name not in a.classes:
+            return False
+        units_a, reach_a = a.classes[name]
+        if units_a > m * units_b or not reach_b <= reach_a:
+            return False
+    return True
