@@ -112,9 +112,10 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
     if model not in graphs:
         graphs[model] = block_graph(model)
     tp = tp or max(1, count // pp)
-    config = resolve_model(model).config  # a callable's is empty
-    _check_parallelism(graphs[model], config, tp, pp, engine)
-    dep = deployment(device, count, tp, pp, stored_precision(model, precision), engine, kv_heads=kv_heads_of(config))
+    spec = resolve_model(model)
+    _check_parallelism(graphs[model], spec.config, tp, pp, engine)  # a callable's config is empty
+    dep = deployment(device, count, tp, pp, checkpoint_precision(spec, precision), engine,
+                     kv_heads=kv_heads_of(spec.config))
     result = estimate_deployment(graphs[model], dep, input_len=input_len, output_len=output_len, batch=batch,
                                  concurrency=concurrency)
     if not result.fits:
@@ -148,8 +149,10 @@ def _check_parallelism(graph: BlockGraph, config: dict, tp: int, pp: int, engine
     if pp > graph.num_layers:
         raise BadInput(f"--pp {pp}: {graph.model} has {graph.num_layers} layers, so at most {graph.num_layers} "
                        "pipeline stages")
+    from compiler.cost.deployment import kv_heads_of
+
     heads = config.get("num_attention_heads")
-    kv_heads = config.get("num_key_value_heads") or heads
+    kv_heads = kv_heads_of(config)
     if heads and tp > heads:
         raise BadInput(f"--tp {tp}: {graph.model} has {heads} attention heads and no engine gives a tensor-parallel "
                        f"rank no query head, so at most --tp {heads}; lower --tp (or raise --pp)")
@@ -319,10 +322,12 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
         sol = solve(prep.instance, objective, time_limit_s=time_limit_s)
         if not sol.feasible:
             raise Infeasible(explain(prep.graph.model, prep.instance, sol))
+    draft_graph = prep.draft.graph if prep.draft is not None else None
+    emit = lambda base, moved: emit_plan(prep.graph, prep.cluster, prep.workload, prep.precision,  # noqa: E731
+                                         prep.instance, sol, base, moved, draft_graph=draft_graph)
     if on_placed is not None:
         with timings.step("emit placement"):
-            placed = emit_plan(prep.graph, prep.cluster, prep.workload, prep.precision, prep.instance, sol, [], [],
-                               draft_graph=prep.draft.graph if prep.draft is not None else None)
+            placed = emit([], [])
         on_placed(placed)
     with timings.step("baselines"):
         base, fleets = [], []
@@ -334,8 +339,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     with timings.step("sensitivity"):
         moved = sensitivity(prep, sol, objective, progress=progress) if analyse else []
     with timings.step("emit"):
-        plan = emit_plan(prep.graph, prep.cluster, prep.workload, prep.precision, prep.instance, sol, base, moved,
-                         draft_graph=prep.draft.graph if prep.draft is not None else None)
+        plan = emit(base, moved)
     return Compilation(plan, sol, prep, timings, fleets)
 
 
@@ -363,63 +367,60 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
     that gap (within it, other pools are ties the solver's tolerance cannot tell from the plan's).
     """
     from dataclasses import replace as with_fields
+    from functools import partial
 
     from backends.registry import device
+    from compiler.cost.costing import with_node_power
     from compiler.cost.pool_options import enumerate_options
     from compiler.ir.placement import Sensitivity
     from compiler.place.ilp import FALLBACK_GAP, concurrently, solve
     from cost_models.derates import derate_for
 
     note = progress or _quiet
-    families: dict[str, set[str]] = {}
-    for dev_id in prep.cluster.inventory():
-        spec = device(dev_id)
-        if derate_for(spec.family).assumed and any(dev_id in o.device_types for o in prep.options):
-            families.setdefault(spec.family, set()).add(dev_id)
-    before = _pool_shapes(sol)
 
-    def one(family: str, devices: set[str], name: str, change: float) -> Sensitivity:
-        note(f"sensitivity: {family}.{name} {change:+.0%}")
+    def families_where(assumed: Callable) -> dict[str, set[str]]:  # device types in the options, by family
+        out: dict[str, set[str]] = {}
+        for dev_id in prep.cluster.inventory():
+            spec = device(dev_id)
+            if assumed(spec) and any(dev_id in o.device_types for o in prep.options):
+                out.setdefault(spec.family, set()).add(dev_id)
+        return out
+
+    def recosted(devices: set[str], name: str, change: float) -> list:
+        """The options with an assumed efficiency of `devices` moved: theirs costed again."""
         adjust = lambda d: with_fields(d, **{name: min(1.0, getattr(d, name) * (1 + change))})  # noqa: E731
         moved, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only=devices,
                                      adjust=adjust, draft=prep.draft)
-        kept = [o for o in prep.options if not set(o.device_types) & devices]
-        s = solve(prep.instance.with_options(sorted(kept + moved, key=lambda o: o.key)), objective,
-                  tie_break_budget=SENSITIVITY_TIE_BREAK_S, gap=FALLBACK_GAP, hint=sol)
-        value = s.objective.value if s.feasible else 0.0
-        moved_by = value / sol.objective.value - 1 if sol.objective.value else 0.0
-        # Within the solver's tolerance the plan still stands: pools differing there are ties, not changes.
-        after = before if abs(moved_by) <= FALLBACK_GAP else _pool_shapes(s) if s.feasible else set()
-        return Sensitivity(f"{family}.{name}", change, moved_by, tuple(sorted(after - before)),
-                           tuple(sorted(before - after)), s.objective.gap if s.feasible else 0.0)
+        return [o for o in prep.options if not set(o.device_types) & devices] + moved
 
-    def one_power(family: str, devices: set[str], change: float) -> Sensitivity:
-        """An assumed node power (host share) moved: what the plan provisions and draws on those types."""
-        from compiler.cost.costing import with_node_power
+    def repowered(devices: set[str], change: float) -> list:
+        """The options with an assumed node power (host share) of `devices` moved: what they provision and draw."""
+        cluster = prep.cluster
+        return [with_node_power(o, devices, change, cluster.power_basis, cluster.pue_factor) for o in prep.options]
 
-        note(f"sensitivity: {family}.node_w {change:+.0%}")
-        basis, pue = prep.cluster.power_basis, prep.cluster.pue or 1.0
-        options = sorted((with_node_power(o, devices, change, basis, pue) for o in prep.options), key=lambda o: o.key)
+    before = _pool_shapes(sol)
+
+    def one(label: str, change: float, options_at: Callable[[float], list]) -> Sensitivity:
+        note(f"sensitivity: {label} {change:+.0%}")
+        options = sorted(options_at(change), key=lambda o: o.key)
         s = solve(prep.instance.with_options(options), objective, tie_break_budget=SENSITIVITY_TIE_BREAK_S,
                   gap=FALLBACK_GAP, hint=sol)
         value = s.objective.value if s.feasible else 0.0
         moved_by = value / sol.objective.value - 1 if sol.objective.value else 0.0
+        # Within the solver's tolerance the plan still stands: pools differing there are ties, not changes.
         after = before if abs(moved_by) <= FALLBACK_GAP else _pool_shapes(s) if s.feasible else set()
-        return Sensitivity(f"{family}.node_w", change, moved_by, tuple(sorted(after - before)),
+        return Sensitivity(label, change, moved_by, tuple(sorted(after - before)),
                            tuple(sorted(before - after)), s.objective.gap if s.feasible else 0.0)
 
+    families = families_where(lambda spec: derate_for(spec.family).assumed)
     # Node powers matter only where a budget counts them: an assumed one moves like an assumed efficiency.
-    powered: dict[str, set[str]] = {}
-    if prep.cluster.power_basis != "chip" and prep.instance.power_budget_w is not None:
-        for dev_id in prep.cluster.inventory():
-            spec = device(dev_id)
-            if spec.node_w_label == "assumed" and any(dev_id in o.device_types for o in prep.options):
-                powered.setdefault(spec.family, set()).add(dev_id)
-    moves = [(family, devices, name, sign * SENSITIVITY_CHANGE) for family, devices in sorted(families.items())
-             for name in SENSITIVITY_FIELDS for sign in (1, -1)]
-    moves += [(family, devices, None, sign * SENSITIVITY_CHANGE) for family, devices in sorted(powered.items())
-              for sign in (1, -1)]
-    return concurrently(lambda m: one(*m) if m[2] is not None else one_power(m[0], m[1], m[3]), moves)
+    counted = prep.cluster.power_basis != "chip" and prep.instance.power_budget_w is not None
+    powered = families_where(lambda spec: spec.node_w_label == "assumed") if counted else {}
+    moves = [(f"{family}.{name}", sign * SENSITIVITY_CHANGE, partial(recosted, devices, name))
+             for family, devices in sorted(families.items()) for name in SENSITIVITY_FIELDS for sign in (1, -1)]
+    moves += [(f"{family}.node_w", sign * SENSITIVITY_CHANGE, partial(repowered, devices))
+              for family, devices in sorted(powered.items()) for sign in (1, -1)]
+    return concurrently(lambda m: one(*m), moves)
 
 
 def _pool_shapes(sol: Solution) -> set[str]:

@@ -67,7 +67,8 @@ def render(rows: list[dict[str, Any]], console: Console | None = None) -> None:
                ("run", "left"), ("assumed", "right")]
     cells = [[escape(r["id"]), r["form"], "/".join(_num(r["peak_tflops"].get(d)) for d in TABLE_DTYPES),
               _memory_cell(r["memory"]), _num(r["tdp_w"]),
-              f"{_num(r['node_w'])}{NODE_LABEL_MARK[r['node_w_label']]}", str(r["devices_per_node"]), _link_cell(r["scale_up"]),
+              f"{_num(r['node_w'])}{NODE_LABEL_MARK[r['node_w_label']]}", str(r["devices_per_node"]),
+              _link_cell(r["scale_up"]),
               _link_cell(r["scale_out"]), escape(r["k8s_resource"] or "none"), r["execution"],
               f"{len(r['assumed'])}/{len(r['sources'])}"] for r in rows]
     title = "Device catalog: vendor datasheet peaks (dense, not derated), not measurements"

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from compiler.cli import options
+from compiler.cli.console import output
 
 
 def register(sub) -> None:
@@ -29,7 +30,7 @@ def register(sub) -> None:
     p.add_argument("--max-failures", type=options.nonneg_int,
                    default=0, help="stop once more requests than this failed (default 0: at the first failure)")
     p.add_argument("--url", default=None, help="router URL (default: from DIR/deploy/endpoints.json)")
-    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    options.add_json(p, "the figures")
     p.set_defaults(func=run)
 
 
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     measured = summarize(samples, wall)
     result = {"concurrency": args.concurrency, "input_len": input_len, "output_len": output_len,
               "measured": measured, "predicted": _predicted(plan)}
-    _print(result, args.json)
+    output(result, args.json, _print)
     if measured["failed"]:
         raise RuntimeFailure(f"{measured['failed']} of {measured['requests']} requests failed: "
                              f"{'; '.join(measured['errors'])}")
@@ -66,10 +67,7 @@ def _predicted(plan) -> dict:
             "prediction": "of the cost model, at the plan's solved rate"}
 
 
-def _print(result: dict, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(result, indent=1, sort_keys=True))
-        return
+def _print(result: dict) -> None:
     m, p = result["measured"], result["predicted"]
     fmt = lambda v, spec=".1f": "-" if v is None else format(v, spec)  # noqa: E731
     print(f"concurrency {result['concurrency']}, {m['requests']} requests of {result['input_len']} -> "

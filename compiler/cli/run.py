@@ -84,13 +84,9 @@ def _float(text: str) -> float:
 
 
 def _checked(requests: list, where: str) -> list:
-    """Refuse, before any worker starts, a request whose sampling parameters cannot run."""
-    from compiler.runtime.sampling import sampling_problems
-
+    """Refuse, before any worker starts, a request whose generation parameters cannot run (`Request.problems`)."""
     for i, r in enumerate(requests):
-        problems = sampling_problems(temperature=r.temperature, top_p=r.top_p)
-        if isinstance(r.max_new_tokens, bool) or not isinstance(r.max_new_tokens, int) or r.max_new_tokens < 1:
-            problems.append(f"max_new_tokens {r.max_new_tokens}: give at least 1")
+        problems = r.problems()
         if problems:
             raise BadInput(f"{where}" + (f", request {i + 1}" if len(requests) > 1 else "") + ": " + "; ".join(problems))
     return requests

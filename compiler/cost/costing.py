@@ -71,8 +71,7 @@ def on_basis(option: PoolOption, basis: str, pue: float = 1.0) -> PoolOption:
     the chip footing (``power_w`` from the step, ``provisioned_w`` the devices' TDP); this is the one place
     they move to another, so every generator (plain, attention/FFN, drafted) agrees."""
     specs = [(device(d), k) for d, k in option.devices]
-    provisioned = sum(k * device_basis_w(s, basis, pue)[0] for s, k in specs)
-    idle = sum(k * device_basis_w(s, basis, pue)[1] for s, k in specs)
+    provisioned, idle = _rated_w(specs, basis, pue)
     return replace(option, power_w=draw_on_basis_w(option.power_w, specs, basis, pue), provisioned_w=provisioned,
                    idle_w=idle)
 
@@ -86,10 +85,18 @@ def with_node_power(option: PoolOption, devices: set[str], change: float, basis:
     moved = [(device(d), k) for d, k in option.devices if d in devices]
     if not moved:
         return option
-    full = sum(k * device_basis_w(s, basis, pue)[0] for s, k in moved) * change
-    idle = sum(k * device_basis_w(s, basis, pue)[1] for s, k in moved) * change
+    full, idle = (w * change for w in _rated_w(moved, basis, pue))
     return replace(option, provisioned_w=option.provisioned_w + full, power_w=option.power_w + full,
                    idle_w=option.idle_w + idle)
+
+
+def _rated_w(specs: list, basis: str, pue: float) -> tuple[float, float]:
+    """The rated and idle watts on `basis` of `specs` (device spec, count) together."""
+    rated = idle = 0.0
+    for spec, k in specs:
+        rated_w, idle_w = device_basis_w(spec, basis, pue)
+        rated, idle = rated + k * rated_w, idle + k * idle_w
+    return rated, idle
 
 
 def usable_services(services: list[ClassService]) -> tuple[ClassService, ...]:

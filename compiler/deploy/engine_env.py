@@ -84,9 +84,13 @@ def router_binary() -> Path:
     return engine_python().parent / "vllm-router"
 
 
+def outside_env() -> dict[str, str]:
+    """This process's environment without what ties a Python to gimletc's own venv (for the engine venv's)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
 def _run(argv: list[str], what: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    done = subprocess.run(argv, capture_output=True, text=True, env=outside_env())
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
         raise RuntimeFailure(f"engine environment {env_dir()}: could not {what} (exit {done.returncode}); "

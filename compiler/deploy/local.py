@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compiler.deploy.engine_env import engine_python, outside_env, router_binary
 from compiler.emit.plan import Plan, Pool
 from compiler.emit.plan_checks import load_plan
 from compiler.ir.errors import BadInput, RuntimeFailure
@@ -253,7 +254,7 @@ def prepare(root: str | Path, python: Path, router: Path) -> Deployment:
     shutil.rmtree(kv_dir, ignore_errors=True)  # KV of an earlier run must not be mistaken for this run's
     kv_dir.mkdir(parents=True)
     procs, urls = [], {}
-    base_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    base_env = outside_env()
     for pool in pools:
         for r in range(pool.replicas):
             port = _free_port()
@@ -270,14 +271,9 @@ def prepare(root: str | Path, python: Path, router: Path) -> Deployment:
 def deploy_local(root: str | Path, *, for_s: float | None = None, ready_timeout_s: float = 900.0,
                  progress: Callable[[str], None] = log.info) -> None:
     """Run the plan in `root` on local vLLM engines until interrupted, `for_s` elapses, or a process dies."""
-    from compiler.deploy.engine_env import engine_python, router_binary
-
     python = engine_python(progress)
     deployment = prepare(root, python, router_binary())
-    stop = {"signal": None}
-
-    def on_signal(signum, _frame):  # SIGTERM: stop like Ctrl-C (an orchestrator's or a test's stop)
-        stop["signal"] = signum
+    def on_signal(_signum, _frame):  # SIGTERM: stop like Ctrl-C (an orchestrator's or a test's stop)
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_signal)

@@ -91,7 +91,7 @@ def split_by_class(options: Sequence[PoolOption], keys: set[str]) -> list[PoolOp
 class _Profile:
     """What the model reads of one replica of an option, in the model's integers."""
 
-    uses: tuple[tuple[str, int], ...]  # devices per type
+    uses: dict[str, int]  # devices per type
     spends: tuple[int, int]  # provisioned watts, price (milli-dollars per hour; -1: no price)
     link: tuple[tuple[str, ...], float] | None  # device types and bytes per token moved between them
     classes: dict[str, tuple[int, frozenset[str]]]  # class -> load units per milli-request/s, KV reach
@@ -110,12 +110,24 @@ def prune(inst: Instance) -> tuple[PoolOption, ...]:
             alike.setdefault((o.kind, o.kv_device if o.kind != "colocated" else ""), []).append(o)
     kept = []
     for members in alike.values():
+        last = None  # the latest option found dominated: its dominator likely dominates the next one too
         for b in members:
-            pb = profiles[b.key]
-            if not any(a is not b and _dominates(profiles[a.key], pb) and not (
-                    b.key < a.key and _dominates(pb, profiles[a.key])) for a in members):
+            by = _dominator(b, members if last is None else (last, *members), profiles)
+            if by is None:
                 kept.append(b)
+            else:
+                last = by
     return tuple(sorted(kept, key=lambda o: o.key))
+
+
+def _dominator(b: PoolOption, others: Sequence[PoolOption], profiles: dict[str, _Profile]) -> PoolOption | None:
+    """The first of `others` that dominates `b` (of two equal options, the smaller key dominates), else None."""
+    pb = profiles[b.key]
+    for a in others:
+        pa = profiles[a.key]
+        if a is not b and _dominates(pa, pb) and not (b.key < a.key and _dominates(pb, pa)):
+            return a
+    return None
 
 
 def _profile(inst: Instance, o: PoolOption, decode_types: list[str], decoders: dict[str, set[str]]) -> _Profile:
@@ -134,7 +146,7 @@ def _profile(inst: Instance, o: PoolOption, decode_types: list[str], decoders: d
     price = inst.price_per_hour(o)
     link = (o.device_types, o.link_bytes_per_token) if o.link_bytes_per_token and len(o.device_types) == 2 \
         else None
-    return _Profile(tuple((t, o.uses(t)) for t in o.device_types),
+    return _Profile({t: o.uses(t) for t in o.device_types},
                     (scaled(o.provisioned_w, 1), scaled(price, COST_SCALE) if price is not None else -1), link,
                     classes)
 
@@ -151,9 +163,11 @@ def _reach(inst: Instance, o: PoolOption, c: ClassTarget, cap: float, decode_typ
 
 
 def _dominates(a: _Profile, b: _Profile) -> bool:
-    """Whether m >= 1 replicas of `a` do what one of `b` does on no more devices, watts or dollars."""
-    uses_b = dict(b.uses)
-    m = min((uses_b.get(t, 0) // k for t, k in a.uses if k), default=0)
+    """Whether m >= 1 replicas of `a` do what one of `b` does on no more devices, watts or dollars. (The cheap
+    tests first: `prune` asks this of every pair of a group.)"""
+    if not b.classes.keys() <= a.classes.keys():
+        return False
+    m = min((b.uses.get(t, 0) // k for t, k in a.uses.items() if k), default=0)
     for sa, sb in zip(a.spends, b.spends):
         if sa > 0 and sb >= 0:  # an unpriced option leaves the model without dollars: nothing to compare
             m = min(m, sb // sa)
@@ -162,8 +176,6 @@ def _dominates(a: _Profile, b: _Profile) -> bool:
     if a.link is not None and (b.link is None or a.link[0] != b.link[0] or a.link[1] > b.link[1]):
         return False
     for name, (units_b, reach_b) in b.classes.items():
-        if name not in a.classes:
-            return False
         units_a, reach_a = a.classes[name]
         if units_a > m * units_b or not reach_b <= reach_a:
             return False

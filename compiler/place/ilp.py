@@ -145,7 +145,8 @@ class PlacementModel:
 
     def _power(self) -> None:
         """``power``: provisioned watts (rated power on the budget's footing) of all replicas <= budget."""
-        self.power = sum(self.n[o.key] * scaled(o.provisioned_w, 1) for o in self.opts)
+        self.watts = {o.key: scaled(o.provisioned_w, 1) for o in self.opts}  # per replica
+        self.power = sum(self.n[o.key] * self.watts[o.key] for o in self.opts)
         if self.inst.power_budget_w is not None:
             self.m.add(self.power <= scaled(self.inst.power_budget_w, 1)).only_enforce_if(self.lit["power"])
 
@@ -166,9 +167,10 @@ class PlacementModel:
         """``cost``: dollars per hour of all replicas <= the cost budget. ``cost`` is None when some option's
         devices have no price (`solve` refuses a cost budget or objective then)."""
         prices = [self.inst.price_per_hour(o) for o in self.opts]
-        self.cost = None
+        self.cost = self.prices = None
         if all(p is not None for p in prices):
-            self.cost = sum(self.n[o.key] * scaled(p, COST_SCALE) for o, p in zip(self.opts, prices))
+            self.prices = {o.key: scaled(p, COST_SCALE) for o, p in zip(self.opts, prices)}  # per replica
+            self.cost = sum(self.n[o.key] * self.prices[o.key] for o in self.opts)
         if self.inst.cost_budget_per_hour is not None and self.cost is not None:
             self.m.add(self.cost <= scaled(self.inst.cost_budget_per_hour, COST_SCALE)).only_enforce_if(
                 self.lit["cost"])
@@ -526,12 +528,10 @@ TIE_BREAK_DETERMINISTIC_S = 0.5
 def _stages(model: PlacementModel, objective: str, deadline: float) -> tuple[list[tuple], tuple | None]:
     """The lexicographic objectives: the user's first, then what makes its optimum cheapest; and the first
     stage already solved, where finding it solved it (Dinkelbach: `compiler.place.ratio`), else None."""
-    if objective == "tokens-per-watt":  # per replica as `_power` and `_cost` count them
-        per = {o.key: scaled(o.provisioned_w, 1) for o in model.opts}
-        return dinkelbach(model, deadline, model.power, per, model.ratio_hint * RATE_SCALE)
+    if objective == "tokens-per-watt":
+        return dinkelbach(model, deadline, model.power, model.watts, model.ratio_hint * RATE_SCALE)
     if objective == "tokens-per-dollar":
-        per = {o.key: scaled(model.inst.price_per_hour(o), COST_SCALE) for o in model.opts}
-        return dinkelbach(model, deadline, model.cost, per, model.ratio_hint)
+        return dinkelbach(model, deadline, model.cost, model.prices, model.ratio_hint)
     return {
         "throughput": lambda: [(model.lam, "max"), (model.power, "min")],
         "power": lambda: [(model.power, "min"), (model.lam, "max")],

@@ -76,6 +76,15 @@ class Request:
         """Position of the next token fed to decode (the last sampled one)."""
         return len(self.prompt) + len(self.tokens) - 1
 
+    def problems(self) -> list[str]:
+        """What is wrong with its generation parameters, one line each; empty when it can run (`Engine.submit`
+        refuses it, ``gimletc run`` checks before any worker starts)."""
+        problems = sampling_problems(temperature=self.temperature, top_p=self.top_p)
+        n = self.max_new_tokens
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            problems.append(f"max_new_tokens {n}: give at least 1")
+        return problems
+
 
 #: How long local workers may take to import torch and load their plan before the rendezvous (a loaded 2-core
 #: machine takes seconds; the stage timeout starts counting only once every worker is ready).
@@ -201,9 +210,7 @@ class Engine:
 
         if not req.prompt:
             raise BadInput("request: empty prompt; give at least one token id")
-        if req.max_new_tokens < 1:
-            raise BadInput(f"request: max_new_tokens {req.max_new_tokens}: give at least 1")
-        problems = sampling_problems(temperature=req.temperature, top_p=req.top_p)
+        problems = req.problems()
         if problems:
             raise BadInput("request: " + "; ".join(problems))
         if any(not 0 <= t < self.vocab for t in req.prompt):

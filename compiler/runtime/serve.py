@@ -17,7 +17,7 @@ Prompts: with a tokenizer in ``DIR/model/`` text is tokenized; without one a
 prompt is token ids (a JSON list, or a string of integers), and each choice
 carries ``token_ids`` next to a text of space-separated ids.
 
-Requests are validated at the door (`CompletionBody`, `ChatBody`): a value the OpenAI API or this runtime does
+Requests are validated at the door (`compiler.runtime.openai_api`): a value the OpenAI API or this runtime does
 not accept gets 400 with OpenAI's error JSON (``{"error": {"message", "type", "param", "code"}}``), an unknown
 model 404 (``model_not_found``); every error, malformed JSON included, is that JSON. ``n`` choices per prompt,
 batch prompts (a list of prompts), ``stop`` (strings; token ids written as integers without a tokenizer; the stop
@@ -44,20 +44,18 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from compiler.ir.errors import BadInput, GimletError, RuntimeFailure
 from compiler.runtime.engine import Engine, Request
+from compiler.runtime.openai_api import (MAX_CHOICES, UNSUPPORTED, ApiError, Body, ChatBody, CompletionBody,
+                                         Detokenizer, Tokens, choice_logprobs, validation_error)
 
 log = logging.getLogger(__name__)
 
 _DONE = object()
 #: Seconds SIGTERM gives in-flight requests to finish before their connections are closed.
 DRAIN_S = 10.0
-#: Choices one HTTP request may ask for (``n`` x prompts): more would starve every other client.
-MAX_CHOICES = 64
 
 
 class RequestFailed(Exception):
@@ -214,78 +212,6 @@ def _observe(m: dict, req: Request) -> None:
         m["e2e"].observe(end - req.arrived_s)
 
 
-# -- request bodies: what the OpenAI API accepts, as far as this runtime implements it ----------------------------
-class StreamOptions(BaseModel):
-    include_usage: bool = False
-
-
-class _Body(BaseModel):
-    """Fields both endpoints take. Fields of the OpenAI API not listed are ignored, except those in `UNSUPPORTED`,
-    which are refused when set to anything but their no-op value."""
-
-    model_config = ConfigDict(extra="allow")
-
-    model: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
-    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
-    n: int = Field(1, ge=1, le=MAX_CHOICES)
-    stop: str | list[str] | None = Field(None, max_length=4)
-    seed: int | None = Field(None, ge=-(1 << 63), lt=1 << 63)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    ignore_eos: bool = False
-
-
-#: OpenAI fields this runtime does not implement, with the value that means "off".
-UNSUPPORTED = {"echo": False, "best_of": 1, "suffix": None, "presence_penalty": 0, "frequency_penalty": 0,
-               "logit_bias": None, "tools": None, "response_format": None}
-
-
-class CompletionBody(_Body):
-    prompt: str | list[int] | list[str] | list[list[int]]
-    logprobs: int | None = Field(None, ge=0, le=5)
-
-
-class TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
-
-
-class Message(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
-
-    def text(self) -> str:
-        if isinstance(self.content, list):
-            return "".join(part.text for part in self.content)
-        return self.content or ""
-
-
-class ChatBody(_Body):
-    messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
-
-
-class ApiError(Exception):
-    """An error answered as OpenAI's JSON."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.param, self.code, self.kind = status, param, code, kind
-
-    def response(self):
-        from fastapi.responses import JSONResponse
-
-        return JSONResponse({"error": {"message": str(self), "type": self.kind, "param": self.param,
-                                       "code": self.code}}, status_code=self.status)
-
-
 def _item_error(item: Exception) -> ApiError:
     """The HTTP error for what the engine's thread reported instead of tokens."""
     if isinstance(item, BadInput):
@@ -298,108 +224,18 @@ def _item_error(item: Exception) -> ApiError:
     return ApiError(503, f"the plan's workers failed: {item}", kind="server_error", code="engine_failed")
 
 
-class _Tokens:
-    """Text <-> ids: the tokenizer in DIR/model/ when present, else token ids written as integers."""
-
-    def __init__(self, root: Path) -> None:
-        self.tokenizer = None
-        if (root / "model" / "tokenizer.json").is_file() or (root / "model" / "tokenizer_config.json").is_file():
-            from transformers import AutoTokenizer
-
-            self.tokenizer = AutoTokenizer.from_pretrained(str(root / "model"), local_files_only=True)
-
-    @property
-    def chat_template(self) -> bool:
-        return self.tokenizer is not None and bool(getattr(self.tokenizer, "chat_template", None))
-
-    def encode(self, prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, list):
-            return prompt
-        if self.tokenizer is not None:
-            return self.tokenizer.encode(prompt)
-        try:
-            return [int(t) for t in prompt.replace(",", " ").split()]
-        except ValueError:
-            raise ApiError(400, "prompt: this plan has no tokenizer in DIR/model/; give token ids (a list of "
-                                "integers, or a string of integers separated by spaces)", param="prompt") from None
-
-    def prompts(self, prompt: str | list) -> list[list[int]]:
-        """A completion's prompts: one (text or token ids) or a batch (a list of either)."""
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-            return [self.encode(p) for p in prompt]
-        return [self.encode(prompt)]
-
-    def chat(self, messages: list[Message]) -> list[int]:
-        if self.chat_template:
-            ids = self.tokenizer.apply_chat_template([{"role": m.role, "content": m.text()} for m in messages],
-                                                     add_generation_prompt=True, tokenize=True)
-            return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-        if len(messages) > 1:
-            raise ApiError(400, f"messages: {len(messages)} messages, but this plan has no tokenizer with a chat "
-                                f"template in DIR/model/ to format them; send one message (its content as token ids), "
-                                f"or put a tokenizer with a chat_template in the plan's model folder", param="messages")
-        return self.encode(messages[0].text())
-
-    def stops(self, stop: str | list[str] | None) -> list:
-        """Stop sequences: strings with a tokenizer, else token-id tuples (each string a list of integers)."""
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if any(not s for s in stops):
-            raise ApiError(400, "stop: an empty stop sequence; give non-empty strings", param="stop")
-        if self.tokenizer is not None:
-            return stops
-        try:
-            return [tuple(int(t) for t in s.replace(",", " ").split()) or None for s in stops]
-        except ValueError:
-            raise ApiError(400, "stop: this plan has no tokenizer in DIR/model/; give stop sequences as token ids "
-                                "(e.g. \"5\" or \"5 6\")", param="stop") from None
-
-    def piece(self, token: int) -> str:
-        return self.tokenizer.decode([token]) if self.tokenizer is not None else f" {token}"
-
-    def decode(self, ids: list[int]) -> str:
-        if self.tokenizer is not None:
-            return self.tokenizer.decode(ids)
-        return "".join(f" {t}" for t in ids)
-
-    def visible(self, tokens: list[int], stops: list, final: bool) -> tuple[int, str]:
-        """The tokens and text a client sees: cut before the first stop sequence; while generating (not `final`),
-        also without a tail that could still become one (or, with a tokenizer, an incomplete character)."""
-        if self.tokenizer is None:
-            cut = next((i for i in range(len(tokens)) for s in stops if tuple(tokens[i:i + len(s)]) == s), None)
-            if cut is None:
-                cut = len(tokens)
-                if not final:
-                    cut -= max((k for s in stops for k in range(1, len(s)) if tuple(tokens[-k:]) == s[:k]),
-                               default=0)
-            return cut, self.decode(tokens[:cut])
-        text = self.decode(tokens)
-        found = [i for i in (text.find(s) for s in stops) if i >= 0]
-        if found:
-            return len(tokens), text[:min(found)]
-        if not final:
-            hold = max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
-            text = text[:len(text) - hold].rstrip("\ufffd")
-        return len(tokens), text
-
-    def stopped(self, tokens: list[int], stops: list) -> bool:
-        if self.tokenizer is None:
-            return any(tuple(tokens[-len(s):]) == s for s in stops)
-        text = self.decode(tokens)
-        return any(s in text for s in stops)
-
-
 class _Choice:
     """One choice of a response: its engine request and what the client has been sent of it."""
 
-    def __init__(self, index: int, req: Request, prompt_index: int) -> None:
+    def __init__(self, index: int, req: Request, prompt_index: int, tokens: Tokens) -> None:
         self.index, self.req, self.prompt_index = index, req, prompt_index
-        self.tokens: list[int] = []
+        self.tokens: list[int] = []  # as streamed to the client (`req.tokens` grows on the engine's thread)
+        self.text = Detokenizer(tokens) if tokens.tokenizer is not None else None  # of `tokens`, while streaming
         self.sent_tokens = 0
         self.sent_chars = 0
-        self.done = False
 
 
-def _prepare(body: _Body, chat: bool, tokens: _Tokens, model_name: str) -> tuple[list[_Choice], list]:
+def _prepare(body: Body, chat: bool, tokens: Tokens, model_name: str) -> tuple[list[_Choice], list]:
     """The engine requests of a validated body (n per prompt), or an `ApiError` saying what to change."""
     for name, off in UNSUPPORTED.items():
         value = (body.model_extra or {}).get(name, off)
@@ -422,6 +258,7 @@ def _prepare(body: _Body, chat: bool, tokens: _Tokens, model_name: str) -> tuple
         raise ApiError(400, f"n: {len(prompts)} prompts x n {body.n} choices exceed {MAX_CHOICES} per request",
                        param="n")
     stops = [s for s in tokens.stops(body.stop) if s]
+    stop_check = tokens.stop_check(stops) if stops else None
     choices = []
     for p, ids in enumerate(prompts):
         for j in range(body.n):
@@ -429,23 +266,9 @@ def _prepare(body: _Body, chat: bool, tokens: _Tokens, model_name: str) -> tuple
             req = Request(ids, max_new_tokens=max_tokens or 16,
                           temperature=1.0 if body.temperature is None else body.temperature,
                           top_p=1.0 if body.top_p is None else body.top_p, seed=seed, ignore_eos=body.ignore_eos,
-                          logprobs=top)
-            if stops:
-                req.stop_check = lambda r, stops=stops: tokens.stopped(r.tokens, stops)
-            choices.append(_Choice(len(choices), req, p))
+                          logprobs=top, stop_check=stop_check)
+            choices.append(_Choice(len(choices), req, p, tokens))
     return choices, stops
-
-
-def _validation_error(exc) -> ApiError:
-    """OpenAI's 400 for what pydantic refused: the first problem, naming its field."""
-    errors = exc.errors()
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
-    if first.get("type") == "json_invalid":
-        return ApiError(400, f"the body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])})")
-    field = ".".join(loc) or None
-    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-    return ApiError(400, f"{field or 'body'}: {first['msg']}{more}", param=loc[0] if loc else None)
 
 
 def build_app(loop: ServingLoop, root: Path, model_name: str):
@@ -464,7 +287,7 @@ def build_app(loop: ServingLoop, root: Path, model_name: str):
 
     app = FastAPI(title="gimletc", version="1", lifespan=lifespan)
     registry, m = _metrics(loop)
-    tokens = _Tokens(root)
+    tokens = Tokens(root)
 
     @app.exception_handler(ApiError)
     async def api_error(_, exc: ApiError):
@@ -472,7 +295,7 @@ def build_app(loop: ServingLoop, root: Path, model_name: str):
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_, exc: RequestValidationError):
-        return _validation_error(exc).response()
+        return validation_error(exc).response()
 
     @app.exception_handler(HTTPException)
     async def http_error(_, exc: HTTPException):
@@ -500,7 +323,7 @@ def build_app(loop: ServingLoop, root: Path, model_name: str):
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
                                             "owned_by": "gimletc"}]}
 
-    async def generate(body: _Body, chat: bool):
+    async def generate(body: Body, chat: bool):
         if not loop.healthy():
             raise ApiError(503, f"the plan's workers failed: {loop.failure}", kind="server_error",
                            code="engine_failed")
@@ -529,7 +352,7 @@ def build_app(loop: ServingLoop, root: Path, model_name: str):
             _observe(m, c.req)
             n_visible, text = tokens.visible(c.req.tokens, stops, final=True)
             shown = c.req.tokens[:n_visible]
-            lp = _logprobs(tokens, c.req, n_visible, chat)
+            lp = choice_logprobs(tokens, c.req, n_visible, chat)
             choice = ({"index": c.index, "message": {"role": "assistant", "content": text}, "logprobs": lp} if chat
                       else {"index": c.index, "text": text, "logprobs": lp})
             listed.append({**choice, "finish_reason": c.req.finish_reason, "token_ids": shown})
@@ -555,11 +378,12 @@ def build_app(loop: ServingLoop, root: Path, model_name: str):
             final = item is _DONE
             if not final:
                 c.tokens.append(item)
-            n_visible, text = tokens.visible(c.tokens, stops, final=final)
+            so_far = c.text.update(c.tokens) if c.text is not None and not final else None
+            n_visible, text = tokens.visible(c.tokens, stops, final=final, start=c.sent_tokens, text=so_far)
             if n_visible > c.sent_tokens or len(text) > c.sent_chars:
                 delta, ids = text[c.sent_chars:], c.tokens[c.sent_tokens:n_visible]
                 piece = {"delta": {"content": delta}} if chat else {"text": delta}
-                lp = _logprobs(tokens, c.req, n_visible, chat, start=c.sent_tokens)
+                lp = choice_logprobs(tokens, c.req, n_visible, chat, start=c.sent_tokens)
                 yield _sse({**base, "choices": [{"index": c.index, **piece, "logprobs": lp, "finish_reason": None,
                                                  "token_ids": ids}]})
                 c.sent_tokens, c.sent_chars = max(c.sent_tokens, n_visible), max(c.sent_chars, len(text))
@@ -585,27 +409,6 @@ def build_app(loop: ServingLoop, root: Path, model_name: str):
         app.post(path)(handler)
 
     return app
-
-
-def _logprobs(tokens: _Tokens, req: Request, n_visible: int, chat: bool, start: int = 0) -> dict | None:
-    """OpenAI's ``logprobs`` of a choice's tokens ``start .. n_visible`` (chat: ``content`` entries; completions:
-    parallel lists), or None when not asked for."""
-    if req.logprobs is None:
-        return None
-    rows = [(req.tokens[i], *req.token_logprobs[i]) for i in range(start, min(n_visible, len(req.token_logprobs)))]
-    if chat:
-        def entry(token, lp):
-            text = tokens.piece(token)
-            return {"token": text, "logprob": lp, "bytes": list(text.encode())}
-
-        return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in top]}
-                            for t, lp, top in rows], "refusal": None}
-    offsets, at = [], 0
-    for t, _, _ in rows:
-        offsets.append(at)
-        at += len(tokens.piece(t))
-    return {"tokens": [tokens.piece(t) for t, _, _ in rows], "token_logprobs": [lp for _, lp, _ in rows],
-            "top_logprobs": [{tokens.piece(a): alp for a, alp in top} for _, _, top in rows], "text_offset": offsets}
 
 
 def _sse(obj: dict) -> str:

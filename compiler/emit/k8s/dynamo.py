@@ -40,8 +40,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from compiler.emit.k8s import objects as k8s
-from compiler.emit.k8s.engine_pod import NOTE, base_env, labels, limits_of, plan_volumes, runtime_needs
-from compiler.emit.k8s.pool_deployment import PoolDeployment, by_file_name, check_name, pool_deployments
+from compiler.emit.k8s.engine_pod import base_env, limits_of, plan_volumes, runtime_needs, scheduling, served_pools
+from compiler.emit.k8s.pool_deployment import NOTE, PoolDeployment, by_file_name, check_name, labels
 
 if TYPE_CHECKING:
     from compiler.emit.plan import Plan
@@ -67,22 +67,17 @@ def image(framework: str) -> str:
 def manifests(plan: Plan, cluster: Cluster | None = None, *, name: str = "gimletc") -> dict[str, dict[str, Any]]:
     """One DynamoGraphDeployment per framework of the CUDA pools (see [Note: how the dynamo target deploys])."""
     check_name(name)
+    serving, skipped = served_pools(plan, cluster, skip_reason)
     groups: dict[str, list[PoolDeployment]] = {}
-    skipped = {}
-    for d in pool_deployments(plan, cluster):
-        why = skip_reason(d)
-        if why:
-            skipped[d.pool.name] = why
-        else:
-            groups.setdefault(d.pool.launch.engine, []).append(d)
+    for d in serving:
+        groups.setdefault(d.pool.launch.engine, []).append(d)
     objs = [graph(name, framework, pools, skipped) for framework, pools in sorted(groups.items())]
     return by_file_name(objs + runtime_needs(plan, name, skipped, TARGET))
 
 
 def skip_reason(d: PoolDeployment) -> str:
+    """Why Dynamo cannot run launched pool `d` ('' when it can)."""
     launch = d.pool.launch
-    if launch is None:
-        return f"role {d.pool.role} runs on the reference runtime only"
     if launch.engine not in FRAMEWORKS or launch.platform != "cuda":
         return f"Dynamo runs vLLM, SGLang and TensorRT-LLM on CUDA only; this pool runs {launch.engine} on " \
                f"{launch.platform}"
@@ -127,11 +122,7 @@ def component(name: str, d: PoolDeployment) -> dict[str, Any]:
     volumes, mounts = plan_volumes(name, launch)
     main = k8s.container("main", image(launch.engine), ["python3", "-m", f"dynamo.{launch.engine}"],
                          base_env(launch), mounts, limits=limits_of(d), args=worker_args(d))
-    spec: dict[str, Any] = {"containers": [main]}
-    if d.node_selector:
-        spec["nodeSelector"] = dict(d.node_selector)
-    if d.tolerations:
-        spec["tolerations"] = d.tolerations_list()
+    spec: dict[str, Any] = {"containers": [main], **scheduling(d)}
     if volumes:
         spec["volumes"] = volumes
     out: dict[str, Any] = {"name": d.key, "type": _TYPE[d.pool.role], "replicas": d.pool.replicas}

@@ -27,41 +27,47 @@ templates and objects as plain dicts (`compiler.emit.k8s.objects`).
 
 from __future__ import annotations
 
-import ipaddress
 import shlex
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from compiler.emit.k8s import objects as k8s
-from compiler.emit.k8s.pool_deployment import PoolDeployment
+from compiler.emit.k8s.pool_deployment import NOTE, PLACEHOLDER_ADDRESS, PoolDeployment, labels, pool_deployments
+from compiler.emit.serving.launch import PLAN_MOUNT as PLAN_DIR
+from compiler.emit.serving.launch import PORT as HTTP_PORT
 
 if TYPE_CHECKING:
     from compiler.emit.plan import EngineLaunch, Plan
+    from compiler.inputs.cluster import Cluster
 
 Obj = dict[str, Any]
-PLAN_DIR = "/plan"
-HTTP_PORT = 8000
 HF_SECRET = "hf-token-secret"
-NOTE = "gimletc/note"
 NEEDS = "gimletc/needs"
-POOL_LABEL = "gimletc/pool"
-#: RFC 5737 TEST-NET-1: documentation-only, routes nowhere; stands in for missing external endpoints.
-PLACEHOLDER_ADDRESS = "192.0.2.1"
 RAY_PORT = 6379
 SGLANG_DIST_PORT = 20000
 
 
-def labels(name: str, component: str, pool: str | None = None) -> dict[str, str]:
-    out = {"app.kubernetes.io/name": "gimletc", "app.kubernetes.io/instance": name,
-           "app.kubernetes.io/component": component}
-    if pool is not None:
-        out[POOL_LABEL] = pool
-    return out
+def served_pools(plan: Plan, cluster: Cluster | None,
+                 refuse: Callable[[PoolDeployment], str]) -> tuple[list[PoolDeployment], dict[str, str]]:
+    """``(pools the target deploys, {pool: why not})``: a pool without a launch runs on the reference runtime
+    only; `refuse` gives why the target cannot run a launched pool ('' when it can)."""
+    serving, skipped = [], {}
+    for d in pool_deployments(plan, cluster):
+        why = f"role {d.pool.role} runs on the reference runtime only" if d.pool.launch is None else refuse(d)
+        if why:
+            skipped[d.pool.name] = why
+        else:
+            serving.append(d)
+    return serving, skipped
 
 
-def selector(name: str, component: str, pool: str | None = None) -> dict[str, str]:
-    out = {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": component}
-    if pool is not None:
-        out[POOL_LABEL] = pool
+def scheduling(d: PoolDeployment) -> Obj:
+    """The PodSpec fields that place `d`'s pods: ``nodeSelector`` and ``tolerations``, where it has them."""
+    out: Obj = {}
+    if d.node_selector:
+        out["nodeSelector"] = dict(d.node_selector)
+    if d.tolerations:
+        out["tolerations"] = d.tolerations_list()
     return out
 
 
@@ -154,13 +160,9 @@ def external_pool(name: str, d: PoolDeployment) -> list[Obj]:
             f"{launch.port}; gimletc starts no pod for it." + placeholder)
     out = [k8s.service(k8s.metadata(svc, pool_labels, pool_annotations(d, note)), [("http", launch.port)],
                        selector=None, headless=True)]
-    replicas = [(addresses[r % len(addresses)], f"{svc}-{r}") for r in range(d.pool.replicas)]
-    for version in sorted({ipaddress.ip_address(a).version for a in addresses}):
-        group = [(a, h) for a, h in replicas if ipaddress.ip_address(a).version == version]
-        meta = k8s.metadata(f"{svc}-ipv{version}", {**pool_labels, "kubernetes.io/service-name": svc})
-        out.append(k8s.endpoint_slice(meta, f"IPv{version}", [a for a, _ in group], [("http", launch.port)],
-                                      hostnames=[h for _, h in group]))
-    return out
+    replicas = range(d.pool.replicas)
+    return out + k8s.endpoint_slices(svc, pool_labels, [addresses[r % len(addresses)] for r in replicas],
+                                     [("http", launch.port)], hostnames=[f"{svc}-{r}" for r in replicas])
 
 
 def runtime_needs(plan: Plan, name: str, skipped: dict[str, str], target: str) -> list[Obj]:

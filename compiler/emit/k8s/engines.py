@@ -44,10 +44,9 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from compiler.emit.k8s import objects as k8s
-from compiler.emit.k8s.engine_pod import (HTTP_PORT, NOTE, PLAN_DIR, engine_container, engine_pod, external_pool,
-                                          labels, multi_node_commands, pool_annotations, runtime_needs,
-                                          selector)
-from compiler.emit.k8s.pool_deployment import PoolDeployment, by_file_name, check_name, pool_deployments
+from compiler.emit.k8s.engine_pod import (HTTP_PORT, PLAN_DIR, engine_container, engine_pod, external_pool,
+                                          multi_node_commands, pool_annotations, runtime_needs, served_pools)
+from compiler.emit.k8s.pool_deployment import NOTE, PoolDeployment, by_file_name, check_name, labels, selector
 from compiler.emit.serving.router import INSTANCE
 from compiler.ir.errors import BadInput
 
@@ -66,12 +65,9 @@ def manifests(plan: Plan, cluster: Cluster | None = None, *, name: str = INSTANC
     if plan.router is not None and name != INSTANCE:
         raise BadInput(f"manifest name {name!r}: the plan's router addresses the engines as {INSTANCE}-<pool>; "
                        f"use the name {INSTANCE} (or recompile with another instance name)")
-    objs, skipped = [], {}
-    for d in pool_deployments(plan, cluster):
-        why = skip_reason(d)
-        if why:
-            skipped[d.pool.name] = why
-        elif d.pool.launch.engine == "external":
+    objs, (serving, skipped) = [], served_pools(plan, cluster, skip_reason)
+    for d in serving:
+        if d.pool.launch.engine == "external":
             objs += external_pool(name, d)
         else:
             check_url_name(d)
@@ -80,9 +76,7 @@ def manifests(plan: Plan, cluster: Cluster | None = None, *, name: str = INSTANC
 
 
 def skip_reason(d: PoolDeployment) -> str:
-    """Why the engines target deploys no engine for `d` ('' when it does)."""
-    if d.pool.launch is None:
-        return f"role {d.pool.role} runs on the reference runtime only"
+    """Why the engines target deploys no engine for launched pool `d` ('' when it does)."""
     if d.pool.launch.engine == "trtllm" and d.spans_nodes:
         return "TensorRT-LLM across nodes starts under MPI, which this target does not generate"
     return ""

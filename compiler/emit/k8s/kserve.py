@@ -32,8 +32,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from compiler.emit.k8s import objects as k8s
-from compiler.emit.k8s.engine_pod import NOTE, PLAN_DIR, engine_container, engine_volumes, labels, runtime_needs
-from compiler.emit.k8s.pool_deployment import PoolDeployment, by_file_name, check_name, pool_deployments
+from compiler.emit.k8s.engine_pod import (PLAN_DIR, engine_container, engine_volumes, runtime_needs, scheduling,
+                                          served_pools)
+from compiler.emit.k8s.pool_deployment import NOTE, PoolDeployment, by_file_name, check_name, labels
 
 if TYPE_CHECKING:
     from compiler.emit.plan import Plan
@@ -45,15 +46,8 @@ TARGET = "kserve"
 def manifests(plan: Plan, cluster: Cluster | None = None, *, name: str = "gimletc") -> dict[str, dict[str, Any]]:
     """One LLMInferenceService per decode or colocated vLLM pool (see [Note: how the kserve target deploys])."""
     check_name(name)
-    skipped, serving = {}, []
-    for d in pool_deployments(plan, cluster):
-        launch = d.pool.launch
-        if launch is None:
-            skipped[d.pool.name] = f"role {d.pool.role} runs on the reference runtime only"
-        elif launch.engine != "vllm":
-            skipped[d.pool.name] = f"KServe's LLMInferenceService runs vLLM; this pool runs {launch.engine}"
-        else:
-            serving.append(d)
+    serving, skipped = served_pools(plan, cluster, lambda d: "" if d.pool.launch.engine == "vllm" else
+                                    f"KServe's LLMInferenceService runs vLLM; this pool runs {d.pool.launch.engine}")
     pairs = prefill_of(plan, serving, skipped)
     objs = [service(name, d, pairs.get(d.pool.name)) for d in serving if d.pool.role in ("colocated", "decode")]
     return by_file_name(objs + runtime_needs(plan, name, skipped, TARGET))
@@ -97,13 +91,7 @@ def pod_spec(name: str, d: PoolDeployment, *, command: bool = True) -> dict[str,
     """A PodSpec with the engine container ``main`` (no command: KServe's preset starts it)."""
     main = engine_container(name, d, d.pool.launch.command if command else [], container="main", ready=command)
     volumes, _ = engine_volumes(name, d.pool.launch)
-    spec: dict[str, Any] = {"containers": [main]}
-    if d.node_selector:
-        spec["nodeSelector"] = dict(d.node_selector)
-    if d.tolerations:
-        spec["tolerations"] = d.tolerations_list()
-    spec["volumes"] = volumes
-    return spec
+    return {"containers": [main], **scheduling(d), "volumes": volumes}
 
 
 def group(name: str, d: PoolDeployment) -> dict[str, Any]:

@@ -50,9 +50,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from compiler.emit.k8s import objects as k8s
-from compiler.emit.k8s.engine_pod import (NOTE, engine_container, engine_pod, labels, multi_node_commands,
-                                          pool_annotations, runtime_needs, selector)
-from compiler.emit.k8s.pool_deployment import PoolDeployment, by_file_name, check_name, pool_deployments
+from compiler.emit.k8s.engine_pod import (engine_container, engine_pod, multi_node_commands, pool_annotations,
+                                          runtime_needs, served_pools)
+from compiler.emit.k8s.pool_deployment import NOTE, PoolDeployment, by_file_name, check_name, labels, selector
 from compiler.emit.k8s.yaml_text import dump
 
 if TYPE_CHECKING:
@@ -74,14 +74,8 @@ def manifests(plan: Plan, cluster: Cluster | None = None, *, name: str = "gimlet
               workload: Workload | None = None) -> dict[str, dict[str, Any]]:
     """Engines, InferencePools and endpoint pickers (see [Note: how the llm-d target deploys])."""
     check_name(name)
-    skipped, serving = {}, []
-    for d in pool_deployments(plan, cluster):
-        if d.pool.launch is None:
-            skipped[d.pool.name] = f"role {d.pool.role} runs on the reference runtime only"
-        elif d.pool.launch.engine != "vllm":
-            skipped[d.pool.name] = f"llm-d's guides serve vLLM; this pool runs {d.pool.launch.engine}"
-        else:
-            serving.append(d)
+    serving, skipped = served_pools(plan, cluster, lambda d: "" if d.pool.launch.engine == "vllm" else
+                                    f"llm-d's guides serve vLLM; this pool runs {d.pool.launch.engine}")
     objs, threshold = [], prefill_threshold(plan, workload)
     for group_name, pools in serving_groups(name, serving).items():
         pd = any(d.pool.role == "prefill" for d in pools)

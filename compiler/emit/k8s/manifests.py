@@ -42,13 +42,12 @@ writes them. Same plan, same bytes.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from compiler.emit.k8s import objects as k8s
-from compiler.emit.k8s.pool_deployment import (CPU_IMAGE, PoolDeployment, by_file_name, check_name,
-                                               pool_deployments)
+from compiler.emit.k8s.pool_deployment import (CPU_IMAGE, NOTE, PLACEHOLDER_ADDRESS, PoolDeployment, by_file_name,
+                                               check_name, labels, pool_deployments, selector)
 from compiler.emit.topology import workers_of, world_size
 from compiler.ir.errors import BadInput
 
@@ -63,16 +62,12 @@ HTTP_PORT = 8000
 PLAN_DIR = "/plan"
 WORKER_COMMAND = ("python", "-m", "compiler.runtime.worker", "--plan", PLAN_DIR)
 DRIVER_COMMAND = ("gimletc", "serve", PLAN_DIR, "--host", "0.0.0.0", "--port", str(HTTP_PORT))
-#: RFC 5737 TEST-NET-1: documentation-only, routes nowhere; stands in for missing external endpoints.
-PLACEHOLDER_ADDRESS = "192.0.2.1"
 POD_INDEX = "apps.kubernetes.io/pod-index"
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_SUBGROUP_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
-NOTE = "gimletc/note"
 #: A ConfigMap holds at most 1 MiB (etcd's object limit), metadata included.
 CONFIG_MAP_LIMIT_BYTES = 1_000_000
-POOL_LABEL = "gimletc/pool"
 
 
 @dataclass(frozen=True)
@@ -84,17 +79,10 @@ class _Context:
     plan_in_config_map: bool  # False past the ConfigMap size limit: plan.json then comes from the PVC alone
 
     def labels(self, component: str, pool: str | None = None) -> dict[str, str]:
-        out = {"app.kubernetes.io/name": "gimletc", "app.kubernetes.io/instance": self.name,
-               "app.kubernetes.io/component": component}
-        if pool is not None:
-            out[POOL_LABEL] = pool
-        return out
+        return labels(self.name, component, pool)
 
     def selector(self, component: str, pool: str | None = None) -> dict[str, str]:
-        out = {"app.kubernetes.io/instance": self.name, "app.kubernetes.io/component": component}
-        if pool is not None:
-            out[POOL_LABEL] = pool
-        return out
+        return selector(self.name, component, pool)
 
     @property
     def driver_service(self) -> str:
@@ -235,24 +223,21 @@ def _lws_pool(ctx: _Context, d: PoolDeployment) -> list[dict[str, Any]]:
 
 def _external_pool(ctx: _Context, d: PoolDeployment) -> list[dict[str, Any]]:
     """No Kubernetes resource: a selector-less Service and EndpointSlices for the systems, and their workers' env."""
-    name, labels = f"{ctx.name}-{d.key}", ctx.labels("external", d.key)
+    name, pool_labels = f"{ctx.name}-{d.key}", ctx.labels("external", d.key)
     addresses = d.endpoints or (PLACEHOLDER_ADDRESS,)
     placeholder = "" if d.endpoints else (f" The address {PLACEHOLDER_ADDRESS} is a placeholder (RFC 5737): list "
                                           f"the systems under endpoints in the cluster file.")
     note = (f"{d.pool.device} has no Kubernetes resource ({d.device.k8s_note}): the pool runs outside the "
             f"cluster. Start each worker in {name}-workers on those systems; MASTER_ADDR must reach the driver "
             f"from there (expose {ctx.driver_service}:{MASTER_PORT})." + placeholder)
-    out = [k8s.service(k8s.metadata(name, labels, _pool_annotations(d, note)), [], selector=None, headless=True)]
-    for version in sorted({ipaddress.ip_address(a).version for a in addresses}):
-        group = [a for a in addresses if ipaddress.ip_address(a).version == version]
-        meta = k8s.metadata(f"{name}-ipv{version}", {**labels, "kubernetes.io/service-name": name})
-        out.append(k8s.endpoint_slice(meta, f"IPv{version}", group, []))
+    out = [k8s.service(k8s.metadata(name, pool_labels, _pool_annotations(d, note)), [], selector=None, headless=True),
+           *k8s.endpoint_slices(name, pool_labels, addresses, [])]
     env_files = {}
     for w in workers_of([d.pool]):
         env = {"MASTER_ADDR": ctx.driver_service, "MASTER_PORT": str(MASTER_PORT), "WORLD_SIZE": str(ctx.world_size),
                "GIMLETC_POOL": d.pool.name, "GIMLETC_REPLICA": str(w.replica),
                "GIMLETC_WORKER_INDEX": str(w.worker_index)}
         env_files[f"replica{w.replica}-worker{w.worker_index}.env"] = "".join(f"{k}={v}\n" for k, v in env.items())
-    out.append(k8s.config_map(k8s.metadata(f"{name}-workers", labels, {
+    out.append(k8s.config_map(k8s.metadata(f"{name}-workers", pool_labels, {
         NOTE: "one env file per external worker; run: env $(cat FILE) " + " ".join(WORKER_COMMAND)}), env_files))
     return out

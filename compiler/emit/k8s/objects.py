@@ -23,6 +23,7 @@ Dynamo and KServe custom resources are built in their targets' modules.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any, Mapping, Sequence
 
 Obj = dict[str, Any]
@@ -186,6 +187,20 @@ def endpoint_slice(meta: Obj, address_type: str, addresses: Sequence[str], ports
                 "addressType": address_type, "endpoints": endpoints}
     if ports:
         out["ports"] = [{"name": name, "port": port, "protocol": "TCP"} for name, port in ports]
+    return out
+
+
+def endpoint_slices(service_name: str, labels: Mapping[str, str], addresses: Sequence[str],
+                    ports: Sequence[tuple[str, int]], *, hostnames: Sequence[str] = ()) -> list[Obj]:
+    """The EndpointSlices of selector-less Service `service_name`: one ``<service>-ipv4``/``-ipv6`` per address
+    family of `addresses` (a slice holds one), each address keeping its hostname."""
+    family = [ipaddress.ip_address(a).version for a in addresses]
+    out = []
+    for version in sorted(set(family)):
+        picked = [i for i, v in enumerate(family) if v == version]
+        meta = metadata(f"{service_name}-ipv{version}", {**labels, "kubernetes.io/service-name": service_name})
+        out.append(endpoint_slice(meta, f"IPv{version}", [addresses[i] for i in picked], ports,
+                                  hostnames=[hostnames[i] for i in picked] if hostnames else ()))
     return out
 
 

@@ -30,6 +30,27 @@ if TYPE_CHECKING:
 
 #: For pools whose device has no vendor image in the catalog, and for the driver (it needs no accelerator).
 CPU_IMAGE = "python:3.11-slim"
+NOTE = "gimletc/note"
+POOL_LABEL = "gimletc/pool"
+#: RFC 5737 TEST-NET-1: documentation-only, routes nowhere; stands in for missing external endpoints.
+PLACEHOLDER_ADDRESS = "192.0.2.1"
+
+
+def labels(name: str, component: str, pool: str | None = None) -> dict[str, str]:
+    """The labels of instance `name`'s objects of `component` (and of `pool`)."""
+    out = {"app.kubernetes.io/name": "gimletc", "app.kubernetes.io/instance": name,
+           "app.kubernetes.io/component": component}
+    if pool is not None:
+        out[POOL_LABEL] = pool
+    return out
+
+
+def selector(name: str, component: str, pool: str | None = None) -> dict[str, str]:
+    """The subset of `labels` that selects those objects' pods."""
+    out = {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": component}
+    if pool is not None:
+        out[POOL_LABEL] = pool
+    return out
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,8 @@ def _kw(watts: float | None) -> str:
 def summary_markdown(plan: Plan, power: PowerBreakdown, *, files: Sequence[tuple[str, str]] = (),
                      frontier_note: str | None = None) -> str:
     """The whole ``summary.md``; `files` lists (file name, what it shows) of the report's other files."""
-    budget = (f"{plan.power_budget_w / 1e3:.1f} kW of {basis_words(plan)}" if plan.power_budget_w
-              else "no power budget")
+    budget = (f"{plan.power_budget_w / 1e3:.1f} kW of {basis_words(plan.power_basis, plan.pue)}"
+              if plan.power_budget_w else "no power budget")
     parts = [f"# {plan.model} on {plan.cluster}: the plan",
              f"Workload **{plan.workload}** (mean {plan.mean_input_len:.0f} prompt + {plan.mean_output_len:.0f} "
              f"output tokens), {budget}, weights {plan.dtype}, KV {plan.kv_dtype}, objective "
@@ -90,7 +90,7 @@ def _totals(plan: Plan) -> str:
     return "\n".join([
         f"- requests: {pr.requests_per_s:.2f} req/s; output tokens: {pr.output_tokens_per_s:,.0f} tokens/s",
         f"- power: {_kw(pr.power_w)} kW drawn, {_kw(pr.provisioned_power_w)} kW provisioned (budget {budget_kw(plan)}; "
-        f"{basis_words(plan)})",
+        f"{basis_words(plan.power_basis, plan.pue)})",
         f"- efficiency: {pr.output_tokens_per_s_per_w:.2f} output tokens/s per W drawn",
         f"- worst TTFT {_ms(pr.worst_ttft_ms, 0)} ms, worst TPOT {_ms(pr.worst_tpot_ms)} ms (at the SLO percentile)"])
 
@@ -101,9 +101,9 @@ BASIS_WORDS = {"chip": "chip power (accelerators' rated power alone, no host, NI
                "facility": "facility power (node power x PUE {pue:g})"}
 
 
-def basis_words(plan: Plan) -> str:
-    """The footing the plan's watts count, in words."""
-    return BASIS_WORDS[plan.power_basis].format(pue=plan.pue or 1.0)
+def basis_words(basis: str, pue: float | None) -> str:
+    """The footing a plan's watts count (``Plan.power_basis``, ``Plan.pue``), in words."""
+    return BASIS_WORDS[basis].format(pue=pue or 1.0)
 
 
 def budget_kw(plan: Plan) -> str:
@@ -189,7 +189,7 @@ def _power(power: PowerBreakdown) -> str:
                  _kw(power.drawn_w)])
     dark = ", ".join(f"{n} {d}" for d, n in power.dark_devices) or "none"
     budget = "none" if power.budget_w is None else f"{_kw(power.budget_w)} kW"
-    basis = BASIS_WORDS[power.basis].format(pue=power.pue or 1.0)
+    basis = basis_words(power.basis, power.pue)
     return (f"All watts count {basis}. Provisioned = devices x their rated power on that footing (catalog), held "
             f"under the budget ({budget}); drawn = predicted mean at each pool's solved utilisation (idle plus "
             f"full-load minus idle, times utilisation). Left dark: {dark} ({_kw(power.dark_w)} kW rated).\n\n"

@@ -29,6 +29,7 @@ from compiler.inputs.workload import Workload
 from compiler.ir.engine_platform import EnginePlatform
 from compiler.ir.errors import BadInput
 from compiler.ir.placement import Instance
+from compiler.ir.pool_option import PoolOption
 
 #: Pool roles no public engine serves as a pool of its own ([Note: attention/FFN ping-pong] in cost_models.af).
 _AF_ROLES = ("decode-attention", "decode-ffn")
@@ -64,16 +65,22 @@ def deployable(inst: Instance, engine_of: Callable[[str], str]) -> Instance:
     (`Instance.kv_pairs`). `engine_of` gives each device type's cluster-file engine."""
     platforms = {t: platform_of(t, engine_of(t)) for t, _n in inst.inventory}
     pairs = tuple((a, b) for a, pa in sorted(platforms.items()) for b, pb in sorted(platforms.items())
-                  if not isinstance(choose(pa.engine, pa.platform, pb.engine, pb.platform), str))
-    options = [o for o in inst.options if o.kind != "decode-af" and "draft_device" not in dict(o.detail)]
-    return replace(inst.with_options(options), kv_pairs=pairs)
+                  if not isinstance(_join(pa, pb), str))
+    return replace(inst.with_options([o for o in inst.options if engines_run(o)]), kv_pairs=pairs)
+
+
+def engines_run(option: PoolOption) -> bool:
+    """Whether a public engine runs `option` as a pool of its own: not an attention/FFN split, not a drafter."""
+    return option.kind != "decode-af" and "draft_device" not in dict(option.detail)
 
 
 def serve(plan: Plan, cluster: Cluster, workload: Workload, *, moe: bool, model_source: str | None) -> Plan:
     """`plan` with launches, connectors, router and runtime needs (see the module docstring)."""
     platforms = {p.name: platform_of(p.device, cluster.engine(p.device)) for p in plan.pools}
     needs = _feature_needs(plan)
-    connectors, kv_needs = _connectors(plan, platforms)
+    pairs = _kv_pairs(plan, platforms)
+    block_sizes = _block_sizes(pairs, platforms)
+    connectors, kv_needs = _connectors(pairs, platforms, block_sizes)
     needs += kv_needs
     model = model_reference(plan.model, model_source)
     pools = []
@@ -83,8 +90,8 @@ def serve(plan: Plan, cluster: Cluster, workload: Workload, *, moe: bool, model_
             continue
         entry = cluster.entry(p.device)
         inputs = LaunchInputs(model=model, served_model_name=plan.model, dtype=plan.dtype, kv_dtype=plan.kv_dtype,
-                              moe=moe, max_model_len=_max_model_len(p, workload), block_size=_block_size(
-                                  p.name, plan, platforms), image=entry.image, endpoints=entry.endpoints)
+                              moe=moe, max_model_len=_max_model_len(p, workload), block_size=block_sizes[p.name],
+                              image=entry.image, endpoints=entry.endpoints)
         pools.append(p.model_copy(update={"launch": launch(p, platforms[p.name], inputs, connectors.get(p.name))}))
     served = plan.model_copy(update={"pools": pools, "needs_runtime": needs})
     return served.model_copy(update={"router": router_for(served)})
@@ -108,18 +115,25 @@ def _feature_needs(plan: Plan) -> list[RuntimeNeed]:
     return out
 
 
-def _kv_pairs(plan: Plan) -> list[tuple[str, str]]:
-    return sorted({(t.src_pool, t.dst_pool) for t in plan.transfers if t.kind == "kv"})
+def _join(src: EnginePlatform, dst: EnginePlatform) -> Connector | str:
+    """`connectors.choose` for a prefill platform and a decode platform."""
+    return choose(src.engine, src.platform, dst.engine, dst.platform)
 
 
-def _connectors(plan: Plan, platforms: dict[str, EnginePlatform]) -> tuple[dict[str, KvConnector], list[RuntimeNeed]]:
+def _kv_pairs(plan: Plan, platforms: dict[str, EnginePlatform]) -> dict[tuple[str, str], Connector | str]:
+    """Each ``(source, destination)`` pool pair the plan moves KV over, with its connector or why none joins it."""
+    pairs = sorted({(t.src_pool, t.dst_pool) for t in plan.transfers if t.kind == "kv"})
+    return {(src, dst): _join(platforms[src], platforms[dst]) for src, dst in pairs}
+
+
+def _connectors(pairs: dict[tuple[str, str], Connector | str], platforms: dict[str, EnginePlatform],
+                block_sizes: dict[str, int]) -> tuple[dict[str, KvConnector], list[RuntimeNeed]]:
     """Each prefill and decode pool's connector, from `connectors.choose` on every KV pair it is part of."""
     rows: dict[str, Connector] = {}
     peers: dict[str, list[str]] = {}
     needs = []
-    for src, dst in _kv_pairs(plan):
+    for (src, dst), row in pairs.items():
         a, b = platforms[src], platforms[dst]
-        row = choose(a.engine, a.platform, b.engine, b.platform)
         if isinstance(row, str):
             feature = ("external-kv" if "external" in (a.platform, b.platform) else
                        "cross-vendor-kv" if a.platform != b.platform else "kv-without-connector")
@@ -128,36 +142,28 @@ def _connectors(plan: Plan, platforms: dict[str, EnginePlatform]) -> tuple[dict[
         for pool, peer in ((src, dst), (dst, src)):
             rows.setdefault(pool, row)
             peers.setdefault(pool, []).append(peer)
+    producers = {src for src, _dst in pairs}
     out = {}
     for pool, row in rows.items():
         mine = platforms[pool]
         layouts = {mine.kv_layout} | {platforms[q].kv_layout for q in peers[pool]}
-        role = "kv_producer" if any(src == pool for src, _dst in _kv_pairs(plan)) else "kv_consumer"
-        rules = row.all_rules()
-        layout = mine.kv_layout if len(layouts) == 1 else "permute"
-        out[pool] = KvConnector(name=row.name, role=role, peers=sorted(peers[pool]), buffer_device=row.buffer_device,
-                                block_size=_block_size(pool, plan, platforms),
-                                layout=layout, rules=rules)
+        out[pool] = KvConnector(name=row.name, role="kv_producer" if pool in producers else "kv_consumer",
+                                peers=sorted(peers[pool]), buffer_device=row.buffer_device,
+                                block_size=block_sizes[pool],
+                                layout=mine.kv_layout if len(layouts) == 1 else "permute", rules=row.all_rules())
     return out, needs
 
 
-def _joined_pairs(plan: Plan, platforms: dict[str, EnginePlatform]) -> list[tuple[str, str]]:
-    """The KV pairs a public connector joins (the others need the reference runtime and share no block size)."""
-    return [(s, d) for s, d in _kv_pairs(plan) if not isinstance(choose(
-        platforms[s].engine, platforms[s].platform, platforms[d].engine, platforms[d].platform), str)]
-
-
-def _block_size(pool: str, plan: Plan, platforms: dict[str, EnginePlatform]) -> int:
-    """The platform's block size, raised to the largest of every pool its connectors reach (one size per pair)."""
-    linked = {pool}
-    changed = True
-    while changed:
-        changed = False
-        for src, dst in _joined_pairs(plan, platforms):
-            if (src in linked) != (dst in linked):
-                linked |= {src, dst}
-                changed = True
-    return max(platforms[p].kv_block_size for p in linked)
+def _block_sizes(pairs: dict[tuple[str, str], Connector | str], platforms: dict[str, EnginePlatform]) -> dict[str, int]:
+    """Each pool's platform block size, raised to the largest of every pool its connectors reach (one size per
+    pair); the pairs no public connector joins need the reference runtime and share no block size."""
+    linked = {pool: {pool} for pool in platforms}
+    for (src, dst), row in pairs.items():
+        if not isinstance(row, str) and linked[src] is not linked[dst]:
+            group = linked[src] | linked[dst]
+            for pool in group:
+                linked[pool] = group
+    return {pool: max(platforms[q].kv_block_size for q in group) for pool, group in linked.items()}
 
 
 def _max_model_len(pool: Pool, workload: Workload) -> int:

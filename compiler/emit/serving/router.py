@@ -21,8 +21,8 @@ prompts skip disaggregation; the ``llm-d`` manifests set it).
 from __future__ import annotations
 
 from compiler.emit.plan import ClassRoute, Plan, Pool, Router
+from compiler.emit.serving.launch import PLAN_MOUNT, PORT
 
-PORT = 8000
 INSTANCE = "gimletc"
 VLLM_ROUTER_RELEASE = "0.1.17"  # the vllm-router on PyPI that `gimletc deploy --local` installs
 SGLANG_ROUTER_RELEASE = "0.3.2"
@@ -108,7 +108,7 @@ def router_for(plan: Plan) -> Router | None:
         return Router(router="sglang-router", version=SGLANG_ROUTER_RELEASE, image=None, command=argv, port=PORT,
                       mode="pd" if pd else "aggregated", policy="cache_aware", routes=class_routes,
                       expresses_plan=expresses, notes=notes)
-    argv = ["trtllm-serve", "disaggregated", "-c", "/plan/engines/disaggregated.yaml"]
+    argv = ["trtllm-serve", "disaggregated", "-c", f"{PLAN_MOUNT}/engines/disaggregated.yaml"]
     return Router(router="trtllm-disaggregated", version=served[0].launch.version, image=served[0].launch.image,
                   command=argv, port=PORT, mode="pd" if pd else "aggregated", policy="round_robin",
                   routes=class_routes, expresses_plan=expresses,
