@@ -179,6 +179,7 @@ class Prepared:
     options: tuple[PoolOption, ...]
     instance: Instance
     draft: DraftModel | None = None  # the workload's drafter, traced (``speculative:``)
+    deployable: bool = False  # options restricted to what public engines run (``--deployable``)
 
 
 def draft_model(model: str, workload: Workload, workload_path: str, *, timings: Timings | None = None,
@@ -243,7 +244,7 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
             options = list(instance.options)
     with timings.step("bounds"):  # infeasible in seconds when a lower bound shows it; TPOT aside (pareto sweeps it)
         _raise_if_bounded(graph.model, without_tpot(instance))
-    return Prepared(graph, cluster, workload, precision, tuple(options), instance, draft)
+    return Prepared(graph, cluster, workload, precision, tuple(options), instance, draft, deployable)
 
 
 def _raise_if_bounded(model_name: str, instance: Instance) -> None:
@@ -291,7 +292,7 @@ class Compilation:
     solution: Solution
     prepared: Prepared
     timings: Timings
-    fleets: list = field(default_factory=list)  # the single-type fleets the baselines solved (`_fleets`)
+    fleets: list = field(default_factory=list)  # the single-type fleets the baselines solved (`fleets_of`)
 
 
 def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
@@ -333,7 +334,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
         base, fleets = [], []
         if baselines:
             note("baselines: each device type alone within the budget, vendor islands, no disaggregation, greedy")
-            fleets = _fleets(prep)
+            fleets = fleets_of(prep)
             base = solve_baselines(prep.instance, objective, time_limit_s=time_limit_s, fleets=fleets,
                                    gap=sol.objective.gap if sol.status == "feasible" else 0.0)
     with timings.step("sensitivity"):
@@ -343,11 +344,17 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     return Compilation(plan, sol, prep, timings, fleets)
 
 
-def _fleets(prep: Prepared) -> list:
-    """The iso-power and iso-cost single-type fleets of `prep`'s cluster (`cost.instance.single_type_fleets`)."""
+def fleets_of(prep: Prepared) -> list:
+    """The iso-power and iso-cost single-type fleets of `prep`'s cluster (`cost.instance.single_type_fleets`), held to
+    what public engines run when `prep` is (`compile --deployable`)."""
     from compiler.cost.instance import single_type_fleets
 
-    return single_type_fleets(prep.graph, prep.cluster, prep.workload, prep.precision)
+    fleets = single_type_fleets(prep.graph, prep.cluster, prep.workload, prep.precision)
+    if not prep.deployable:
+        return fleets
+    from compiler.emit.serving import deployable
+
+    return [(name, deployable(f, prep.cluster.engine) if not isinstance(f, str) else f) for name, f in fleets]
 
 
 #: How far `sensitivity` moves each assumed efficiency factor, both ways.
@@ -391,6 +398,10 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
         adjust = lambda d: with_fields(d, **{name: min(1.0, getattr(d, name) * (1 + change))})  # noqa: E731
         moved, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only=devices,
                                      adjust=adjust, draft=prep.draft)
+        if prep.deployable:
+            from compiler.emit.serving import engines_run
+
+            moved = [o for o in moved if engines_run(o)]
         return [o for o in prep.options if not set(o.device_types) & devices] + moved
 
     def repowered(devices: set[str], change: float) -> list:
@@ -495,7 +506,7 @@ def frontier(prep: Prepared, *, points: int = 8, time_limit_s: float = 60.0, pro
     if fleets is None:
         with timings.step("baselines"):
             note("costing each device type alone within the budget (once for the whole sweep)")
-            fleets = _fleets(prep)
+            fleets = fleets_of(prep)
     with timings.step("sweep"):
         rows, dropouts, failed = _sweep(prep, fleets, targets, objective, time_limit_s, note,
                                         SWEEP_GAP if gap is None else gap, curves, budget)

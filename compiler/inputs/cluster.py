@@ -108,6 +108,17 @@ class Inventory(Frozen):
             raise ValueError(f"{name!r} is not a known serving engine; {hint}use one of {', '.join(sorted(ENGINES))}")
         return name
 
+    @model_validator(mode="after")
+    def _engine_runs_on_the_device(self) -> Inventory:
+        """A named engine must have a build for the device's family (`Backend.engines`), checked before tracing."""
+        if self.engine == "generic":
+            return self
+        engines = [p.engine for p in registry.backend_of(registry.device(self.device)).engines]
+        if engines and self.engine not in engines:
+            raise ValueError(f"engine: {self.engine} does not run on {self.device}; use one of "
+                             f"{', '.join(engines)} (or generic)")
+        return self
+
     @field_validator("device")
     @classmethod
     def _known_device(cls, device_id: str) -> str:

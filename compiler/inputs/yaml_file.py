@@ -91,6 +91,9 @@ MORE_LISTED = 5
 def _first_problem(model: type[BaseModel], e: ValidationError) -> str:
     """Pydantic's first error as ``a.b[2].c: what is wrong and what to do``, then the others (up to five)."""
     errors = e.errors(include_url=False)
+    # A collection reported "too short" only because its failing items were dropped is no problem of its own.
+    errors = [err for err in errors if not (err["type"] == "too_short" and any(
+        len(o["loc"]) > len(err["loc"]) and tuple(o["loc"][:len(err["loc"])]) == tuple(err["loc"]) for o in errors))]
     first, rest = _describe(model, errors[0]), [_describe(model, err) for err in errors[1:]]
     if not rest:
         return first

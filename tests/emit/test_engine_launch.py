@@ -186,11 +186,12 @@ def test_sglang_and_trtllm_entries_use_their_own_flags(tmp_path, docs_workload):
     assert options.startswith("/plan/") and options.removeprefix("/plan/") in launches["t"].files
 
 
-def test_trtllm_on_an_amd_device_is_bad_input_naming_the_entry(tmp_path, docs_workload):
-    cluster = load_cluster(cluster_file(tmp_path, "{device: amd-mi300x, count: 8, engine: trtllm}"))
-    plan = hand_plan([pool("a", "colocated", "amd-mi300x")], [])
-    with pytest.raises(BadInput, match=re.escape("devices[amd-mi300x].engine: trtllm")):
-        serve(plan, cluster, docs_workload, moe=False, model_source=None)
+def test_trtllm_on_an_amd_device_is_bad_input_naming_the_entry(tmp_path):
+    """Refused when the cluster file loads (before any tracing), naming the file, the entry and the engines."""
+    path = cluster_file(tmp_path, "{device: amd-mi300x, count: 8, engine: trtllm}")
+    with pytest.raises(BadInput, match=re.escape(f"{path}: devices[0]: engine: trtllm does not run on amd-mi300x; "
+                                                 "use one of vllm, sglang (or generic)")):
+        load_cluster(path)
 
 
 def test_serving_the_same_plan_twice_gives_the_same_launches(fleet, docs_workload):

@@ -92,10 +92,10 @@ CONNECTORS: tuple[Connector, ...] = (
 
 def choose(src_engine: str, src_platform: str, dst_engine: str, dst_platform: str) -> Connector | str:
     """The connector joining a prefill engine to a decode engine, or why none does."""
-    if src_engine != dst_engine:
-        return f"prefill on {src_engine} and decode on {dst_engine}: no connector joins two different engines"
     if "external" in (src_platform, dst_platform):
         return "an external endpoint takes no KV from, and hands none to, an engine of ours"
+    if src_engine != dst_engine:
+        return f"prefill on {src_engine} and decode on {dst_engine}: no connector joins two different engines"
     for row in CONNECTORS:
         if (row.engine, row.src, row.dst) == (src_engine, src_platform, dst_platform):
             return row
