@@ -526,21 +526,12 @@ def fastest_tpot(inst: Instance) -> float | None:
     time, each within the class's targets; [Note: class caps]) and the routes must fit the budgets and the
     inventory together: the first is a quick check, the second a feasibility search (`ilp.feasible`), both
     monotone in the target, so each bisects. None when no target has a placement."""
-    from compiler.ir.placement import SLO_SHARE_ADMISSION
     from compiler.place.ilp import feasible
 
     def routed(i: Instance) -> bool:
-        for c in i.classes:
-            usable = [o for o in i.options if o.service(c.name) is not None and i.cap(o, c) > 0]
-            if any(o.kind == "colocated" for o in usable):
-                continue
-            decode_types = {o.kv_device for o in usable if o.receives_kv}
-            ttft = c.ttft_slo_s
-            if not any(ttft is None or p.service(c.name).at(i.cap(p, c))[2] + i.handoff(c.name, p.kv_device, t)
-                       + SLO_SHARE_ADMISSION * ttft <= ttft for p in usable if p.kind == "prefill"
-                       for t in decode_types):
-                return False
-        return True
+        """Every class has a colocated option or a prefill option with a KV target, within its SLO."""
+        return all(any(o.kind in ("colocated", "prefill") and i.cap(o, c) > 0 for o in i.options
+                       if o.service(c.name) is not None) for c in i.classes)
 
     candidates = sorted({s.curve[0][4] for o in inst.options if o.kind != "prefill" for s in o.classes
                          if s.curve[0][4] > 0})

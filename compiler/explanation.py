@@ -223,12 +223,15 @@ def plan_bindings(plan: Plan, prep: Prepared) -> list[Binding]:
     dev_of = {p.name: p.device for p in plan.pools}
     for t in plan.transfers:
         a, b = dev_of.get(t.src_pool), dev_of.get(t.dst_pool)
-        if t.kind == "kv" and a and b and a != b:
+        if t.kind == "kv" and a and b:
             kv[(a, b)] = kv.get((a, b), 0.0) + t.predicted_bytes_per_s
     for (a, b), rate in sorted(kv.items()):
-        bw = inst.link_bw(a, b)
+        bw, cap = inst.link_bw(a, b), inst.link_cap(a, b)
         if math.isfinite(bw):
-            out.append(Binding("link", f"{a} -> {b}: {rate / 1e9:.2f} of {bw / 1e9:.1f} GB/s of KV", rate >= 0.99 * bw))
+            where = "its own fabric" if a == b else f"{a} -> {b}"
+            out.append(Binding("link", f"{where}: {rate / 1e9:.2f} GB/s of KV, of {bw * cap / 1e9:.1f} GB/s it may "
+                                       f"carry ({cap:.0%} of {bw / 1e9:.1f} GB/s, where a transfer's wait equals "
+                                       "the transfer)", rate >= 0.99 * bw * cap))
     if inst.arrival_rate_per_s is not None:
         out.append(Binding("demand", f"serves the arrival rate, {inst.arrival_rate_per_s:g} req/s", True))
     return out

@@ -7,7 +7,8 @@ lengths, the row's engine (TensorRT-LLM, vLLM, SGLang) as its release runs by
 default (`cost_models.engines.at_version`: overlap scheduling or not). Prints median APE of
 TTFT and TPOT by model, device and engine group.
 
-    .venv/bin/python tools/fidelity_sweeps.py [--fit] [--loo] [--json] [--worst N] [--answered]
+    .venv/bin/python tools/fidelity_sweeps.py [--fit] [--loo] [--loo-by model,device,engine] [--json] [--worst N]
+                                              [--answered]
 
 ``--fit`` fits each engine's scheduler costs (`cost_models.engines.Engine`: step_overhead_s,
 block_overhead_s, op_overhead_s, seq_overhead_s, request_overhead_s, and the closed-loop admission_fraction and
@@ -15,7 +16,8 @@ sync_fraction; bounds in `params`), and the efficiencies the engines' kernels re
 mem_eff and fp8_compute_eff, one set for all engines, the best of `KERNEL_EFFS`), with the shared fitter
 (`compiler.calibrate.fit.fit_fields`), and prints them to paste into cost_models/engines.py. ``--loo`` reports
 leave-one-group-out error: each model x device x engine group is predicted with everything fitted on the other
-groups only. The fit has three levels: the step costs (per step, per block, per call, per running sequence) are
+groups only; ``--loo-by model,device,engine`` leaves every group of one model (one device, one engine) out at
+once, the test of a model, GPU or engine the fit never saw, and names the worst of them. The fit has three levels: the step costs (per step, per block, per call, per running sequence) are
 shared by all engines, fitted on all rows; each engine's front end and admission are fitted on its own rows; the
 wave share of the engines that mix prefill into decode steps (TensorRT-LLM, vLLM) is one, fitted on their rows
 together, and SGLang, which does not, keeps waves whole ([Note: waves] in cost_models/engines.py). Only this file's
@@ -237,6 +239,33 @@ def _fields(engine, fitted) -> dict:
     return {p.name: getattr(engine, p.name) for p in fitted}
 
 
+#: What a held-out fold leaves out: one model x device x engine group, or every group of one model, device or engine.
+HOLD_OUT = {"group": group, "model": lambda r: group(r)[0], "device": lambda r: group(r)[1],
+            "engine": lambda r: ENGINE_OF[r["backend"]]}
+
+
+def held_out(rows: list[dict], grid: dict, key) -> list[dict]:
+    """Each row predicted with everything fitted on the rows whose `key` differs. An engine left out entirely
+    keeps its kernels at the fitted efficiencies and its own costs at the median of the fitted engines' (it has
+    no rows to fit them on; its shipped values were fitted on them)."""
+    from cost_models.engines import ENGINES
+
+    out: list[dict] = []
+    for value in sorted({key(r) for r in rows}):
+        train = [i for i, r in enumerate(rows) if key(r) != value]
+        test = [i for i, r in enumerate(rows) if key(r) == value]
+        fitted, kernels = fit([rows[i] for i in train], {k: [p[i] for i in train] for k, p in grid.items()},
+                              dict(ENGINES))
+        seen = sorted({ENGINE_OF[rows[i]["backend"]] for i in train})
+        for name in sorted({ENGINE_OF[rows[i]["backend"]] for i in test}) if seen else ():
+            if name not in seen:
+                prior = {p.name: statistics.median(getattr(fitted[n], p.name) for n in seen) for p in engine_params()}
+                fitted[name] = replace(fitted[name], **prior, compute_eff=kernels[0], mem_eff=kernels[1],
+                                       fp8_compute_eff=kernels[2], kernels_on="nvidia")
+        out += errors([rows[i] for i in test], [grid[kernels][i] for i in test], fitted)
+    return out
+
+
 def summary(errs: list[dict]) -> dict:
     groups: dict[str, list[dict]] = {}
     for e in errs:
@@ -252,6 +281,9 @@ def main() -> None:
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     parser.add_argument("--fit", action="store_true", help="fit each engine on all its rows and print the values")
     parser.add_argument("--loo", action="store_true", help="leave-one-group-out error (fits per held-out group)")
+    parser.add_argument("--loo-by", default="", metavar="KEYS",
+                        help="comma-separated among model, device, engine: leave every group of one model (device, "
+                             "engine) out at once; the fit is judged on the worst of them")
     parser.add_argument("--worst", type=int, default=5, help="worst groups to list (default 5)")
     parser.add_argument("--answered", action="store_true",
                         help="count the rows `gimletc estimate` answers and refuses (`tools/fidelity.py --answered`)")
@@ -277,22 +309,20 @@ def main() -> None:
                             | {"compute_eff": kernels[0], "mem_eff": kernels[1], "fp8_compute_eff": kernels[2]}
                             for name in sorted({ENGINE_OF[r["backend"]] for r in rows})}
     report["in_sample"] = summary(errors(rows, phys, engines))
-    if args.loo:
-        held: list[dict] = []
-        for g in sorted({group(r) for r in rows}):
-            train = [i for i, r in enumerate(rows) if group(r) != g]
-            test = [i for i, r in enumerate(rows) if group(r) == g]
-            fitted, kernels = fit([rows[i] for i in train], {k: [p[i] for i in train] for k, p in grid.items()},
-                                  dict(ENGINES))
-            held += errors([rows[i] for i in test], [grid[kernels][i] for i in test], fitted)
-        report["leave_one_group_out"] = summary(held)
+    keys = [k for k in args.loo_by.split(",") if k]
+    if bad := [k for k in keys if k not in HOLD_OUT]:
+        parser.error(f"--loo-by: {', '.join(bad)} is not one of {', '.join(HOLD_OUT)}")
+    if keys and not grid:
+        grid = {k: physics(rows, k) for k in KERNEL_EFFS}
+    for key in (["group"] if args.loo else []) + keys:
+        report[f"leave_one_{key}_out"] = summary(held_out(rows, grid, HOLD_OUT[key]))
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
         return
     if "fitted" in report:
         for name, values in report["fitted"].items():
             print(f"{name}: " + ", ".join(f"{k}={v:.4g}" for k, v in values.items()))
-    for key in ("in_sample", "leave_one_group_out"):
+    for key in ("in_sample", *(f"leave_one_{k}_out" for k in HOLD_OUT)):
         if key not in report:
             continue
         s = report[key]
@@ -303,6 +333,11 @@ def main() -> None:
         worst = sorted(s["groups"].items(), key=lambda kv: -(kv[1]["ttft_median_ape"] + kv[1]["tpot_median_ape"]))
         print("  worst: " + "; ".join(f"{g} (TTFT {v['ttft_median_ape']:.0f}%, TPOT {v['tpot_median_ape']:.0f}%)"
                                        for g, v in worst[:args.worst]))
+    judged = [(k, report[f"leave_one_{k}_out"]) for k in keys]
+    if judged:
+        k, s = max(judged, key=lambda kv: kv[1]["ttft_median_ape"] + kv[1]["tpot_median_ape"])
+        print(f"\nthe fit is judged on the worst held-out view: leave one {k} out, TTFT {s['ttft_median_ape']:.1f}%, "
+              f"TPOT {s['tpot_median_ape']:.1f}%")
 
 
 if __name__ == "__main__":

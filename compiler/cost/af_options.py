@@ -137,7 +137,7 @@ def _af_pair(graph: BlockGraph, cluster: Cluster, attn: Deployment, ffns: list[t
                     if not _af_fits(inventory, shape):
                         break
                     step = af_decode_step(graph, shape, b, served[0].shape.decode_context)
-                    per_watt = m_groups * b / step.time_s / _tdp(shape)
+                    per_watt = m_groups * b / step.time_s / _budget_w(cluster, shape)
                     if per_watt <= last:
                         break
                     last = per_watt
@@ -146,6 +146,12 @@ def _af_pair(graph: BlockGraph, cluster: Cluster, attn: Deployment, ffns: list[t
         if best is not None:
             out.append(_af_option(graph, best[1], b, served))
     return out
+
+
+def _budget_w(cluster: Cluster, shape: AFShape) -> float:
+    """What a shape counts against the power budget on its footing: shapes are ranked per watt of it."""
+    return shape.attn_devices * cluster.device_w(shape.attn.device.id) + \
+        shape.ffn_devices * cluster.device_w(shape.ffn.device.id)
 
 
 def _tdp(shape: AFShape) -> float:

@@ -10,6 +10,8 @@ each device type alone, as many as one budget buys, costed like any other fleet.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
 from compiler.ir.block_graph import BlockGraph
@@ -17,7 +19,7 @@ from compiler.ir.errors import BadInput
 from compiler.ir.placement import ClassTarget, Instance
 from compiler.ir.pool_option import PoolOption
 from compiler.ir.precision import Precision
-from cost_models.comm import kv_handoff_s
+from cost_models.comm import kv_handoff_s, link_cap, link_servers, link_wait_s, transfer_bw
 
 
 def class_targets(graph: BlockGraph, workload: Workload, precision: Precision) -> tuple[ClassTarget, ...]:
@@ -27,24 +29,65 @@ def class_targets(graph: BlockGraph, workload: Workload, precision: Precision) -
         slo = workload.class_slo(c)
         out.append(ClassTarget(c.name, c.share, slo.ttft_ms / 1e3 if slo.ttft_ms else None,
                                slo.tpot_ms / 1e3 if slo.tpot_ms else None,
-                               graph.kv_bytes_per_sequence(c.input_len.mean, precision), c.output_len.mean))
+                               graph.kv_bytes_per_sequence(c.input_len.mean, precision), c.output_len.mean,
+                               slo.percentile / 100))
     return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkQueue:
+    """A link as the hand-offs see it ([Note: hand-offs] in `cost_models.comm`)."""
+
+    bw_bytes_per_s: float  # everything the link carries at once
+    per_transfer_bytes_per_s: float  # one transfer: the slower NIC, or the link
+    latency_s: float
+    servers: int  # transfers at once at full speed
+    cap: float  # the utilisation it runs at most at
+
+    def transfer_s(self, kv_bytes: float, layers: int) -> float:
+        """One request's KV over this link, unloaded."""
+        return kv_handoff_s(kv_bytes, bw_bytes_per_s=self.per_transfer_bytes_per_s, latency_s=self.latency_s,
+                            layers=layers)
+
+    def handoff_s(self, kv_bytes: float, layers: int, utilisation: float, percentile: float) -> float:
+        """One request's KV hand-off at `utilisation`: the transfer plus its `percentile` wait for the link."""
+        transfer = self.transfer_s(kv_bytes, layers)
+        return transfer + link_wait_s(self.servers, utilisation, transfer, percentile)
+
+
+def link_queues(cluster: Cluster, classes: tuple[ClassTarget, ...]) -> dict[tuple[str, str], LinkQueue]:
+    """Each ordered pair of the cluster's device types (a type with itself: its fabric) as a `LinkQueue`, capped
+    at the strictest percentile the classes bind."""
+    types = sorted(cluster.inventory())
+    percentile = max((c.percentile for c in classes), default=0.9)
+    out = {}
+    for a in types:
+        for b in types:
+            bw, latency = cluster.link(a, b)
+            rate = transfer_bw(cluster.nic(a)[0], cluster.nic(b)[0], bw)
+            servers = link_servers(bw, rate)
+            out[(a, b)] = LinkQueue(bw, rate, latency, servers, link_cap(servers, percentile))
+    return out
 
 
 def build_instance(graph: BlockGraph, cluster: Cluster, workload: Workload, options: list[PoolOption],
                    precision: Precision, power_budget_w: float | None) -> Instance:
     classes = class_targets(graph, workload, precision)
     inventory = cluster.inventory()
-    types = sorted(inventory)
-    links = tuple(((a, b), cluster.link(a, b)[0]) for a in types for b in types if a < b)
-    handoff = tuple(((c.name, a, b), kv_handoff_s(c.kv_bytes, bw_bytes_per_s=cluster.link(a, b)[0],
-                                                  latency_s=cluster.link(a, b)[1], layers=graph.num_layers))
-                    for c in classes for a in types for b in types)
+    queues = link_queues(cluster, classes)
+    pairs = sorted((a, b) for a, b in queues if a <= b)
+    handoff = tuple(((c.name, a, b), q.handoff_s(c.kv_bytes, graph.num_layers, q.cap, c.percentile))
+                    for c in classes for (a, b), q in sorted(queues.items()))
     arrival = workload.arrival_rate_per_s if workload.arrival_rate_per_s != "maximise" else None
-    prices = tuple((t, p) for t in types if (p := cluster.price_per_hour(t)) is not None)
-    return Instance(tuple(options), tuple(sorted(inventory.items())), power_budget_w, classes, links,
-                    handoff, arrival, prices_per_hour=prices, cost_budget_per_hour=cluster.cost_budget_per_hour,
-                    designed=tuple(sorted(cluster.designed())))
+    prices = tuple((t, p) for t in sorted(inventory) if (p := cluster.price_per_hour(t)) is not None)
+    return Instance(tuple(options), tuple(sorted(inventory.items())), power_budget_w, classes,
+                    tuple((pair, queues[pair].bw_bytes_per_s) for pair in pairs), handoff, arrival,
+                    prices_per_hour=prices, cost_budget_per_hour=cluster.cost_budget_per_hour,
+                    designed=tuple(sorted(cluster.designed())),
+                    link_caps=tuple((pair, queues[pair].cap) for pair in pairs),
+                    link_servers=tuple((pair, queues[pair].servers) for pair in pairs),
+                    transfer_s=tuple(((c.name, a, b), q.transfer_s(c.kv_bytes, graph.num_layers))
+                                     for c in classes for (a, b), q in sorted(queues.items())))
 
 
 def single_type_fleets(graph: BlockGraph, cluster: Cluster, workload: Workload,

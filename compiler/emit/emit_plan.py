@@ -22,6 +22,7 @@ from compiler.ir.placement import Baseline as BaselineSolution
 from compiler.ir.placement import Instance, Sensitivity, Solution, gain
 from compiler.ir.pool_option import PoolOption
 from compiler.ir.precision import Precision
+from cost_models.comm import link_wait_s
 from cost_models.power import drawn_w
 
 #: Pool roles of the two halves of a decode-af option, and the block roles each runs.
@@ -84,11 +85,30 @@ class ClassLatency:
     options: tuple[str, ...]
 
 
+def solved_handoffs(inst: Instance, sol: Solution) -> dict[tuple[str, str, str], float]:
+    """Each KV flow's hand-off, per (class, from type, to type), at its link's solved utilisation (the KV bytes/s
+    the solution moves over it, of its bandwidth) and the class's percentile ([Note: hand-offs])."""
+    by_key = {o.key: o for o in sol.options}
+    moved: dict[tuple[str, str], float] = {}
+    for (c, p_key, t), rate in sol.flows:
+        pair = (by_key[p_key].kv_device, t)
+        moved[pair] = moved.get(pair, 0.0) + rate * inst.target(c).kv_bytes
+    out = {}
+    for (c, p_key, t), _rate in sol.flows:
+        a = by_key[p_key].kv_device
+        transfer = inst.transfer(c, a, t)
+        utilisation = min(moved[(a, t)] / inst.link_bw(a, t), 0.999)
+        out[(c, a, t)] = transfer + link_wait_s(inst.servers(a, t), utilisation, transfer, inst.target(c).percentile)
+    return out
+
+
 def class_latencies(inst: Instance, sol: Solution) -> dict[str, ClassLatency]:
     """Each served class's predicted latency at the solved utilisations: colocated pools directly; a prefill ->
-    decode path as the prefill TTFT, plus the KV hand-off, plus the wait for a decode slot."""
+    decode path as the prefill TTFT, plus the KV hand-off at its link's solved load, plus the wait for a decode
+    slot."""
     by_key = {o.key: o for o in sol.options}
     util = {o.key: sol.utilisation(o) for o, _n in sol.used()}
+    handoffs = solved_handoffs(inst, sol)
     out: dict[str, ClassLatency] = {}
     for c in inst.classes:
         paths: list[tuple[float, float, float, float, tuple[str, ...]]] = []
@@ -102,7 +122,7 @@ def class_latencies(inst: Instance, sol: Solution) -> dict[str, ClassLatency]:
                 continue
             p = by_key[p_key]
             _u, pf50, pfp, _x, _y = p.service(cls).at(util[p_key])
-            handoff = inst.handoff(cls, p.kv_device, t)
+            handoff = handoffs[(cls, p.kv_device, t)]
             for (cls2, d_key), _r in sol.served:
                 d = by_key[d_key]
                 if cls2 == cls and d.receives_kv and d.kv_device == t:
@@ -230,6 +250,7 @@ def _kv_transfers(inst: Instance, sol: Solution, used: list[tuple[PoolOption, in
     """Each class's KV flow from a prefill option to a decode type, split over the decode pools on that type in
     proportion to the class's requests each decodes."""
     by_key = {o.key: o for o in sol.options}
+    handoffs = solved_handoffs(inst, sol)
     out: dict[tuple[str, str], list[float]] = {}
     for (c, p_key, t), rate in sol.flows:
         sinks = [(d_key, r) for (cc, d_key), r in sol.served if cc == c and by_key[d_key].receives_kv
@@ -240,7 +261,7 @@ def _kv_transfers(inst: Instance, sol: Solution, used: list[tuple[PoolOption, in
             entry = out.setdefault((p_key, d_key), [0.0, 0.0, 0.0])
             entry[0] += share
             entry[1] += share * inst.target(c).kv_bytes
-            entry[2] = max(entry[2], inst.handoff(c, by_key[p_key].kv_device, t))
+            entry[2] = max(entry[2], handoffs[(c, by_key[p_key].kv_device, t)])
     return [Transfer(kind="kv", src_pool=pool_of[p][0], dst_pool=pool_of[d][0], predicted_requests_per_s=r,
                      predicted_bytes_per_s=b, predicted_latency_ms=lat * 1e3)
             for (p, d), (r, b, lat) in sorted(out.items())]
@@ -320,12 +341,14 @@ def baseline_result(b: BaselineSolution, sol: Solution, plan: Predicted) -> Base
            "output_tokens_per_dollar": _per_dollar(b.output_tokens_per_s, b.cost_per_hour) if ok else None}
     gains = {m: gain("max", getattr(plan, m), own[m]) for m in GAIN_METRICS}
     value = b.objective.value if ok and b.objective is not None else None
+    proven = value is not None and b.kind != "greedy"  # a heuristic has no bound
     plan_gain = gain(sol.objective.sense, sol.objective.value, value)
     return Baseline(
         name=b.name, question=b.question, status=b.status, note=b.note, devices=dict(b.devices),
         requests_per_s=b.requests_per_s, output_tokens_per_s=b.output_tokens_per_s, power_w=b.power_w,
         provisioned_power_w=b.provisioned_w, cost_per_hour=b.cost_per_hour, **{m: own[m] for m in GAIN_METRICS[1:]},
-        objective_value=value, plan_gain=plan_gain, plan_gains=gains,
+        objective_value=value, objective_bound=b.objective.bound if proven else None,
+        gap=b.objective.gap if proven else None, plan_gain=plan_gain, plan_gains=gains,
         beats_plan=plan_gain is not None and plan_gain < 1 - BEATS_TOLERANCE)
 
 

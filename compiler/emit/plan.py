@@ -310,6 +310,8 @@ class Baseline(_Frozen):
     output_tokens_per_s_per_provisioned_w: float | None = None
     output_tokens_per_dollar: float | None = None
     objective_value: float | None = None  # in the unit of solver.objective
+    objective_bound: float | None = None  # the baseline's own proven bound, same unit (none for greedy)
+    gap: float | None = None  # its own relative gap: objective_value is known to about this much
     plan_gain: float | None = None
     plan_gains: dict[str, float | None] = {}
     beats_plan: bool = False

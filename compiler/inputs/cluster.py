@@ -169,7 +169,8 @@ class LinkSpeed(Frozen):
 class LinkSpec(LinkSpeed):
     """The aggregate bandwidth available between two device pools (either direction)."""
 
-    between: tuple[str, str] = Field(description="the two device ids this link joins (order does not matter)")
+    between: tuple[str, str] = Field(description="the two device ids this link joins (order does not matter); "
+                                                 "one id twice gives that pool's own fabric")
     bandwidth_gb_per_s: float = Field(gt=0, description="aggregate bandwidth between the pools, GB/s (1e9 bytes/s)")
     latency_us: float = Field(ge=0, description="one-way latency per message, microseconds")
 
@@ -178,7 +179,8 @@ class Cluster(Frozen):
     """A fleet: device pools, links between pools, and a power budget.
 
     Pools not joined by an entry in ``links`` talk over ``default_link`` (the
-    datacenter network). Within one pool devices use the catalog's scale-out link.
+    datacenter network). Within one pool, devices send over their catalog NICs (scale-out link), on a fabric
+    that carries half the pool's NICs at line rate unless ``links`` gives it (an entry between [t, t]).
     """
 
     name: str
@@ -220,9 +222,6 @@ class Cluster(Frozen):
                     raise ValueError(f"links[{i}].between: {device_id!r} is not in devices; "
                                      f"add it to devices or name one of: {', '.join(sorted(owned))}")
             pair = frozenset(link.between)
-            if len(pair) == 1:
-                raise ValueError(f"links[{i}].between: both ends are {link.between[0]!r}; a pool's own network "
-                                 "comes from the catalog, so list two different devices")
             if pair in seen:
                 raise ValueError(f"links[{i}].between: {' <-> '.join(link.between)} is already given by "
                                  f"links[{seen[pair]}]; keep one of them")
@@ -325,21 +324,29 @@ class Cluster(Frozen):
         return inv.node_size if inv.node_size is not None else registry.device(device_id).devices_per_node
 
     def link(self, a: str, b: str) -> tuple[float, float]:
-        """``(bandwidth_bytes_per_s, latency_s)`` between pools `a` and `b`, in either order.
+        """``(bandwidth_bytes_per_s, latency_s)`` between pools `a` and `b`, in either order: the aggregate
+        of every transfer between them.
 
-        ``a == b`` gives one device's scale-out link from the catalog; a pair
-        without an entry in ``links`` gets ``default_link``.
+        A pair without an entry in ``links`` gets ``default_link``. ``a == b`` is the pool's own fabric: an
+        entry between [a, a], else half its devices' NICs at line rate (the most a non-blocking fabric carries
+        from the devices that send to the disjoint ones that receive) at one NIC's latency.
         """
         self._pool(a), self._pool(b)
-        if a == b:
-            out = registry.device(a).scale_out
-            if out is not None:
-                return out.bw_bytes_per_s, out.latency_s
-            speed: LinkSpeed = self.default_link
-        else:
-            pair = frozenset((a, b))
-            speed = next((link for link in self.links if frozenset(link.between) == pair), self.default_link)
+        pair = frozenset((a, b))
+        given = next((link for link in self.links if frozenset(link.between) == pair), None)
+        if given is None and a == b:
+            nic_bw, latency = self.nic(a)
+            return max(1, self.inventory()[a] // 2) * nic_bw, latency
+        speed: LinkSpeed = given or self.default_link
         return speed.bandwidth_gb_per_s * GB, speed.latency_us / 1e6
+
+    def nic(self, device_id: str) -> tuple[float, float]:
+        """``(bandwidth_bytes_per_s, latency_s)`` of one device's own network port: the catalog's scale-out
+        link, else ``default_link``. One KV transfer moves no faster than the slower of its two ends' NICs."""
+        out = registry.device(device_id).scale_out
+        if out is not None:
+            return out.bw_bytes_per_s, out.latency_s
+        return self.default_link.bandwidth_gb_per_s * GB, self.default_link.latency_us / 1e6
 
     def entry(self, device_id: str) -> Inventory:
         """The file's entry for a pool: count, node size and how its pods deploy (selector, tolerations, ...)."""

@@ -53,6 +53,7 @@ class ClassTarget:
     tpot_slo_s: float | None
     kv_bytes: float  # KV one request of this class hands from prefill to decode
     output_len: float  # mean output tokens (tokens/s = requests/s x this)
+    percentile: float = 0.9  # of requests the targets bind (0-1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,23 +64,38 @@ class Instance:
     inventory: tuple[tuple[str, int], ...]
     power_budget_w: float | None
     classes: tuple[ClassTarget, ...]
-    link_bw_bytes_per_s: tuple[tuple[tuple[str, str], float], ...]  # per unordered pair of different types
-    handoff_s: tuple[tuple[tuple[str, str, str], float], ...]  # KV hand-off of one request, per (class, from, to)
+    link_bw_bytes_per_s: tuple[tuple[tuple[str, str], float], ...]  # per unordered pair; (t, t): t's own fabric
+    handoff_s: tuple[tuple[tuple[str, str, str], float], ...]  # one request's KV hand-off at its link's cap, at the
+    # class's percentile, per (class, from, to) ([Note: hand-offs] in `cost_models.comm`)
     arrival_rate_per_s: float | None = None  # None: maximise
     prices_per_hour: tuple[tuple[str, float], ...] = ()  # dollars per device-hour, per priced device type
     cost_budget_per_hour: float | None = None  # dollars per hour the placement may spend
     designed: tuple[str, ...] = ()  # device types whose count the solver chooses (``count: any``, [Note: fleet design])
     cross_type_kv: bool = True  # False: KV never leaves the device type that prefilled it (vendor islands)
     kv_pairs: tuple[tuple[str, str], ...] | None = None  # (prefill type, decode type) KV may move between; None: any
+    link_caps: tuple[tuple[tuple[str, str], float], ...] = ()  # per unordered pair: the utilisation a link runs at
+    # most at (absent: 1.0); `handoff_s` includes the percentile wait there
+    link_servers: tuple[tuple[tuple[str, str], int], ...] = ()  # per unordered pair: transfers it carries at once
+    transfer_s: tuple[tuple[tuple[str, str, str], float], ...] = ()  # `handoff_s` unloaded (absent: handoff_s)
     # Lookup tables of the pair fields above, built once (the solver and pruning ask for them per option and class).
     _prices: dict = field(init=False, compare=False, repr=False)
     _links: dict = field(init=False, compare=False, repr=False)
     _handoffs: dict = field(init=False, compare=False, repr=False)
+    _link_caps: dict = field(init=False, compare=False, repr=False)
+    _transfers: dict = field(init=False, compare=False, repr=False)
+    _servers: dict = field(init=False, compare=False, repr=False)
+    _targets: dict = field(init=False, compare=False, repr=False)  # (option key, class) -> `kv_targets`
+    _decoders: dict = field(init=False, compare=False, repr=False)  # class -> `decode_types_for`
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_prices", dict(self.prices_per_hour))
         object.__setattr__(self, "_links", dict(self.link_bw_bytes_per_s))
         object.__setattr__(self, "_handoffs", dict(self.handoff_s))
+        object.__setattr__(self, "_link_caps", dict(self.link_caps))
+        object.__setattr__(self, "_transfers", dict(self.transfer_s))
+        object.__setattr__(self, "_servers", dict(self.link_servers))
+        object.__setattr__(self, "_targets", {})
+        object.__setattr__(self, "_decoders", {})
 
     def price_per_hour(self, option: PoolOption) -> float | None:
         """Dollars per hour one replica of `option` costs; None when a device type it uses has no price."""
@@ -91,8 +107,21 @@ class Instance:
     def link_bw(self, a: str, b: str) -> float:
         return self._links.get((a, b), self._links.get((b, a), math.inf))
 
+    def link_cap(self, a: str, b: str) -> float:
+        """The utilisation link a-b runs at most at ([Note: hand-offs] in `cost_models.comm`; absent: 1.0)."""
+        return self._link_caps.get((a, b), self._link_caps.get((b, a), 1.0))
+
     def handoff(self, cls: str, a: str, b: str) -> float:
+        """Class `cls`'s KV hand-off from type `a` to `b` at the link's cap, at the class's percentile."""
         return self._handoffs.get((cls, a, b), 0.0)
+
+    def transfer(self, cls: str, a: str, b: str) -> float:
+        """The same hand-off on an idle link."""
+        return self._transfers.get((cls, a, b), self.handoff(cls, a, b))
+
+    def servers(self, a: str, b: str) -> int:
+        """Transfers link a-b carries at once at full speed ([Note: hand-offs] in `cost_models.comm`)."""
+        return self._servers.get((a, b), self._servers.get((b, a), 1))
 
     def kv_reaches(self, a: str, b: str) -> bool:
         """Whether KV prefilled on type `a` may be decoded on type `b` (vendor islands; `kv_pairs`)."""
@@ -100,25 +129,63 @@ class Instance:
             return False
         return self.kv_pairs is None or (a, b) in self.kv_pairs
 
+    def kv_may_go(self, option: PoolOption, t: str) -> bool:
+        """Whether prefill option `option` may hand KV to decode type `t` at all, SLOs aside (`kv_reaches`, and
+        the option's own `hands_to`)."""
+        return self.kv_reaches(option.kv_device, t) and (not option.hands_to or t in option.hands_to)
+
+    def decode_types_for(self, cls: ClassTarget) -> frozenset[str]:
+        """Device types with a decode option that serves `cls` within its SLO."""
+        if cls.name not in self._decoders:
+            self._decoders[cls.name] = frozenset(
+                o.kv_device for o in self.options if o.receives_kv and o.service(cls.name) is not None
+                and self.cap(o, cls) > 0)
+        return self._decoders[cls.name]
+
+    def kv_targets(self, option: PoolOption, cls: ClassTarget) -> dict[str, float]:
+        """[Note: KV targets] The one home of "class c's KV, prefilled on `option`, reaches decode type t": each
+        type t it may go to (`kv_may_go`) where a decode option serves c, mapped to the utilisation at which
+        `option`'s percentile TTFT leaves c's TTFT target room for the hand-off to t (`handoff`, at the link's
+        cap) and the wait for a decode slot (`SLO_SHARE_ADMISSION`). A type whose hand-off leaves no room is
+        absent. A prefill option's cap is the least of these (`cap`); `candidates` adds copies of it that hand
+        to fewer types at a higher cap when they differ (`split_by_target`)."""
+        key = (option.key, cls.name)
+        if key not in self._targets:
+            service = option.service(cls.name)
+            out: dict[str, float] = {}
+            if service is not None and option.kind == "prefill":
+                for t in sorted(self.decode_types_for(cls)):
+                    if not self.kv_may_go(option, t):
+                        continue
+                    budget = None if cls.ttft_slo_s is None else \
+                        cls.ttft_slo_s * (1 - SLO_SHARE_ADMISSION) - self.handoff(cls.name, option.kv_device, t)
+                    if budget is not None and budget <= 0:
+                        continue
+                    cap = service.max_utilisation(ttft_s=budget, tpot_s=None)
+                    if cap > 0:
+                        out[t] = cap
+            self._targets[key] = out
+        return self._targets[key]
+
     def target(self, name: str) -> ClassTarget:
         return next(c for c in self.classes if c.name == name)
 
     def cap(self, option: PoolOption, cls: ClassTarget) -> float:
         """The utilisation at which `cls` meets its SLO on `option` (0.0: never; absent class: 0.0).
 
-        Prefill options meet `SLO_SHARE_PREFILL` of the TTFT target, leaving `SLO_SHARE_HANDOFF` for the
-        KV hand-off and `SLO_SHARE_ADMISSION` for the wait for a decode slot; decode options keep that
-        wait within `SLO_SHARE_ADMISSION` of it.
+        A prefill option runs at the least of its KV targets' caps (`kv_targets`): its TTFT, the hand-off to
+        the slowest type it hands to and the wait for a decode slot fit the TTFT target. Decode options keep
+        that wait within `SLO_SHARE_ADMISSION` of the target.
         """
         service = option.service(cls.name)
         if service is None:
             return 0.0
+        if option.kind == "prefill":
+            return min(self.kv_targets(option, cls).values(), default=0.0)
         ttft = cls.ttft_slo_s
-        if ttft is not None and option.kind == "prefill":
-            ttft *= SLO_SHARE_PREFILL
-        elif ttft is not None and option.receives_kv:
+        if ttft is not None and option.receives_kv:
             ttft *= SLO_SHARE_ADMISSION
-        return service.max_utilisation(ttft_s=ttft, tpot_s=None if option.kind == "prefill" else cls.tpot_slo_s)
+        return service.max_utilisation(ttft_s=ttft, tpot_s=cls.tpot_slo_s)
 
     def with_options(self, options: Sequence[PoolOption]) -> Instance:
         from dataclasses import replace
@@ -134,13 +201,10 @@ class Instance:
         return replace(self, classes=classes)
 
 
-#: Shares of a class's TTFT target: what a prefill pool may spend at its cap, what the KV hand-off to the decode
-#: pool may (a flow whose hand-off takes longer is refused), and what the wait for a decode slot may. They sum to
-#: 1. With no hand-off share, a prefill pool at its cap left a KV transfer of any size no time, and every
-#: disaggregated flow from it was refused (the Trainium-prefill, CS-3-decode scenario of tools/bench_value.py).
-#: 5% of a 1 s TTFT is 50 ms: 70B's KV of a 1K-token prompt (0.34 GB) over a 100 Gb/s NIC takes ~27 ms.
-SLO_SHARE_PREFILL = 0.85
-SLO_SHARE_HANDOFF = 0.05
+#: The share of a class's TTFT target a request may wait for a decode slot: decode pools are sized for it. The
+#: rest is the prefill's and the KV hand-off's, split per flow: a prefill pool runs at the utilisation where its
+#: TTFT leaves room for the hand-off to the decode type it hands to (`Instance.kv_targets`), so a 1 ms hand-off
+#: leaves the prefill 89.9% of the target and a 50 ms one 85% of a 1 s target.
 SLO_SHARE_ADMISSION = 0.1
 
 

@@ -102,6 +102,7 @@ class PoolOption:
     detail: tuple[tuple[str, Any], ...] = ()
     link_bytes_per_token: float = 0.0  # per output token, between its two device types (attention/FFN seam)
     idle_w: float = 0.0  # predicted draw of one replica serving nothing, on the same footing
+    hands_to: tuple[str, ...] = ()  # a prefill option's copy that hands KV only to these types (empty: any)
 
     def uses(self, device_id: str) -> int:
         return dict(self.devices).get(device_id, 0)

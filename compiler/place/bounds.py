@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from compiler.ir.placement import SLO_SHARE_ADMISSION, ClassTarget, Instance
+from compiler.ir.placement import ClassTarget, Instance
 from compiler.ir.pool_option import PoolOption
 
 #: Tolerance of every comparison: a bound fires only past the ILP's roundings.
@@ -81,18 +81,10 @@ def routes(inst: Instance, c: ClassTarget) -> list[Route]:
     out = [Route((o,)) for o in by_kind["colocated"]]
     for p in by_kind["prefill"]:
         for d in decoders:
-            if _pair_meets_ttft(inst, c, p, d):
+            if d.kv_device in inst.kv_targets(p, c):
                 out.append(Route((p, d)))
     return out
 
-
-def _pair_meets_ttft(inst: Instance, c: ClassTarget, p: PoolOption, d: PoolOption) -> bool:
-    """The ILP's test for a KV flow p -> d's device type: prefill TTFT at its cap + hand-off + admission wait."""
-    if c.ttft_slo_s is None:
-        return True
-    ttft = p.service(c.name).at(inst.cap(p, c))[2]
-    return ttft + inst.handoff(c.name, p.kv_device, d.kv_device) + SLO_SHARE_ADMISSION * c.ttft_slo_s \
-        <= c.ttft_slo_s * (1 + _REL)
 
 
 def infeasible_by_bounds(model_name: str, inst: Instance) -> str | None:

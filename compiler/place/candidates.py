@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from compiler.ir.placement import SLO_SHARE_ADMISSION, ClassTarget, Instance
+from compiler.ir.placement import Instance
 from compiler.ir.pool_option import PoolOption
 
 RATE_SCALE = 1000  # requests/s are modelled in milli-requests/s
@@ -44,11 +44,13 @@ def load_units(rate_per_s: float, cap: float = 1.0) -> int:
 def candidates(inst: Instance, *, prune_them: bool = True) -> list[PoolOption]:
     """The options the model places ([Note: class caps]): each option whose classes meet their SLOs at different
     utilisations also as one option per class (`split_by_class`), beside the option itself as a mixing replica
-    at its strictest class's cap; then, unless `prune_them` is False, only those no other one dominates
-    (`prune`, sorted by key)."""
+    at its strictest class's cap; each prefill option whose KV targets differ in cap also as copies that hand
+    to fewer types at a higher cap (`split_by_target`); then, unless `prune_them` is False, only those no other
+    one dominates (`prune`, sorted by key)."""
     mixed = mixed_caps(inst)
     split = split_by_class(inst.options, mixed)
     every = [*split, *(o for o in inst.options if o.key in mixed)]
+    every += split_by_target(inst, every)
     return list(prune(inst.with_options(every))) if prune_them else every
 
 
@@ -71,6 +73,30 @@ def split_by_class(options: Sequence[PoolOption], keys: set[str]) -> list[PoolOp
         else:
             out.append(o)
     return sorted(out, key=lambda o: o.key)
+
+
+def split_by_target(inst: Instance, options: Sequence[PoolOption]) -> list[PoolOption]:
+    """For each prefill option whose KV targets' caps differ (more than 1%), one copy per higher cap that hands
+    only to the types its classes reach at that cap or above (``key>t1+t2``): a prefill pool feeding a decode
+    type over a fast link runs hotter than one that also feeds a type over a slow one, since every request
+    waits in the same queue ([Note: KV targets] in `compiler.ir.placement`). The option itself, at the least
+    of them, hands to all."""
+    out = []
+    for o in options:
+        if o.kind != "prefill":
+            continue
+        per_type: dict[str, float] = {}
+        for s in o.classes:
+            for t, cap in inst.kv_targets(o, inst.target(s.name)).items():
+                per_type[t] = min(cap, per_type.get(t, cap))
+        levels: list[float] = []
+        for cap in sorted(set(per_type.values())):
+            if not levels or cap - levels[-1] > 0.01:
+                levels.append(cap)
+        for cap in levels[1:]:
+            reached = tuple(sorted(t for t, u in per_type.items() if u >= cap - 1e-12))
+            out.append(replace(o, key=f"{o.key}>{'+'.join(reached)}", hands_to=reached))
+    return out
 
 
 #: [Note: exact pruning] An option is dropped only where another one (or m replicas of another) does at least
@@ -100,10 +126,7 @@ class _Profile:
 def prune(inst: Instance) -> tuple[PoolOption, ...]:
     """The options of `inst` that no other option dominates ([Note: exact pruning]), sorted by key; an option no
     class can use within its SLO is dropped too."""
-    decode_types = sorted({o.kv_device for o in inst.options if o.receives_kv})
-    decoders = {c.name: {o.kv_device for o in inst.options if o.receives_kv and o.service(c.name) is not None
-                         and inst.cap(o, c) > 0} for c in inst.classes}
-    profiles = {o.key: _profile(inst, o, decode_types, decoders) for o in inst.options}
+    profiles = {o.key: _profile(inst, o) for o in inst.options}
     alike: dict[tuple, list[PoolOption]] = {}
     for o in sorted(inst.options, key=lambda o: o.key):
         if profiles[o.key].classes:
@@ -130,7 +153,7 @@ def _dominator(b: PoolOption, others: Sequence[PoolOption], profiles: dict[str, 
     return None
 
 
-def _profile(inst: Instance, o: PoolOption, decode_types: list[str], decoders: dict[str, set[str]]) -> _Profile:
+def _profile(inst: Instance, o: PoolOption) -> _Profile:
     caps = {c.name: inst.cap(o, c) for c in inst.classes if o.service(c.name) is not None}
     usable = {name: cap for name, cap in caps.items() if cap > 0}
     strictest = min(usable.values(), default=0.0)
@@ -138,10 +161,7 @@ def _profile(inst: Instance, o: PoolOption, decode_types: list[str], decoders: d
     for c in inst.classes:
         if c.name not in usable:
             continue
-        reach = frozenset(_reach(inst, o, c, usable[c.name], decode_types, decoders)) if o.kind == "prefill" \
-            else frozenset()
-        if o.kind == "prefill" and not reach:
-            continue  # its KV can go nowhere within the SLO: the class is not served here
+        reach = frozenset(inst.kv_targets(o, c))  # empty but for prefill options, whose cap > 0 needs one
         classes[c.name] = (load_units(o.service(c.name).rate_per_s, strictest), reach)
     price = inst.price_per_hour(o)
     link = (o.device_types, o.link_bytes_per_token) if o.link_bytes_per_token and len(o.device_types) == 2 \
@@ -149,17 +169,6 @@ def _profile(inst: Instance, o: PoolOption, decode_types: list[str], decoders: d
     return _Profile({t: o.uses(t) for t in o.device_types},
                     (scaled(o.provisioned_w, 1), scaled(price, COST_SCALE) if price is not None else -1), link,
                     classes)
-
-
-def _reach(inst: Instance, o: PoolOption, c: ClassTarget, cap: float, decode_types: list[str],
-           decoders: dict[str, set[str]]) -> list[str]:
-    """Decode types prefill option `o` may hand class `c`'s KV to within its TTFT SLO (`PlacementModel`'s
-    ``f[c,p,t]``: a decode option there serves c, the KV may go there, and p's TTFT at its cap, the hand-off
-    and the wait for a decode slot fit)."""
-    ttft = o.service(c.name).at(cap)[2]
-    return [t for t in decode_types if t in decoders[c.name] and inst.kv_reaches(o.kv_device, t) and (
-        c.ttft_slo_s is None
-        or ttft + inst.handoff(c.name, o.kv_device, t) + SLO_SHARE_ADMISSION * c.ttft_slo_s <= c.ttft_slo_s)]
 
 
 def _dominates(a: _Profile, b: _Profile) -> bool:

@@ -32,13 +32,14 @@ instance names its binding families):
   where cap is the utilisation at which c's percentile latency meets its SLO
   (`Instance.cap`, from o's latency curve; see [Note: class caps]); a class no
   option serves within its SLO gets none; a KV flow p -> t carries class c
-  only if p's TTFT at its cap, the hand-off over the link and the wait for a
-  decode slot meet c's TTFT SLO.
+  only if t is one of p's KV targets for c (`Instance.kv_targets`: p's TTFT at
+  its cap, the hand-off to t and the wait for a decode slot meet c's TTFT SLO).
 - ``decode_balance[c,t]``: what prefill options hand class c's KV to type t equals what decode options on t decode.
   Vendor islands (``Instance.cross_type_kv`` False) have no flow from p to a type other than p's own, and no
   flow goes from p to a type t that ``Instance.kv_pairs`` leaves out (``compile --deployable``).
-- ``link[t1,t2]``: bytes per second from type t1 to t2 <= link bandwidth: KV hand-offs, and the hidden states
-  and draft tokens of options that span two types.
+- ``link[t1,t2]``: bytes per second from type t1 to t2 <= link bandwidth times the link's cap ([Note:
+  hand-offs] in `cost_models.comm`): KV hand-offs (t1 == t2: over t1's own fabric), and the hidden states and
+  draft tokens of options that span two types.
 - ``demand``: each class is served at least its share of lam, and lam >= the
   arrival rate (>= one request per 1000 s when maximising).
 
@@ -62,7 +63,7 @@ from typing import Callable, Sequence, TypeVar
 
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.placement import (
-    FAMILIES, OBJECTIVES, PRICED_OBJECTIVES, SLO_SHARE_ADMISSION, Instance, Objective, Solution,
+    FAMILIES, OBJECTIVES, PRICED_OBJECTIVES, Instance, Objective, Solution,
 )
 from compiler.place import portfolio
 from compiler.place.candidates import COST_SCALE, LOAD_SCALE, RATE_SCALE, candidates, load_units, scaled
@@ -176,8 +177,9 @@ class PlacementModel:
                 self.lit["cost"])
 
     def _class_flows(self) -> None:
-        """``x[c,o]``, ``f[c,p,t]``, ``y[c,d]``; a KV flow is refused (``slo``) when p's TTFT at its cap, the
-        hand-off to t and the wait for a decode slot miss c's TTFT SLO."""
+        """``x[c,o]``, ``f[c,p,t]``, ``y[c,d]``; a KV flow is refused (``slo``) when t is not among p's KV targets
+        for c (`Instance.kv_targets`: p's TTFT at its cap, the hand-off to t and the wait for a decode slot
+        miss c's TTFT SLO)."""
         self.x, self.f, self.y = {}, {}, {}
         for c in self.inst.classes:
             for o in self.opts:
@@ -188,22 +190,18 @@ class PlacementModel:
                 elif o.receives_kv:
                     self.y[(c.name, o.key)] = self.m.new_int_var(0, self.max_rate, f"y[{c.name},{o.key}]")
                 else:
+                    targets = self.inst.kv_targets(o, c)
                     for t in self.decode_types:
                         if t not in self.decoders[c.name]:
                             continue  # no decode option on t serves c: nothing could go there
-                        if not self.inst.kv_reaches(o.kv_device, t):
-                            continue  # vendor islands, or no connector: KV stays off t
-                        too_slow = c.ttft_slo_s is not None and self._prefill_ttft(c, o) + self.inst.handoff(
-                            c.name, o.kv_device, t) + SLO_SHARE_ADMISSION * c.ttft_slo_s > c.ttft_slo_s
+                        if not self.inst.kv_may_go(o, t):
+                            continue  # vendor islands, no connector, or a copy of o for other types
+                        too_slow = t not in targets
                         if too_slow and self.slo_binds:
                             continue  # the slo family forbids it anyway
                         f = self.f[(c.name, o.key, t)] = self.m.new_int_var(0, self.max_rate, f"f[{c.name},{o.key},{t}]")
                         if too_slow:
                             self.m.add(f == 0).only_enforce_if(self.lit["slo"])
-
-    def _prefill_ttft(self, c, o) -> float:
-        """Class c's percentile TTFT on prefill option o when o runs at c's cap."""
-        return o.service(c.name).at(self.caps[(c.name, o.key)])[2]
 
     def flow(self, cls: str, key: str):
         """Class `cls`'s requests/s through option `key` (its prefill flows summed over decode types)."""
@@ -260,16 +258,15 @@ class PlacementModel:
         return next(o.kv_device for o in self.opts if o.key == key)
 
     def _link(self) -> None:
-        """``link[t1,t2]``: bytes per second from type t1 to t2 <= the link's bandwidth (KB, rounded up): the KV
-        prefill options hand to decode pools on another type, and half of what an option spanning two types
-        moves between them, each way (attention/FFN hidden states, draft tokens: `PoolOption.link_bytes_per_token`
-        per output token)."""
+        """``link[t1,t2]``: bytes per second from type t1 to t2 <= the link's bandwidth times its cap (KB, rounded
+        up; [Note: hand-offs] in `cost_models.comm`): the KV prefill options hand to decode pools on t2 (t1 == t2:
+        over t1's own fabric), and half of what an option spanning two types moves between them, each way
+        (attention/FFN hidden states, draft tokens: `PoolOption.link_bytes_per_token` per output token)."""
         inst = self.inst
         kv_kb = {c.name: math.ceil(c.kv_bytes / 1e3) for c in inst.classes}
         terms: dict[tuple[str, str], list] = {}
         for (c, p, t), v in self.f.items():
-            if self._kv_device(p) != t:
-                terms.setdefault((self._kv_device(p), t), []).append(v * kv_kb[c])
+            terms.setdefault((self._kv_device(p), t), []).append(v * kv_kb[c])
         for o in self.opts:
             if not o.link_bytes_per_token or len(o.device_types) != 2:
                 continue
@@ -280,7 +277,7 @@ class PlacementModel:
                     for pair in ((a, b), (b, a)):
                         terms.setdefault(pair, []).append(self.flow(c.name, o.key) * kb)
         for (t1, t2), flows in sorted(terms.items()):
-            bw = inst.link_bw(t1, t2)
+            bw = inst.link_bw(t1, t2) * inst.link_cap(t1, t2)
             if math.isfinite(bw):
                 self.m.add(sum(flows) <= scaled(bw / 1e3)).only_enforce_if(self.lit["link"])
 

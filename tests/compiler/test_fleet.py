@@ -115,7 +115,7 @@ def test_example_workloads_say_what_the_issue_asks():
 # ------------------------------------------------------------------------------------- cluster model
 
 
-def test_cluster_links_are_unordered_with_a_default_and_the_catalog_within_a_pool(tmp_path):
+def test_cluster_links_are_unordered_with_a_default_and_a_fabric_of_catalog_nics_within_a_pool(tmp_path):
     cluster = load_cluster(write(tmp_path, GOOD_CLUSTER))
     assert cluster.inventory() == {"nvidia-h100-sxm": 16, "amd-mi300x": 8, "intel-gaudi3": 8}
     assert cluster.power_budget_w == 20_000
@@ -123,7 +123,8 @@ def test_cluster_links_are_unordered_with_a_default_and_the_catalog_within_a_poo
         == (100e9, 12e-6)
     assert cluster.link("intel-gaudi3", "amd-mi300x") == (50e9, 20e-6)  # default_link
     out = device("intel-gaudi3").scale_out
-    assert cluster.link("intel-gaudi3", "intel-gaudi3") == (out.bw_bytes_per_s, out.latency_s)
+    assert cluster.nic("intel-gaudi3") == (out.bw_bytes_per_s, out.latency_s)
+    assert cluster.link("intel-gaudi3", "intel-gaudi3") == (8 // 2 * out.bw_bytes_per_s, out.latency_s)  # fabric
     assert cluster.node_size("nvidia-h100-sxm") == device("nvidia-h100-sxm").devices_per_node
     with pytest.raises(BadInput, match="no 'aws-trn2' pool"):
         cluster.link("aws-trn2", "amd-mi300x")

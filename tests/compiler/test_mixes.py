@@ -4,9 +4,13 @@ bounds of ratio objectives.
 The brute force enumerates every maximal replica vector and routes the classes over it with a linear program
 (GLOP, not the CP-SAT model): for fixed replica counts the best routing is an LP. The instances are a family
 where that LP is the placement problem: every class meets its SLO on an option at the same utilisation (one
-latency curve per option), so a replica's capacity is linear in its classes' loads ([Note: class caps] in
-`compiler.place.ilp`). The ILP counts in integers (milli-requests/s, load units rounded up), so it may fall
-below the LP optimum by its roundings and never rise above it: `_slack` bounds the rounding.
+latency curve per option, one hand-off time per pair of types), so a replica's capacity is linear in its
+classes' loads ([Note: class caps] in `compiler.place.ilp`). A prefill replica hands KV to the set of decode
+types it is configured for and runs at the utilisation the slowest hand-off in the set leaves its TTFT
+([Note: KV targets] in `compiler.ir.placement`): the brute force tries every split of each prefill option's
+replicas over every set, with the caps worked out here from the curves. The ILP counts in integers
+(milli-requests/s, load units rounded up), so it may fall below the LP optimum by its roundings and never rise
+above it: `_slack` bounds the rounding.
 """
 
 from __future__ import annotations
@@ -78,7 +82,8 @@ def random_mix(seed: int, classes: int) -> Instance:
         ttft, tpot = rng.choice((None, 2.5)), None
     targets = tuple(ClassTarget(n, s, ttft, tpot, rng.choice((1e3, 1e5, 1e6)), 100.0)
                     for n, s in zip(names, rng.choice(SHARES[classes])))
-    handoff = tuple(((n, x, y), rng.uniform(0.0, 0.6)) for n in names for x in TYPES for y in TYPES)
+    per_pair = {(x, y): rng.uniform(0.0, 0.6) for x in TYPES for y in TYPES}  # the same for every class
+    handoff = tuple(((n, x, y), per_pair[(x, y)]) for n in names for x in TYPES for y in TYPES)
     return Instance(tuple(options), tuple((t, rng.randint(1, 3)) for t in TYPES),
                     rng.choice((None, 1500.0, 3000.0)), targets,
                     link_bw_bytes_per_s=((("a", "b"), rng.choice((2e5, 2e6, 1e9))),), handoff_s=handoff)
@@ -102,18 +107,36 @@ def _maximal_vectors(inst: Instance):
             yield n
 
 
-def _reach(inst: Instance, p: PoolOption, c: ClassTarget) -> list[str]:
-    """Decode types prefill option p may hand c's KV to: p's TTFT at its cap, the hand-off and the wait for a
-    decode slot within c's TTFT target (the instance's rule)."""
+SETS = tuple(s for r in range(1, len(TYPES) + 1) for s in itertools.combinations(TYPES, r))
+
+
+def _cap(inst: Instance, o: PoolOption, c: ClassTarget, hands_to: tuple[str, ...] | None) -> float:
+    """The utilisation a replica of `o` runs class `c` at: decode and colocated options at the crossing of
+    their curve (`Instance.cap`); a prefill replica handing to `hands_to` where its TTFT leaves the slowest
+    hand-off in the set and the wait for a decode slot room within c's target (0.0 if any type in it has no
+    decode option for c, or no room)."""
+    if hands_to is None:
+        return inst.cap(o, c)
+    decoders = {d.kv_device for d in inst.options if d.kind == "decode" and d.service(c.name) and inst.cap(d, c) > 0}
+    if not set(hands_to) <= decoders:
+        return 0.0
     if c.ttft_slo_s is None:
-        return list(TYPES)
-    ttft = p.service(c.name).at(inst.cap(p, c))[2]
-    return [t for t in TYPES if ttft + inst.handoff(c.name, p.kv_device, t) + SLO_SHARE_ADMISSION * c.ttft_slo_s
-            <= c.ttft_slo_s]
+        return max(u for u, *_ in o.service(c.name).curve)
+    slowest = max(inst.handoff(c.name, o.kv_device, t) for t in hands_to)
+    room = c.ttft_slo_s * (1 - SLO_SHARE_ADMISSION) - slowest
+    return o.service(c.name).max_utilisation(ttft_s=room, tpot_s=None) if room > 0 else 0.0
 
 
-def routed(inst: Instance, n: tuple[int, ...]) -> float:
-    """The most requests/s replica counts `n` serve in the workload's mix: an LP over the class flows."""
+def _splits(k: int, parts: int):
+    """Every way to give `k` replicas to `parts` configurations."""
+    for cut in itertools.combinations(range(k + parts - 1), parts - 1):
+        edges = (-1, *cut, k + parts - 1)
+        yield tuple(b - a - 1 for a, b in zip(edges, edges[1:]))
+
+
+def routed(inst: Instance, placed: list[tuple[int, PoolOption, tuple[str, ...] | None]]) -> float:
+    """The most requests/s `placed` (replicas, option, the set a prefill option hands to) serve in the
+    workload's mix: an LP over the class flows."""
     from ortools.linear_solver import pywraplp
 
     lp = pywraplp.Solver.CreateSolver("GLOP")
@@ -122,24 +145,22 @@ def routed(inst: Instance, n: tuple[int, ...]) -> float:
     into = {(c.name, t): [] for c in inst.classes for t in TYPES}  # KV of c handed to type t
     out_of = {(c.name, t): [] for c in inst.classes for t in TYPES}  # c decoded on type t
     links: dict[tuple[str, str], list] = {}
-    for k, o in zip(n, inst.options):
+    for k, o, hands_to in placed:
         load = []
         for c in inst.classes:
-            cap = inst.cap(o, c)
-            if not k or cap <= 0:
+            if not k or o.service(c.name) is None or (cap := _cap(inst, o, c, hands_to)) <= 0:
                 continue
             if o.kind == "prefill":
-                flows = [lp.NumVar(0, lp.infinity(), "") for _t in _reach(inst, o, c)]
-                for v, t in zip(flows, _reach(inst, o, c)):
+                flows = [lp.NumVar(0, lp.infinity(), "") for _t in hands_to]
+                for v, t in zip(flows, hands_to):
                     into[(c.name, t)].append(v)
                     if t != o.kv_device:
                         links.setdefault((o.kv_device, t), []).append(v * c.kv_bytes)
                 flow = sum(flows)
+                served[c.name].append(flow)
             else:
                 flow = lp.NumVar(0, lp.infinity(), "")
                 (served[c.name] if o.kind == "colocated" else out_of[(c.name, o.kv_device)]).append(flow)
-            if o.kind == "prefill":
-                served[c.name].append(flow)
             load.append(flow * (1 / (o.service(c.name).rate_per_s * cap)))
         if load:
             lp.Add(sum(load) <= k)
@@ -155,7 +176,17 @@ def routed(inst: Instance, n: tuple[int, ...]) -> float:
 
 
 def brute_force(inst: Instance) -> float:
-    return max((routed(inst, n) for n in _maximal_vectors(inst)), default=0.0)
+    best = 0.0
+    for n in _maximal_vectors(inst):
+        choices = []  # per option: every way to configure its replicas
+        for k, o in zip(n, inst.options):
+            if o.kind != "prefill":
+                choices.append([[(k, o, None)]])
+            else:
+                choices.append([[(m, o, s) for m, s in zip(split, SETS) if m] for split in _splits(k, len(SETS))])
+        for pick in itertools.product(*choices):
+            best = max(best, routed(inst, [p for group in pick for p in group]))
+    return best
 
 
 def _slack(inst: Instance) -> float:

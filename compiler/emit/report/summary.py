@@ -140,6 +140,7 @@ def _transfers(plan: Plan) -> str:
 #: Baseline fields shown when the plan has them (the baseline schema grows; absent fields are skipped).
 _BASELINE_FIELDS = (("status", "status", str), ("output_tokens_per_s", "output tokens/s", lambda v: f"{v:,.0f}"),
                     ("power_w", "drawn kW", _kw), ("provisioned_power_w", "provisioned kW", _kw),
+                    ("gap", "own gap", lambda v: f"{100 * v:.3f}%"),
                     ("plan_gain", "plan gain", lambda v: "-" if v is None else f"{v:.2f}x"),
                     ("plan_ratio", "plan gain", lambda v: f"{v:.2f}x"), ("note", "note", str))
 
