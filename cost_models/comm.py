@@ -107,6 +107,11 @@ def link_wait_s(servers: int, utilisation: float, transfer_s: float, percentile:
     return math.log(waits / (1 - percentile)) * transfer_s / (servers * (1 - utilisation))
 
 
+def loaded_handoff_s(transfer_s: float, servers: int, utilisation: float, percentile: float) -> float:
+    """A hand-off's `percentile` time on a link of `servers` at `utilisation`: the transfer plus its wait."""
+    return transfer_s + link_wait_s(servers, utilisation, transfer_s, percentile)
+
+
 def link_cap(servers: int, percentile: float) -> float:
     """The utilisation at which a link's `percentile` wait equals `LINK_WAIT_TRANSFERS` transfer times.
 

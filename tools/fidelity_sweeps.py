@@ -297,10 +297,13 @@ def main() -> None:
 
         print_answered([dict(r, file=args.csv.name) for r in rows], {})
         return
+    keys = [k for k in args.loo_by.split(",") if k]
+    if bad := [k for k in keys if k not in HOLD_OUT]:
+        parser.error(f"--loo-by: {', '.join(bad)} is not one of {', '.join(HOLD_OUT)}")
     phys = physics(rows)
     engines = dict(ENGINES)
     report: dict = {}
-    grid = {k: physics(rows, k) for k in KERNEL_EFFS} if args.fit or args.loo else {}
+    grid = {k: physics(rows, k) for k in KERNEL_EFFS} if args.fit or args.loo or keys else {}
     if args.fit:
         engines, kernels = fit(rows, grid, engines)
         phys = grid[kernels]
@@ -309,11 +312,6 @@ def main() -> None:
                             | {"compute_eff": kernels[0], "mem_eff": kernels[1], "fp8_compute_eff": kernels[2]}
                             for name in sorted({ENGINE_OF[r["backend"]] for r in rows})}
     report["in_sample"] = summary(errors(rows, phys, engines))
-    keys = [k for k in args.loo_by.split(",") if k]
-    if bad := [k for k in keys if k not in HOLD_OUT]:
-        parser.error(f"--loo-by: {', '.join(bad)} is not one of {', '.join(HOLD_OUT)}")
-    if keys and not grid:
-        grid = {k: physics(rows, k) for k in KERNEL_EFFS}
     for key in (["group"] if args.loo else []) + keys:
         report[f"leave_one_{key}_out"] = summary(held_out(rows, grid, HOLD_OUT[key]))
     if args.json:

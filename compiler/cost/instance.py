@@ -19,7 +19,7 @@ from compiler.ir.errors import BadInput
 from compiler.ir.placement import ClassTarget, Instance
 from compiler.ir.pool_option import PoolOption
 from compiler.ir.precision import Precision
-from cost_models.comm import kv_handoff_s, link_cap, link_servers, link_wait_s, transfer_bw
+from cost_models.comm import kv_handoff_s, link_cap, link_servers, loaded_handoff_s, transfer_bw
 
 
 def class_targets(graph: BlockGraph, workload: Workload, precision: Precision) -> tuple[ClassTarget, ...]:
@@ -51,8 +51,7 @@ class LinkQueue:
 
     def handoff_s(self, kv_bytes: float, layers: int, utilisation: float, percentile: float) -> float:
         """One request's KV hand-off at `utilisation`: the transfer plus its `percentile` wait for the link."""
-        transfer = self.transfer_s(kv_bytes, layers)
-        return transfer + link_wait_s(self.servers, utilisation, transfer, percentile)
+        return loaded_handoff_s(self.transfer_s(kv_bytes, layers), self.servers, utilisation, percentile)
 
 
 def link_queues(cluster: Cluster, classes: tuple[ClassTarget, ...]) -> dict[tuple[str, str], LinkQueue]:

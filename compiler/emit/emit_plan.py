@@ -22,7 +22,7 @@ from compiler.ir.placement import Baseline as BaselineSolution
 from compiler.ir.placement import Instance, Sensitivity, Solution, gain
 from compiler.ir.pool_option import PoolOption
 from compiler.ir.precision import Precision
-from cost_models.comm import link_wait_s
+from cost_models.comm import loaded_handoff_s
 from cost_models.power import drawn_w
 
 #: Pool roles of the two halves of a decode-af option, and the block roles each runs.
@@ -96,9 +96,9 @@ def solved_handoffs(inst: Instance, sol: Solution) -> dict[tuple[str, str, str],
     out = {}
     for (c, p_key, t), _rate in sol.flows:
         a = by_key[p_key].kv_device
-        transfer = inst.transfer(c, a, t)
         utilisation = min(moved[(a, t)] / inst.link_bw(a, t), 0.999)
-        out[(c, a, t)] = transfer + link_wait_s(inst.servers(a, t), utilisation, transfer, inst.target(c).percentile)
+        out[(c, a, t)] = loaded_handoff_s(inst.transfer(c, a, t), inst.servers(a, t), utilisation,
+                                          inst.target(c).percentile)
     return out
 
 
