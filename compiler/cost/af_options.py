@@ -150,8 +150,7 @@ def _af_pair(graph: BlockGraph, cluster: Cluster, attn: Deployment, ffns: list[t
 
 def _budget_w(cluster: Cluster, shape: AFShape) -> float:
     """What a shape counts against the power budget on its footing: shapes are ranked per watt of it."""
-    return shape.attn_devices * cluster.device_w(shape.attn.device.id) + \
-        shape.ffn_devices * cluster.device_w(shape.ffn.device.id)
+    return shape.attn_devices * cluster.spec_w(shape.attn.device) + shape.ffn_devices * cluster.spec_w(shape.ffn.device)
 
 
 def _tdp(shape: AFShape) -> float:

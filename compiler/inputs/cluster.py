@@ -38,6 +38,7 @@ from pydantic_core import PydanticCustomError
 
 from backends import registry
 from compiler.inputs.yaml_file import Frozen
+from compiler.ir.device_spec import DeviceSpec
 from compiler.ir.errors import BadInput
 
 GB = 1e9  # the files' GB/s are decimal gigabytes, as vendors quote them
@@ -271,9 +272,13 @@ class Cluster(Frozen):
 
     def device_w(self, device_id: str) -> float:
         """What one device of `device_id` counts against the power budget on its footing ([Note: power basis])."""
+        return self.spec_w(registry.device(device_id))
+
+    def spec_w(self, spec: DeviceSpec) -> float:
+        """`device_w` of a device already looked up (the registry rebuilds the host CPU's spec on each lookup)."""
         from cost_models.power import device_basis_w
 
-        return device_basis_w(registry.device(device_id), self.power_basis, self.pue_factor)[0]
+        return device_basis_w(spec, self.power_basis, self.pue_factor)[0]
 
     @property
     def pue_factor(self) -> float:
