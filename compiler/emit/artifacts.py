@@ -28,7 +28,7 @@ from typing import Any
 
 from compiler.emit.manifest import write_manifest
 from compiler.emit.plan import Plan, Pool, RankExec, Stage, StageExec
-from compiler.emit.stage_programs import Shape, shape_of, stage_program
+from compiler.emit.stage_programs import Shape, check_pool, shape_of, stage_program
 from compiler.emit.transfers import DTYPE_BYTES, detail, validate_transfers
 from compiler.ir.errors import BadInput, UnsupportedModel
 from compiler.ir.files import atomic_write_text
@@ -109,10 +109,9 @@ def write_plan_dir(plan: Plan, model: str, out: str | Path, options: Options = O
                    for key in sorted(set(models.values()) | {("", model)})}
         shapes = {key: shape_of(configs[key][0]) for key in configs}
         for pool in plan.pools:
-            from compiler.emit.stage_programs import rank_slice
-
-            rank_slice(shapes[models[pool.name]], pool.tp, 0)
+            check_pool(shapes[models[pool.name]], pool.tp, [_block_names(s) for s in pool.stages])
     except UnsupportedModel as e:  # the plan stands; it just cannot run here
+        log.warning("the plan cannot run on the reference runtime: %s", e)
         atomic_write_text(out / "plan.json", plan.dumps())
         write_manifest(out, runnable=False, reason=str(e))
         return plan
@@ -212,7 +211,7 @@ def _rank(pool: Pool, stage: Stage, blocks: list[str], t: int, config: dict, sha
         shard = cut_shard(state, program.weights, options.run_dtype)
         rel_w = f"weights/{stem}.safetensors"
         save_shard(out / rel_w, shard)
-        if options.onnx and program.blocks:
+        if options.onnx and program.blocks and program.onnx:
             from compiler.emit.onnx_export import export_stage
 
             rel_onnx = f"onnx/{stem}.onnx"

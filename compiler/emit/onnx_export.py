@@ -55,7 +55,9 @@ def stage_module(source: str, weights: dict[str, Any], filename: str = "stage.py
             x = first
             cos = sin = None
             for block, fn in namespace["BLOCKS"].items():
-                if block.endswith(".attn"):
+                if block == "embed":
+                    x = fn(w, x, positions)
+                elif block.endswith(".attn"):
                     if cos is None:
                         cos, sin = namespace["rope_tables"](w, positions, x.dtype)
                     x = fn(w, x, cos, sin, dense_attend)

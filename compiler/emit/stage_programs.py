@@ -9,16 +9,26 @@ the shards; `compiler.runtime` executes the text after its manifest hash checks.
 
 [Note: stage programs are generated from block templates]
 The blocks the cost model charges (`compiler.trace.ownership`) are emitted as
-code from one template per block role, for the decoder family the runtime
-supports (``llama``, ``mistral``, ``mixtral``: RMSNorm, RoPE, grouped-query
-attention, SwiGLU MLP or top-k routed SwiGLU experts). A template works on
-flat tokens (N, hidden), so one call serves a prefill prompt and a ragged
-decode batch; attention's cache access is the ``attend`` callable the caller
-passes (the runtime's paged KV cache, or dense causal attention for the ONNX
-export). The traced split (`compiler.trace.stage_split`) stays the reference
-for what a block is; these programs are checked against Hugging Face
-``generate`` (tests/runtime). Other families raise `UnsupportedModel` naming
-what is missing; their plans still compile, without runnable stages.
+code from one template per block role. Two kinds of template:
+
+- written out (``llama``, ``mistral``, ``mixtral``: RMSNorm, RoPE, grouped-query
+  attention, SwiGLU MLP or top-k routed SwiGLU experts): plain torch, tensor
+  parallel, exported to ONNX;
+- Hugging Face's own modules (`HF_RECIPES`: ``qwen2``, ``qwen3``, ``qwen3_moe``,
+  ``phi3``, ``deepseek_v3``, ``gpt_oss``, ``gemma2``, ``gpt_neox``, ``gpt2``):
+  the program says which submodules a block calls, in which order, with which
+  residuals (the family's `Recipe`), and `compiler.runtime.hf_modules` runs
+  transformers' code for each (q/k norms, biases, MLA, routers, sinks,
+  soft-capping, partial RoPE). One tp rank, no ONNX.
+
+A template works on flat tokens (N, hidden), so one call serves a prefill
+prompt and a ragged decode batch; attention's cache access is the ``attend``
+callable the caller passes (the runtime's paged KV cache, or dense causal
+attention for the ONNX export). The traced split (`compiler.trace.stage_split`)
+stays the reference for what a block is; these programs are checked against
+Hugging Face ``generate`` (tests/runtime/test_architectures.py). Other families,
+and shapes a template cannot run, raise `UnsupportedModel` naming what is
+missing; their plans still compile, with a warning and without runnable stages.
 
 [Note: tensor-parallel residual]
 A tensor-parallel rank holds heads [q0, q1) / KV heads [k0, k1) of attention
@@ -34,12 +44,14 @@ replicated on every rank, so every rank enters a block with the same x;
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from compiler.ir.errors import UnsupportedModel
 
-SUPPORTED_TYPES = ("llama", "mistral", "mixtral")
+TEMPLATED_TYPES = ("llama", "mistral", "mixtral")
 
 _PRELUDE = '''import torch
 import torch.nn.functional as F
@@ -70,6 +82,49 @@ def swiglu(h, gate, up, down):
 
 
 @dataclass(frozen=True, slots=True)
+class Recipe:
+    """Where a Hugging Face family keeps each piece of a decoder, as state-dict paths (``{i}``: the layer).
+
+    A layer is ``x + post_attn(attn(attn_norm(x)))`` then ``x + post_ffn(mlp(ffn_norm(x)))``; a norm named None
+    is absent. `positions` is a learned position table added to the token embedding (Gemma's sqrt(hidden)
+    embedding scale is its embedding module's own); `softcap` names the config key of the final-logit soft-cap.
+    """
+
+    layer: str
+    attn_norm: str
+    attn: str
+    ffn_norm: str
+    mlp: str
+    embed: str
+    final_norm: str
+    lm_head: str = "lm_head"
+    post_attn: str | None = None
+    post_ffn: str | None = None
+    positions: str | None = None
+    softcap: str | None = None
+    rope: bool = True
+
+
+_DECODER = Recipe(layer="model.layers.{i}", attn_norm="input_layernorm", attn="self_attn",
+                  ffn_norm="post_attention_layernorm", mlp="mlp", embed="model.embed_tokens", final_norm="model.norm")
+#: Families run through transformers' own modules, with their layer recipe.
+HF_RECIPES: dict[str, Recipe] = {
+    "qwen2": _DECODER, "qwen3": _DECODER, "qwen3_moe": _DECODER, "phi3": _DECODER, "deepseek_v3": _DECODER,
+    "gpt_oss": _DECODER,
+    "gemma2": Recipe(layer="model.layers.{i}", attn_norm="input_layernorm", attn="self_attn",
+                     post_attn="post_attention_layernorm", ffn_norm="pre_feedforward_layernorm", mlp="mlp",
+                     post_ffn="post_feedforward_layernorm", embed="model.embed_tokens", final_norm="model.norm",
+                     softcap="final_logit_softcapping"),
+    "gpt_neox": Recipe(layer="gpt_neox.layers.{i}", attn_norm="input_layernorm", attn="attention",
+                       ffn_norm="post_attention_layernorm", mlp="mlp", embed="gpt_neox.embed_in",
+                       final_norm="gpt_neox.final_layer_norm"),
+    "gpt2": Recipe(layer="transformer.h.{i}", attn_norm="ln_1", attn="attn", ffn_norm="ln_2", mlp="mlp",
+                   embed="transformer.wte", positions="transformer.wpe", final_norm="transformer.ln_f", rope=False),
+}
+SUPPORTED_TYPES = TEMPLATED_TYPES + tuple(sorted(HF_RECIPES))
+
+
+@dataclass(frozen=True, slots=True)
 class WeightRef:
     """Shard tensor = ``source`` (a Hugging Face state-dict key) sliced to [lo, hi) along ``dim`` (None: whole)."""
 
@@ -92,6 +147,12 @@ class Shape:
     top_k: int
     eps: float
     layers: int
+    family: str = "llama"  # the model_type: a written-out template or a key of HF_RECIPES
+    parallel_residual: bool = False  # GPT-NeoX: the FFN reads the layer's input, not the attention's output
+
+    @property
+    def templated(self) -> bool:
+        return self.family in TEMPLATED_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +170,14 @@ class StageProgram:
     weights: tuple[tuple[str, WeightRef], ...]
     blocks: tuple[str, ...]
     slice: RankSlice
+    onnx: bool = True  # whether `compiler.emit.onnx_export` can export it (written-out templates only)
 
 
 def shape_of(config: dict[str, Any]) -> Shape:
     """The dimensions of a supported config; `UnsupportedModel` names what is missing."""
     kind = config.get("model_type")
+    if kind in HF_RECIPES:
+        return _hf_shape(kind, config)
     if kind not in SUPPORTED_TYPES:
         raise UnsupportedModel(f"model_type {kind!r} has no stage-program template yet (supported: "
                                f"{', '.join(SUPPORTED_TYPES)}); the plan compiles but cannot run")
@@ -130,11 +194,38 @@ def shape_of(config: dict[str, Any]) -> Shape:
                  head_dim=int(config.get("head_dim") or config["hidden_size"] // heads),
                  intermediate=int(config["intermediate_size"]), experts=int(config.get("num_local_experts") or 0),
                  top_k=int(config.get("num_experts_per_tok") or 0), eps=float(config.get("rms_norm_eps", 1e-6)),
-                 layers=int(config["num_hidden_layers"]))
+                 layers=int(config["num_hidden_layers"]), family=kind)
+
+
+def _first(config: dict[str, Any], *keys: str, default=None):
+    return next((config[k] for k in keys if config.get(k) is not None), default)
+
+
+def _hf_shape(kind: str, config: dict[str, Any]) -> Shape:
+    """Dimensions of a Hugging Face family; K/V heads and head size are what the runtime caches per layer (for
+    MLA the per-head keys and values, values zero-padded to the key width; see compiler/runtime/hf_modules.py)."""
+    hidden = int(_first(config, "hidden_size", "n_embd"))
+    heads = int(_first(config, "num_attention_heads", "n_head"))
+    kv_heads = int(_first(config, "num_key_value_heads", default=heads))
+    head_dim = int(_first(config, "head_dim", default=hidden // heads))
+    if kind == "deepseek_v3":
+        kv_heads = heads
+        head_dim = max(int(config["qk_nope_head_dim"]) + int(config["qk_rope_head_dim"]), int(config["v_head_dim"]))
+    return Shape(hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                 intermediate=int(_first(config, "intermediate_size", "n_inner", default=4 * hidden)),
+                 experts=int(_first(config, "num_local_experts", "n_routed_experts", "num_experts", default=0)),
+                 top_k=int(_first(config, "num_experts_per_tok", "experts_per_token", default=0)),
+                 eps=float(_first(config, "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", default=1e-6)),
+                 layers=int(_first(config, "num_hidden_layers", "n_layer")), family=kind,
+                 parallel_residual=bool(kind == "gpt_neox" and config.get("use_parallel_residual", True)))
 
 
 def rank_slice(shape: Shape, tp: int, rank: int) -> RankSlice:
     """Even split of heads and FFN columns over `tp` ranks; refuses splits that do not divide."""
+    if tp > 1 and not shape.templated:
+        raise UnsupportedModel(f"tp={tp}: model_type {shape.family!r} runs on Hugging Face's modules, which have "
+                               f"no tensor-parallel stage program yet (tensor parallelism: "
+                               f"{', '.join(TEMPLATED_TYPES)}); place it with tp=1")
     for what, n in (("num_key_value_heads", shape.kv_heads), ("num_attention_heads", shape.heads),
                     ("intermediate_size", shape.intermediate)):
         if n % tp:
@@ -152,6 +243,9 @@ def stage_program(config: dict[str, Any], blocks: list[str], *, tp: int, rank: i
     """Source and weight slices of one rank of one stage. `blocks` are block names without the phase prefix."""
     shape = shape_of(config)
     sl = rank_slice(shape, tp, rank)
+    if not shape.templated:
+        check_stage(shape, blocks)
+        return _hf_program(config, shape, blocks, sl, title)
     kept = [b for b in blocks if b != "head" or rank == 0]
     body: list[str] = []
     refs: dict[str, WeightRef] = {}
@@ -192,7 +286,7 @@ def _residual(rank: int) -> str:
 
 def _block(block: str, shape: Shape, sl: RankSlice, rank: int) -> tuple[str, dict[str, WeightRef]]:
     if block == "embed":
-        return ('def embed(w, ids):\n    return F.embedding(ids, w["embed_tokens"])\n',
+        return ('def embed(w, ids, positions):\n    return F.embedding(ids, w["embed_tokens"])\n',
                 {"embed_tokens": WeightRef("model.embed_tokens.weight")})
     if block == "head":
         return ('def head(w, x):\n    return F.linear(rms_norm(x, w["final_norm"]), w["lm_head"])\n',
@@ -264,3 +358,112 @@ def _moe(i: int, shape: Shape, sl: RankSlice, rank: int) -> tuple[str, dict[str,
                   f"L{i}.experts.gate": WeightRef(p + "experts.gate_up_proj", 1, f0, f1),
                   f"L{i}.experts.up": WeightRef(p + "experts.gate_up_proj", 1, n + f0, n + f1),
                   f"L{i}.experts.down": WeightRef(p + "experts.down_proj", 2, f0, f1)}
+
+
+def check_stage(shape: Shape, blocks: list[str]) -> None:
+    """Refuse a stage a template cannot run: a parallel-residual FFN whose layer's attention is elsewhere."""
+    if not shape.parallel_residual:
+        return
+    for b in blocks:
+        if b.startswith("L"):
+            layer, kind = b[1:].split(".")
+            twin = f"L{layer}.{'ffn' if kind == 'attn' else 'attn'}"
+            if twin not in blocks:
+                raise UnsupportedModel(
+                    f"{shape.family} use_parallel_residual=true: the FFN of layer {layer} reads the layer's input, "
+                    f"so {b} and {twin} must run in one stage; place attention and FFN together, or use a config "
+                    f"with use_parallel_residual=false")
+
+
+def check_pool(shape: Shape, tp: int, stages: list[list[str]]) -> None:
+    """`UnsupportedModel` when no stage program can run a pool of `tp` ranks over these stages' blocks."""
+    rank_slice(shape, tp, 0)
+    if not shape.templated:
+        for blocks in stages:
+            check_stage(shape, blocks)
+
+
+@functools.lru_cache(maxsize=4)
+def _state_keys(config_json: str) -> tuple[str, ...]:
+    """The state-dict keys of the model (tied weights under both names), from a skeleton on the meta device."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = {k: v for k, v in json.loads(config_json).items() if k != "_gimletc"}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+    return tuple(model.state_dict())
+
+
+def _hf_program(config: dict[str, Any], shape: Shape, blocks: list[str], sl: RankSlice, title: str) -> StageProgram:
+    """A program calling transformers' own submodules in the order of the family's `Recipe`."""
+    recipe = HF_RECIPES[shape.family]
+    config_json = json.dumps(config, sort_keys=True)
+    keys = _state_keys(config_json)
+    used: list[str] = []
+
+    def mod(path: str) -> str:
+        used.append(path)
+        return f'hf.module(w, "{path}")'
+
+    body = [_hf_rope(recipe)]
+    for block in blocks:
+        body.append(_hf_block(block, recipe, shape, config, mod, used))
+    refs = {k: WeightRef(k) for path in used for k in keys if k.startswith(path + ".")}
+    for path in used:
+        if not any(k.startswith(path + ".") for k in keys):
+            raise UnsupportedModel(f"model_type {shape.family!r}: the model has no module {path!r} (its recipe in "
+                                   f"compiler/emit/stage_programs.py does not match this transformers version)")
+    header = (f'"""Stage program {title}. Generated by gimletc; do not edit\n'
+              f'(plan/manifest.json holds its sha256, checked before it runs).\n\n'
+              f'Blocks: {", ".join(blocks) or "none"}. model_type {shape.family}: each block calls the model\'s own\n'
+              f'Hugging Face submodules, named by state-dict path, with the tensors of this stage\'s shard\n'
+              f'(compiler/runtime/hf_modules.py). Tokens are flat, x (N, {shape.hidden}); attention calls\n'
+              f'attend(layer, q, k, v, ...), the runtime\'s paged KV cache.\n"""\n'
+              'import json\n\nimport torch\n\nfrom compiler.runtime.hf_modules import HFModules\n\n'
+              f'CONFIG = json.loads({config_json!r})\nhf = HFModules(CONFIG)\n')
+    table = "BLOCKS = {\n" + "".join(f"    {b!r}: {_fn(b)},\n" for b in blocks) + "}\n"
+    source = header + "\n\n" + "\n\n".join(body) + "\n\n" + table
+    return StageProgram(source, tuple(sorted(refs.items())), tuple(blocks), sl, onnx=False)
+
+
+def _hf_rope(recipe: Recipe) -> str:
+    if not recipe.rope:
+        return 'def rope_tables(w, positions, dtype):\n    return None, None  # learned positions, added by embed\n'
+    return ('def rope_tables(w, positions, dtype):\n'
+            '    """cos and sin of each token\'s position from the model\'s own rotary embedding."""\n'
+            '    return hf.rope(positions, dtype)\n')
+
+
+def _hf_block(block: str, recipe: Recipe, shape: Shape, config: dict[str, Any], mod, used: list[str]) -> str:
+    if block == "embed":
+        lines = [f"    x = {mod(recipe.embed)}(ids)"]
+        if recipe.positions:
+            lines.append(f"    x = x + {mod(recipe.positions)}(positions)")
+        return "def embed(w, ids, positions):\n" + "\n".join(lines) + "\n    return x\n"
+    if block == "head":
+        text = f"def head(w, x):\n    logits = {mod(recipe.lm_head)}({mod(recipe.final_norm)}(x))\n"
+        cap = config.get(recipe.softcap) if recipe.softcap else None
+        if cap:
+            text += f"    logits = torch.tanh(logits / {float(cap)!r}) * {float(cap)!r}  # final-logit soft-cap\n"
+        return text + "    return logits\n"
+    layer, kind = block[1:].split(".")
+    p = recipe.layer.format(i=layer) + "."
+    if kind == "attn":
+        lines = [f"def L{layer}_attn(w, x, cos, sin, attend):"]
+        if shape.parallel_residual:
+            lines.append(f"    hf.stash({layer}, x)  # L{layer}_ffn reads the layer's input (parallel residual)")
+        lines.append(f"    h = {mod(p + recipe.attn_norm)}(x)")
+        used.append(p + recipe.attn)
+        lines.append(f'    a = hf.attention(w, "{p + recipe.attn}", h, cos, sin, attend)')
+        if recipe.post_attn:
+            lines.append(f"    a = {mod(p + recipe.post_attn)}(a)")
+        return "\n".join(lines) + "\n    return x + a\n"
+    lines = [f"def L{layer}_{kind}(w, x):"]
+    source = f"hf.stashed({layer})" if shape.parallel_residual else "x"
+    lines.append(f"    h = {mod(p + recipe.ffn_norm)}({source})")
+    used.append(p + recipe.mlp)
+    lines.append(f'    f = hf.mlp(w, "{p + recipe.mlp}", h)')
+    if recipe.post_ffn:
+        lines.append(f"    f = {mod(p + recipe.post_ffn)}(f)")
+    return "\n".join(lines) + "\n    return x + f\n"

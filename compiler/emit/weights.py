@@ -58,9 +58,12 @@ def check_same_shape(config: dict[str, Any], checkpoint: dict[str, Any], weights
 
 
 def rope_of(config_obj) -> tuple[Any, float]:
-    """(inv_freq, attention scaling) exactly as the model's own rotary-embedding class computes them."""
+    """(inv_freq, attention scaling) exactly as the model's own rotary-embedding class computes them; (None, 1.0)
+    for a family without RoPE (GPT-2's learned positions)."""
     module = importlib.import_module(type(config_obj).__module__.replace("configuration_", "modeling_"))
-    cls = next(getattr(module, n) for n in dir(module) if n.endswith("RotaryEmbedding"))
+    cls = next((getattr(module, n) for n in sorted(dir(module)) if n.endswith("RotaryEmbedding")), None)
+    if cls is None:
+        return None, 1.0
     rotary = cls(config=config_obj)
     return rotary.inv_freq.detach().clone().float(), float(getattr(rotary, "attention_scaling", 1.0))
 

@@ -77,8 +77,14 @@ class PagedKVCache:
         got = pages[used]  # (P, heads, block, dim)
         return got.permute(1, 0, 2, 3).reshape(got.shape[1], -1, got.shape[3])[:, :length]
 
-    def attend(self, layer: int, q, k, v, seqs: list[Seq]):
-        """Write each sequence's new k, v and attend its queries over its whole context; q (N, nq, d)."""
+    def attend(self, layer: int, q, k, v, seqs: list[Seq], *, scale: float | None = None,
+               softcap: float | None = None, window: int | None = None, sinks=None):
+        """Write each sequence's new k, v and attend its queries over its whole context; q (N, nq, d).
+
+        Options, as Hugging Face's attention functions take them: `scale` of the scores (default 1/sqrt(d)),
+        `softcap` (scores -> cap * tanh(scores / cap), Gemma-2), `window` (a query sees the last `window`
+        positions, itself included), `sinks` (one logit per query head joining the softmax, gpt-oss).
+        """
         import torch
         import torch.nn.functional as F
 
@@ -95,13 +101,18 @@ class PagedKVCache:
             keys = self._gather(self.k[li], s.id, total).repeat_interleave(groups, dim=0)
             values = self._gather(self.v[li], s.id, total).repeat_interleave(groups, dim=0)
             query = q[rows].transpose(0, 1)
-            if s.n == 1:
-                o = F.scaled_dot_product_attention(query[None], keys[None], values[None])
+            if softcap is not None or sinks is not None:
+                o = _explicit_attention(query, keys, values, _visible(s, window), scale, softcap, sinks)[None]
+            elif window is not None:
+                o = F.scaled_dot_product_attention(query[None], keys[None], values[None], attn_mask=_visible(s, window),
+                                                   scale=scale)
+            elif s.n == 1:
+                o = F.scaled_dot_product_attention(query[None], keys[None], values[None], scale=scale)
             elif s.start == 0:
-                o = F.scaled_dot_product_attention(query[None], keys[None], values[None], is_causal=True)
+                o = F.scaled_dot_product_attention(query[None], keys[None], values[None], is_causal=True, scale=scale)
             else:
-                visible = torch.arange(total)[None, :] <= torch.arange(s.start, total)[:, None]
-                o = F.scaled_dot_product_attention(query[None], keys[None], values[None], attn_mask=visible)
+                o = F.scaled_dot_product_attention(query[None], keys[None], values[None], attn_mask=_visible(s, None),
+                                                   scale=scale)
             out[rows] = o[0].transpose(0, 1)
             offset += s.n
         return out
@@ -128,3 +139,31 @@ class PagedKVCache:
             li = self.index[layer]
             self.k[li][page, h0:h1, slot, :] = kv[j, 0].transpose(0, 1).to(self.k[li].dtype)
             self.v[li][page, h0:h1, slot, :] = kv[j, 1].transpose(0, 1).to(self.v[li].dtype)
+
+
+def _visible(s: Seq, window: int | None):
+    """(n, start + n) mask: query position i sees key position j <= i (and i - j < window)."""
+    import torch
+
+    total = s.start + s.n
+    key_pos, query_pos = torch.arange(total)[None, :], torch.arange(s.start, total)[:, None]
+    visible = key_pos <= query_pos
+    return visible if window is None else visible & (query_pos - key_pos < window)
+
+
+def _explicit_attention(query, keys, values, visible, scale, softcap, sinks):
+    """Attention written out, for score transforms SDPA lacks; query (heads, n, d) -> (heads, n, d)."""
+    import math
+
+    import torch
+
+    scores = torch.matmul(query, keys.transpose(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(query.shape[-1]))
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~visible, float("-inf"))
+    if sinks is not None:
+        logits = torch.cat([scores, sinks.to(scores.dtype).reshape(-1, 1, 1).expand(-1, scores.shape[1], 1)], dim=-1)
+        probs = torch.softmax(logits - logits.max(dim=-1, keepdim=True).values, dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    return torch.matmul(probs.to(values.dtype), values)

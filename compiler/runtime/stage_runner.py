@@ -29,6 +29,9 @@ class StageRunner:
         self.cache = cache
         self.tp_group = tp_group
         self.compute_s = 0.0
+        # the run dtype: the shard's floating tensors (inv_freq stays fp32)
+        self.dtype = next((t.dtype for k, t in sorted(weights.items()) if t.is_floating_point()
+                           and k != "rope.inv_freq"), None)
 
     def run(self, blocks: list[str], first, positions, seqs: list[Seq]):
         """Run `blocks` (those this rank has; ``head`` only on rank 0) on `first` (ids or hidden states)."""
@@ -37,18 +40,20 @@ class StageRunner:
 
         start = time.perf_counter()
         x = first
-        cos = sin = None
+        rope = None
         table = self.ns["BLOCKS"]
         with torch.no_grad():
             for block in blocks:
                 fn = table.get(block)
                 if fn is None:
                     continue  # head on a rank > 0
-                if block.endswith(".attn"):
-                    if cos is None:
-                        dtype = self.w[next(k for k in self.w if k.endswith("q_proj"))].dtype
-                        cos, sin = self.ns["rope_tables"](self.w, positions, dtype)
-                    x = fn(self.w, x, cos, sin, lambda layer, q, k, v: self.cache.attend(layer, q, k, v, seqs))
+                if block == "embed":
+                    x = fn(self.w, x, positions)
+                elif block.endswith(".attn"):
+                    if rope is None:
+                        rope = self.ns["rope_tables"](self.w, positions, self.dtype)
+                    x = fn(self.w, x, *rope, lambda layer, q, k, v, **options: self.cache.attend(
+                        layer, q, k, v, seqs, **options))
                 else:
                     x = fn(self.w, x)
                 if self.tp_group is not None and block not in ("embed", "head"):

@@ -32,6 +32,7 @@ import traceback
 from typing import Any
 
 from compiler.emit.manifest import verified_text
+from compiler.emit.stage_programs import shape_of
 from compiler.emit.topology import worker_table, world_size
 from compiler.ir.errors import BadInput
 from compiler.ir.precision import TORCH_DTYPES
@@ -79,8 +80,8 @@ class StageWorker:
         rx = self.exe.ranks[self.me.tp_rank]
         self.dtype = getattr(torch, TORCH_DTYPES[self.exe.dtype])
         config = plan_dir.config_of(pool.name)
-        self.hidden = int(config["hidden_size"])
-        head_dim = int(config.get("head_dim") or self.hidden // config["num_attention_heads"])
+        shape = shape_of(config)
+        self.hidden, head_dim = shape.hidden, shape.head_dim
         namespace = load_program(verified_text(plan_dir.root, rx.program, plan_dir.manifest), rx.program)
         weights = load_file(str(plan_dir.root / rx.weights))
         attn_layers = sorted(int(b[1:].split(".")[0]) for b in namespace["BLOCKS"] if b.endswith(".attn"))

@@ -247,7 +247,7 @@ def _fold_layers(model, layers) -> tuple[int, ...]:
         if child is layers:
             setattr(layers_parent, name, torch.nn.ModuleList(kept))
     config.num_hidden_layers = len(reps)
-    if types:
+    if types and not isinstance(getattr(type(config), "layer_types", None), property):  # Mamba derives it
         config.layer_types = [types[r] for r in reps]
     return layer_map
 
