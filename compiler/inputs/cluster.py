@@ -82,8 +82,9 @@ class Inventory(Frozen):
         default=None, description="extended resource to request per device, for devices without a public device "
                                   "plugin (Cerebras, d-Matrix); without it their pools are external endpoints")
     image: str | None = Field(
-        default=None, description="container image of this pool's workers (with gimletc installed); default: the "
-                                  "catalog's vendor image")
+        default=None, description="container image of this pool's pods for the manifest target compiled: the "
+                                  "engine's (default: its published image), or for the gimletc target an image "
+                                  "with gimletc installed (default: gimletc:<version>, from the Dockerfile)")
     endpoints: tuple[str, ...] = Field(
         default=(), description="IP addresses of the external systems that serve this pool (devices without a "
                                 "Kubernetes resource)")

@@ -268,3 +268,130 @@ def test_a_plan_too_big_for_a_config_map_comes_from_the_volume_alone(golden, tmp
     for obj in files.values():
         for pod in _pod_specs(obj):
             assert [v["name"] for v in pod["volumes"]] == ["plan-dir"]
+
+
+# ------------------------------------------------------------------------------------------------ image
+
+
+REPO = HERE.parent.parent
+ORCHESTRATORS = HERE / "orchestrator_golden"
+
+
+def recipe():
+    """The Dockerfile as dockerfile-parse reads it: (base image, labels, RUN lines, COPY sources)."""
+    from dockerfile_parse import DockerfileParser
+
+    parser = DockerfileParser(path=str(REPO / "Dockerfile"))
+    runs = [i["value"] for i in parser.structure if i["instruction"] == "RUN"]
+    copies = [i["value"].split()[0] for i in parser.structure if i["instruction"] == "COPY"]
+    return parser.baseimage, parser.labels, runs, copies
+
+
+def test_the_dockerfile_installs_gimletc_with_the_constraints_pins():
+    import tomllib
+
+    from packaging.specifiers import SpecifierSet
+
+    base, labels_, runs, copies = recipe()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    # The base is an official Python image whose Python satisfies requires-python (so `python` is on PATH).
+    name, tag = base.split(":")
+    assert name == "python" and tag.split("-")[0] in SpecifierSet(project["project"]["requires-python"])
+    assert labels_["org.opencontainers.image.version"] == project["project"]["version"]
+    # torch at the constraints pin, then the package itself with the same constraints.
+    pinned = (REPO / "requirements" / "constraints.txt").read_text()
+    assert "torch==" in pinned
+    assert any("-c requirements/constraints.txt torch" in r and "whl/cpu" in r for r in runs)
+    assert any("-c requirements/constraints.txt ." in r for r in runs)
+    # Everything the wheel is built from is copied in, and .dockerignore lets it through.
+    packages = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert {p.rstrip("*") for p in packages} <= set(copies)
+    assert {"pyproject.toml", "requirements/constraints.txt"} <= set(copies)
+    ignored = (REPO / ".dockerignore").read_text().splitlines()
+    for needed in ("pyproject.toml", "README.md", "requirements/constraints.txt", *(p.rstrip("*") + "/"
+                                                                                  for p in packages)):
+        assert f"!{needed}" in ignored, needed
+
+
+def _containers(obj):
+    for pod in _pod_specs(obj):
+        yield from pod["containers"]
+
+
+def test_every_reference_runtime_container_runs_a_command_the_image_holds(golden):
+    """Each container's command is the package's console script or a module the Dockerfile copies in, and its image
+    is the recipe's tag, or the image the cluster file names for that pool."""
+    import tomllib
+
+    _, labels_, _, copies = recipe()
+    image = f"{labels_['org.opencontainers.image.title']}:{labels_['org.opencontainers.image.version']}"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    scripts = project["project"]["scripts"]
+    plan, cluster = golden
+    overrides = {d.key: d.image for d in pool_deployments(plan, cluster) if cluster.entry(d.pool.device).image}
+    assert overrides == {"pool4": "registry.example.com/gimletc-gaudi:0.1.0"}  # the cluster file's Gaudi image
+    seen = set()
+    for case, objects in cases(golden).items():
+        for obj in objects.values():
+            for c in _containers(obj):
+                pool = obj["metadata"]["labels"].get("gimletc/pool")
+                expected = overrides.get(pool, image) if case != "mixed-no-cluster" else image
+                assert c["image"] == expected, (case, obj["metadata"]["name"], c["image"])
+                command = c["command"]
+                if command[0] in scripts:
+                    module = scripts[command[0]].split(":")[0]
+                else:
+                    assert command[:2] == ["python", "-m"], command
+                    module = command[2]
+                path = module.replace(".", "/")
+                assert module.split(".")[0] in copies and ((REPO / f"{path}.py").is_file()
+                                                           or (REPO / path / "__main__.py").is_file()), module
+                seen.add(module)
+    assert seen == {"compiler.cli.main", "compiler.runtime.worker"}
+
+
+def test_accelerator_pools_say_their_workers_compute_on_the_cpu(golden, tmp_path):
+    """No reference worker sits on an accelerator node's CPU unannounced: the annotation follows what the runtime
+    itself reports for the device (`compiler.runtime.report.execution_of`)."""
+    from compiler.runtime.report import execution_of
+
+    plan, cluster = golden
+    annotated = {}
+    for obj in read_back(manifests(plan, cluster), tmp_path).values():
+        meta = obj.get("metadata", {})
+        if "gimletc/execution" in meta.get("annotations", {}):
+            annotated[meta["annotations"]["gimletc/device"]] = meta["annotations"]["gimletc/execution"]
+    assert set(annotated) == {p.device for p in plan.pools}
+    for dev, text in annotated.items():
+        assert text.startswith("emulated" if execution_of(dev) == "emulated" else "native"), (dev, text)
+
+
+def test_engine_targets_run_the_engines_published_images(golden):
+    """The engine targets never run the gimletc image or the reference worker: each engine container runs the
+    image its backend's catalog publishes for that engine and platform."""
+    from backends.registry import backend_of
+    from compiler.emit.k8s.pool_deployment import RUNTIME_IMAGE
+    from tests.emit.test_orchestrators import pod_specs as _orchestrator_pod_specs
+
+    plan, cluster = load_plan(ORCHESTRATORS / "plan-mixed.json"), load_cluster(ORCHESTRATORS / "cluster-mixed.yaml")
+    published = {}
+    for p in plan.pools:
+        if p.launch is not None and p.launch.engine != "external":
+            platforms = backend_of(device(p.device)).engines
+            published[p.name] = next(e.image for e in platforms
+                                     if (e.engine, e.platform) == (p.launch.engine, p.launch.platform))
+    assert published
+    checked = set()
+    for target in ("engines", "dynamo", "llm-d", "kserve"):
+        for obj in manifests(plan, cluster, target=target).values():
+            for pod in _orchestrator_pod_specs(obj):
+                for c in pod["containers"]:
+                    assert c["image"] != RUNTIME_IMAGE and "compiler.runtime.worker" not in " ".join(
+                        c.get("command", [])), (target, obj["metadata"]["name"])
+                    pool = obj["metadata"].get("labels", {}).get("gimletc/pool")
+                    if pool in published and obj["metadata"]["labels"].get("app.kubernetes.io/component") == "engine":
+                        # no published image (vllm-gaudi): an unpullable placeholder that says to set one
+                        assert c["image"] == published[pool] or (published[pool] is None and c["image"].startswith(
+                            "registry.invalid/set-image-in-cluster-file/")), (target, pool, c["image"])
+                        checked.add(c["image"])
+    assert any(i.startswith("vllm/vllm-openai:") for i in checked) and any(i.startswith("rocm/") for i in checked)

@@ -10,6 +10,13 @@ writes them. Same plan, same bytes.
   the worker contract's command, ``python -m compiler.runtime.worker --plan /plan``,
   with ``MASTER_ADDR`` (the driver's headless Service), ``MASTER_PORT``,
   ``WORLD_SIZE``, ``GIMLETC_POOL``, ``GIMLETC_REPLICA`` and ``GIMLETC_WORKER_INDEX``.
+- Every container runs the gimletc image (`RUNTIME_IMAGE`, built from the
+  repository's ``Dockerfile``; a cluster entry's ``image`` replaces it for its
+  pool): vendor images do not hold gimletc, and the reference runtime needs
+  none, because it computes on the host CPU whatever the pool's device. A
+  pool on an accelerator therefore says so on purpose: its annotation
+  ``gimletc/execution`` reads "emulated on the node's CPU", and its device
+  request only places the worker on the node the plan chose.
 - A pool whose replica fits one node (``devices_per_replica <= node size``) is
   a StatefulSet: one pod per replica holding one container per worker, so a
   replica's tensor-parallel peers share a node. A StatefulSet rather than a
@@ -46,8 +53,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from compiler.emit.k8s import objects as k8s
-from compiler.emit.k8s.pool_deployment import (CPU_IMAGE, NOTE, PLACEHOLDER_ADDRESS, PoolDeployment, by_file_name,
-                                               check_name, labels, pool_deployments, selector)
+from compiler.emit.k8s.pool_deployment import (NOTE, PLACEHOLDER_ADDRESS, RUNTIME_IMAGE, PoolDeployment,
+                                               by_file_name, check_name, labels, pool_deployments, selector)
 from compiler.emit.topology import workers_of, world_size
 from compiler.ir.errors import BadInput
 
@@ -56,7 +63,7 @@ if TYPE_CHECKING:
     from compiler.inputs.cluster import Cluster
 
 MODES = ("device-plugin", "dra")
-__all__ = ["MODES", "PoolDeployment", "manifests", "pool_deployments"]
+__all__ = ["MODES", "PoolDeployment", "RUNTIME_IMAGE", "manifests", "pool_deployments"]
 MASTER_PORT = 29500
 HTTP_PORT = 8000
 PLAN_DIR = "/plan"
@@ -66,6 +73,7 @@ POD_INDEX = "apps.kubernetes.io/pod-index"
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_SUBGROUP_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
+EXECUTION = "gimletc/execution"
 #: A ConfigMap holds at most 1 MiB (etcd's object limit), metadata included.
 CONFIG_MAP_LIMIT_BYTES = 1_000_000
 
@@ -133,7 +141,7 @@ def _driver(ctx: _Context) -> list[dict[str, Any]]:
     labels, selector = ctx.labels("driver"), ctx.selector("driver")
     volumes, mounts = _volumes(ctx)
     env = [*_rendezvous_env(ctx), k8s.env_value("RANK", "0")]
-    box = k8s.container("driver", CPU_IMAGE, DRIVER_COMMAND, env, mounts,
+    box = k8s.container("driver", RUNTIME_IMAGE, DRIVER_COMMAND, env, mounts,
                         ports=[("rendezvous", MASTER_PORT), ("http", HTTP_PORT)])
     note = (f"rank 0 of {ctx.world_size}: owns requests and sampling; workers rendezvous at "
             f"{ctx.driver_service}:{MASTER_PORT}")
@@ -151,7 +159,18 @@ def _pool_annotations(d: PoolDeployment, note: str) -> dict[str, str]:
     p = d.pool
     return {"gimletc/device": p.device, "gimletc/role": p.role,
             "gimletc/shape": f"replicas {p.replicas}, {p.devices_per_replica} devices each, tp={p.tp}, pp={p.pp}",
-            NOTE: note}
+            EXECUTION: _execution(d), NOTE: note}
+
+
+def _execution(d: PoolDeployment) -> str:
+    """Where the pool's workers compute (see [Note: how a plan deploys]): the host CPU, emulating any other device."""
+    if d.device.torch_device == "cpu":
+        return "native on the node's CPU"
+    if d.kind == "external":
+        return (f"emulated on the external systems' host CPU, not on the {d.pool.device}: the reference runtime "
+                "computes on the host CPU (same numerics, host timings)")
+    return (f"emulated on the node's CPU, not on the {d.pool.device}: the reference runtime computes on the host "
+            f"CPU (same numerics, host timings); the {d.resource} request only places the worker on its node")
 
 
 def _worker_env(ctx: _Context, d: PoolDeployment, replica: dict[str, Any], index: dict[str, Any]) -> list:
@@ -239,5 +258,6 @@ def _external_pool(ctx: _Context, d: PoolDeployment) -> list[dict[str, Any]]:
                "GIMLETC_WORKER_INDEX": str(w.worker_index)}
         env_files[f"replica{w.replica}-worker{w.worker_index}.env"] = "".join(f"{k}={v}\n" for k, v in env.items())
     out.append(k8s.config_map(k8s.metadata(f"{name}-workers", pool_labels, {
-        NOTE: "one env file per external worker; run: env $(cat FILE) " + " ".join(WORKER_COMMAND)}), env_files))
+        NOTE: f"one env file per external worker; run in the image {d.image} (or where gimletc is installed): "
+              "env $(cat FILE) " + " ".join(WORKER_COMMAND)}), env_files))
     return out

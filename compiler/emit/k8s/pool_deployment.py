@@ -2,8 +2,8 @@
 
 Before: a `Plan` and, when known, the `Cluster` it was compiled for. After:
 one `PoolDeployment` per pool: its device, node size, Kubernetes device
-resource, node selector, tolerations and image (the cluster entry's, else the
-catalog's), and its pod layout (`kind`, `pods_per_replica`). The gimletc target
+resource, node selector, tolerations, the reference runtime's image (`RUNTIME_IMAGE`,
+or the cluster entry's ``image``), and its pod layout (`kind`, `pods_per_replica`). The gimletc target
 (`compiler.emit.k8s.manifests`) lays out one container per worker process; the
 engine targets (`engines`, `dynamo`, `llm_d`, `kserve`) one engine process per
 pod, a pod per node a replica spans.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from backends.registry import device as catalog_device
@@ -28,8 +29,21 @@ if TYPE_CHECKING:
     from compiler.inputs.cluster import Cluster
     from compiler.ir.device_spec import DeviceSpec
 
-#: For pools whose device has no vendor image in the catalog, and for the driver (it needs no accelerator).
-CPU_IMAGE = "python:3.11-slim"
+
+def _package_version() -> str:
+    """This gimletc's version as an image tag (letters, digits, '_', '.', '-'): ``0.1.0``."""
+    try:
+        version = metadata.version("gimletc")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        version = "0+unknown"
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", version)
+
+
+#: The reference runtime's image, built from the repository's ``Dockerfile`` (README: "The reference runtime's
+#: image") and tagged with the package version: every container of the gimletc target runs it, since no vendor
+#: image holds gimletc. A cluster entry's ``image`` replaces it for that pool; ``kustomize edit set image
+#: gimletc=REGISTRY/gimletc:TAG`` for every container.
+RUNTIME_IMAGE = f"gimletc:{_package_version()}"
 NOTE = "gimletc/note"
 POOL_LABEL = "gimletc/pool"
 #: RFC 5737 TEST-NET-1: documentation-only, routes nowhere; stands in for missing external endpoints.
@@ -114,7 +128,7 @@ def pool_deployment(pool: Pool, cluster: Cluster | None) -> PoolDeployment:
         pool=pool, key=dns_label(pool.name), device=spec, node_size=node_size,
         resource=(entry.k8s_resource if entry is not None and entry.k8s_resource else spec.k8s_resource),
         node_selector=dict(sorted(selector.items())), tolerations=entry.tolerations if entry else (),
-        image=(entry.image if entry is not None and entry.image else spec.image) or CPU_IMAGE,
+        image=entry.image if entry is not None and entry.image else RUNTIME_IMAGE,
         endpoints=entry.endpoints if entry is not None else (), workers_per_replica=workers)
 
 
