@@ -22,7 +22,8 @@ def register(sub) -> None:
                         "venv), sweep concurrency and lengths with its own benchmark client, fit its step costs "
                         "and save them for `gimletc estimate --engine vllm`; minutes")
     p.add_argument("--table", metavar="FILE.md", default=None,
-                   help="with --engine: also write the measured vs predicted table as Markdown to FILE.md")
+                   help="with --engine: also write the measured vs predicted table as Markdown to FILE.md (below its "
+                        "'## Latest run' heading where it has one, keeping the text above)")
     options.add_json(p, "the calibration report")
     p.set_defaults(func=run)
 
@@ -34,8 +35,10 @@ def run(args: argparse.Namespace) -> int:
         from compiler.calibrate.engine import calibrate_engine
 
         report = calibrate_engine(args.device, args.engine, progress=progress_for(args))
-        if args.table:
-            Path(args.table).write_text(engine_table_markdown(report))
+        if args.table:  # a page that has a "## Latest run" heading keeps what is above it
+            path = Path(args.table)
+            head = path.read_text().partition(LATEST)[0] + LATEST if path.exists() else ""
+            path.write_text(head + engine_table_markdown(report) if LATEST in head else engine_table_markdown(report))
         return output(report, args.json, print_engine_calibration)
     if args.table:
         raise BadInput("--table FILE.md goes with --engine vllm")
@@ -43,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
 
     report = calibrate(args.device, progress=progress_for(args))
     return output(report, args.json, print_calibration)
+
+
+#: Where `--table` writes into an existing page: everything after this heading.
+LATEST = "## Latest run\n\n"
 
 
 def _engine_rows(report: dict[str, Any]):
