@@ -31,8 +31,10 @@ ValueError: unknown serving engine 'tgi'; use one of generic, sglang, trtllm, vl
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from compiler.ir.calibration import Calibration
+from compiler.ir.device_spec import DeviceSpec
 from cost_models.derates import Derate, derate_for
 
 TRTLLM_DEFAULTS = ("https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/"
@@ -76,6 +78,7 @@ class Engine:
     fp8_compute_eff: float | None = None  # the same for its FP8 matmuls, of the FP8 peak
     mem_eff: float | None = None  # share of peak bandwidth its kernels stream weights and KV at on `kernels_on`
     kernels_on: str | None = None  # the device family its efficiencies were measured on (elsewhere: the family's)
+    calibrated_on: str | None = None  # the device id `gimletc calibrate --engine` measured it on ([Note: engine records])
     provenance: tuple[tuple[str, str], ...] = field(default=())
 
     def source(self, name: str) -> str:
@@ -133,7 +136,8 @@ class Engine:
         changes = {k: getattr(self, k) for k in fields if getattr(self, k) is not None}
         if not changes:
             return derate
-        return replace(derate, **changes, provenance=f"{derate.provenance}; {', '.join(sorted(changes))} of engine {self.name}")
+        who = f"engine {self.name}" + (f" as measured on {self.calibrated_on}" if self.calibrated_on else "")
+        return replace(derate, **changes, provenance=f"{derate.provenance}; {', '.join(sorted(changes))} of {who}")
 
 
 _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhead and no extra scheduler cost"
@@ -195,8 +199,11 @@ OVERLAP_SINCE = {"vllm": (0, 14)}
 def served_derate(family: str, calibration: Calibration | None, served_by: Engine) -> Derate:
     """The derate a device of `family` runs at under `served_by`: the family's (or the device's measured
     `calibration`, which keeps its own efficiencies) with the engine's overheads and, on the family its kernels were
-    measured on, their efficiencies (`Engine.applied_to`)."""
-    return served_by.applied_to(derate_for(family, calibration), family if calibration is None else None)
+    measured on, their efficiencies (`Engine.applied_to`). An engine calibrated on the calibrated device itself
+    brings its kernels' efficiencies too: they were measured there ([Note: engine records])."""
+    measured_here = calibration is not None and served_by.calibrated_on == calibration.device_id
+    return served_by.applied_to(derate_for(family, calibration),
+                                family if calibration is None or measured_here else None)
 
 
 def engine(name: str, version: str | None = None) -> Engine:
@@ -215,3 +222,68 @@ def at_version(found: Engine, version: str) -> Engine:
     if since is None or len(numbers) < 2 or numbers >= since:
         return found
     return replace(found, overlap=False)
+
+
+# ------------------------------------------------------------------------------------------ engine records
+
+#: The `Engine` fields an engine calibration record holds (`gimletc calibrate --device D --engine E`).
+RECORD_FIELDS = ("step_overhead_s", "block_overhead_s", "op_overhead_s", "seq_overhead_s", "request_overhead_s",
+                 "sync_fraction", "admission_fraction", "prefill_budget_tokens", "max_batch", "overlap",
+                 "mixes_prefill", "compute_eff", "mem_eff")
+
+
+def fitted_against(device: DeviceSpec, base: Derate) -> dict[str, Any]:
+    """What an engine record's efficiencies and overheads are relative to: the device's peaks and bandwidth and the
+    derate it ran at before the engine's own fields replaced some ([Note: engine records])."""
+    return {"peak_flops_per_s": dict(device.peak_flops_per_s), "mem_bw_bytes_per_s": device.memory[0].bw_bytes_per_s,
+            "derate": base.provenance}
+
+
+def engine_record(fitted: Engine, device: DeviceSpec, base: Derate) -> dict[str, Any]:
+    """The record of `fitted` measured on `device` at derate `base` (`compiler.ir.calibration.save_engine_record`
+    writes it)."""
+    return {"device": device.id, "engine": fitted.name, "fitted_against": fitted_against(device, base),
+            "fields": {k: getattr(fitted, k) for k in RECORD_FIELDS}, "provenance": dict(fitted.provenance)}
+
+
+def calibrated_engine(name: str, record: dict[str, Any] | None, device: DeviceSpec,
+                      calibration: Calibration | None) -> Engine | None:
+    """The engine `name` as `gimletc calibrate --device D --engine name` measured it on `device` (its `record`, as
+    `compiler.ir.calibration.load_engine_record` reads it), or None where there is none or it is unreadable.
+    Raises `ValueError` where the device changed under it.
+
+    [Note: engine records] A record holds an engine's step costs and its kernels'
+    efficiencies fitted on one device, with the device's peaks and derate they are
+    relative to (`fitted_against`). The efficiencies are shares of those peaks and
+    the overheads sit on top of that derate, so the record holds only while they
+    stand: a later ``gimletc calibrate --device D`` (new peaks, a new derate) makes
+    it stale, and a stale record is refused with the command that refreshes it
+    rather than read against numbers it was not fitted on. A fresh record's
+    efficiencies apply on that device even though the device has a calibration of
+    its own (which otherwise keeps its own efficiencies, `served_derate`).
+    """
+    if record is None:
+        return None
+    try:
+        values = {k: record["fields"][k] for k in RECORD_FIELDS}
+        against, sources = record["fitted_against"], dict(record.get("provenance", {}))
+    except (ValueError, KeyError, TypeError):
+        return None
+    path = f"the {name} record of {device.id}"
+    now = fitted_against(device, derate_for(device.family, calibration))
+    if against != now:
+        changed = ", ".join(k for k in now if against.get(k) != now[k])
+        raise ValueError(f"{path}: engine {name} was calibrated on {device.id} against other device numbers "
+                         f"({changed} changed since); rerun `gimletc calibrate --device {device.id} --engine {name}` "
+                         f"(or delete {path} to use the shipped {name} costs)")
+    base = ENGINES[name] if name in ENGINES else Engine(name)
+    return replace(base, **values, fp8_compute_eff=None, kernels_on=device.family, calibrated_on=device.id,
+                   provenance=tuple(sorted({**dict(base.provenance), **sources}.items())))
+
+
+def engine_on(name: str, device: DeviceSpec, calibration: Calibration | None = None,
+              record: dict[str, Any] | None = None) -> Engine:
+    """The engine `name` serving on `device`: as calibrated there (`calibrated_engine` of its `record`), else
+    `engine(name)`."""
+    found = engine(name)
+    return calibrated_engine(name, record, device, calibration) or found

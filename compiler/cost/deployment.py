@@ -2,15 +2,16 @@
 
 The deployment carries the device's sourced specs (`backends`), its derate
 (`cost_models.derates`, or the device's measured `Calibration` when
-``gimletc calibrate`` saved one) and the precision its weights and KV are
-stored at. Bad shapes and unsupported dtypes are `BadInput` naming the fix.
+``gimletc calibrate`` saved one), its engine (`cost_models.engines`, as
+``gimletc calibrate --engine`` measured it on that device where it did) and
+the precision its weights and KV are stored at. Bad shapes and unsupported dtypes are `BadInput` naming the fix.
 """
 
 from __future__ import annotations
 
 from backends.registry import backend_of, device
 from compiler.ir.block_graph import BlockGraph
-from compiler.ir.calibration import load_calibration
+from compiler.ir.calibration import load_calibration, load_engine_record
 from compiler.ir.errors import BadInput
 from compiler.ir.precision import Precision
 from typing import Any, Callable, Mapping
@@ -33,11 +34,12 @@ def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precisio
     reasons = backend_of(spec).unsupported_reasons(spec, precision.weights)
     if reasons:
         raise BadInput(f"{device_id} cannot run {precision.weights}. Reasons: {'; '.join(reasons)}")
-    try:
-        served_by = engines.engine(engine)
+    calibration = load_calibration(spec.id)
+    try:  # as `gimletc calibrate --engine` measured it on this device, where it did ([Note: engine records])
+        served_by = engines.engine_on(engine, spec, calibration, load_engine_record(spec.id, engine))
     except ValueError as e:
         raise BadInput(f"engine: {e}") from None
-    derate = engines.served_derate(spec.family, load_calibration(spec.id), served_by)
+    derate = engines.served_derate(spec.family, calibration, served_by)
     derate = adjust(derate) if adjust is not None else derate
     return Deployment(spec, count, derate, tp, pp, precision, served_by, kv_heads)
 

@@ -145,9 +145,10 @@ def router_command(plan: Plan, binary: Path, port: int, urls: dict[str, list[str
 
 
 class Deployment:
-    """The processes of one local deployment; `start` them, `watch` them, `stop` them (idempotent)."""
+    """The processes of one local deployment; `start` them, `watch` them, `stop` them (idempotent). Without a
+    `plan` (an engine started to be measured, ``gimletc calibrate --engine``) no ``endpoints.json`` is written."""
 
-    def __init__(self, root: Path, plan: Plan, procs: list[Proc]):
+    def __init__(self, root: Path, plan: Plan | None, procs: list[Proc]):
         self.root, self.plan, self.procs = root, plan, procs
 
     def start(self, ready_timeout_s: float, progress: Callable[[str], None]) -> None:
@@ -160,7 +161,8 @@ class Deployment:
         for p in router:
             self._spawn(p)
         self._await_health(router, 60.0)
-        self._write_endpoints()
+        if self.plan is not None:
+            self._write_endpoints()
         progress(f"ready: router at {router[0].url}" if router else "ready")
 
     def _spawn(self, p: Proc) -> None:
@@ -186,7 +188,9 @@ class Deployment:
         """`RuntimeFailure` naming the first process that exited (with the end of its log)."""
         for p in self.procs:
             if p.popen is not None and p.popen.poll() is not None:
-                role = next((f"{q.role} engine" for q in self.plan.pools if q.name == p.pool), "vllm-router")
+                pools = self.plan.pools if self.plan is not None else ()
+                role = next((f"{q.role} engine" for q in pools if q.name == p.pool),
+                            "vllm-router" if p.pool == "router" else "vLLM engine")
                 raise RuntimeFailure(f"{p.name} ({role}) exited with code {p.popen.returncode}; "
                                      f"log {p.log_path}:\n{_tail(p.log_path)}")
 

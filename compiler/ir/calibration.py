@@ -66,3 +66,24 @@ def save_calibration(calibration: Calibration, report: dict[str, Any]) -> Path:
     path = calibration_path(calibration.device_id)
     atomic_write_text(path, json.dumps({**report, **calibration.to_json()}, indent=1, sort_keys=True))
     return path
+
+
+def engine_record_path(device_id: str, engine: str) -> Path:
+    """Where ``gimletc calibrate --device D --engine E`` keeps engine E's record: beside D's calibration."""
+    return calibration_path(device_id).with_name(f"{device_id}.{engine}.json")
+
+
+def load_engine_record(device_id: str, engine: str) -> dict[str, Any] | None:
+    """The saved engine record (`cost_models.engines.engine_record`), or None if there is none or it is unreadable."""
+    try:
+        record = json.loads(engine_record_path(device_id, engine).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def save_engine_record(device_id: str, engine: str, record: dict[str, Any]) -> Path:
+    """Write an engine record (with its report); returns the path. Raises `OSError`."""
+    path = engine_record_path(device_id, engine)
+    atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return path

@@ -1,0 +1,139 @@
+"""Fit a serving engine's step costs on this host from its closed-loop measurements (``gimletc calibrate --engine``).
+
+Before: `Row` s measured with the engine's own benchmark client
+(`compiler.calibrate.engine`): C closed-loop clients, fixed prompt and output
+lengths, the median TTFT and TPOT of the point's requests; each row tagged fit
+or held out. After: the `Engine` whose `cost_models.load.closed_loop`
+predictions (what ``gimletc estimate --concurrency C`` computes) match the fit
+rows best, and its prediction for every row.
+
+[Note: engine fit on the host] The same model and fitter as the serving
+sweeps (``tools/fidelity_sweeps.py --fit``): for each set of kernel
+efficiencies in `KERNEL_GRID` (``compute_eff``, ``mem_eff``: the shares of the
+device's peaks the engine's kernels reach) the engine-independent steps are
+costed once per row (`cost_models.load.loop_steps`), and the engine's own
+numbers (`FIT_PARAMS`: host time per step and per running sequence, front end,
+closed-loop admission and wave share) are fitted by
+`compiler.calibrate.fit.fit_fields` on the closed form
+(`cost_models.load.assemble`), minimising mean |log| error of TTFT plus twice
+that of TPOT. Each set is scored by a short fit; the best set's is fitted in
+full. On one model the per-block and per-call overheads cost the same in every
+step, so they cannot be told from the per-step time: they are folded into it
+(set to zero, and said so in the provenance). A held-out row passed to the fit
+is refused (`compiler.calibrate.fit.refuse_held_out`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from compiler.calibrate.fit import Param, fit_fields, refuse_held_out
+from compiler.ir.block_graph import BlockGraph
+from cost_models.engines import Engine
+from cost_models.load import ClosedLoop, LoopSteps, RequestShape, assemble, closed_loop, loop_steps
+from cost_models.serving import Deployment
+
+#: The engine's own numbers, with physical bounds (lower bounds stand for "none"). On a CPU the host work of a step
+#: (Python scheduling, input preparation, sampling) is milliseconds, not the GPU's microseconds.
+FIT_PARAMS = (Param("step_overhead_s", 1e-5, 0.1, grid_lo=3e-4),  # host time per step: up to 100 ms
+              Param("seq_overhead_s", 1e-7, 5e-3, grid_lo=1e-6),  # per running sequence per step: up to 5 ms
+              Param("request_overhead_s", 1e-4, 1.0, grid_lo=1e-3),  # front end: up to a second
+              Param("admission_fraction", 0.01, 1.0, grid_lo=0.02),  # closed loop: wait for the next completion
+              Param("sync_fraction", 0.01, 1.0, grid_lo=0.02))  # closed loop: share arriving in waves
+#: Kernel efficiencies tried (compute_eff x mem_eff), as shares of the device's peaks as `host_device` states them.
+KERNEL_GRID = tuple((c, m) for c in (0.03, 0.06, 0.1, 0.15, 0.22, 0.33, 0.5, 0.75, 1.0) for m in (0.25, 0.5, 1.0))
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One closed-loop load: C clients, fixed prompt and output lengths, `requests` requests in all."""
+
+    concurrency: int
+    input_len: int
+    output_len: int
+    requests: int
+    held_out: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"c{self.concurrency} i{self.input_len} o{self.output_len}"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A measured `Point`: medians over its requests, and their spread (25th to 75th percentile)."""
+
+    point: Point
+    ttft_s: float
+    tpot_s: float
+    ttft_iqr_s: tuple[float, float]
+    tpot_iqr_s: tuple[float, float]
+    result_file: str  # the benchmark client's own --save-result JSON
+
+    @property
+    def held_out(self) -> bool:
+        return self.point.held_out
+
+    @property
+    def name(self) -> str:
+        return self.point.name
+
+
+def _shape(p: Point) -> RequestShape:
+    return RequestShape(p.input_len, p.output_len)
+
+
+def _slots(p: Point, engine: Engine) -> int:
+    return max(1, min(p.concurrency, engine.max_batch))
+
+
+def _at(dep: Deployment, engine: Engine, kernels: tuple[float, float]) -> Deployment:
+    return replace(dep, engine=engine, derate=replace(dep.derate, compute_eff=kernels[0], mem_eff=kernels[1]))
+
+
+def physics(graph: BlockGraph, dep: Deployment, rows: Sequence[Row], kernels: tuple[float, float]) -> list[LoopSteps]:
+    """Each row's engine-independent steps at `kernels` (compute_eff, mem_eff) on `dep` (whose engine sets the
+    token budget and the most sequences per step)."""
+    at = _at(dep, dep.engine, kernels)
+    return [loop_steps(graph, at, r.point.concurrency, _shape(r.point), slots=_slots(r.point, dep.engine))
+            for r in rows]
+
+
+def loss(rows: Sequence[Row], steps: Sequence[LoopSteps], engine: Engine, dep: Deployment) -> float:
+    """Mean |log| error of TTFT plus twice that of TPOT (as the serving sweeps' fit)."""
+    total = 0.0
+    for r, s in zip(rows, steps):
+        loop = assemble(s, engine, dep.derate)
+        total += abs(math.log(loop.ttft_s / r.ttft_s)) + 2 * abs(math.log(loop.tpot_s / r.tpot_s))
+    return total / len(rows)
+
+
+def fit_engine(graph: BlockGraph, dep: Deployment, rows: Sequence[Row], *, grid: Sequence[tuple[float, float]] =
+               KERNEL_GRID) -> tuple[Engine, float]:
+    """The engine (from `dep.engine`, its budget and max batch kept) that best predicts `rows`, and its loss; see
+    [Note: engine fit on the host]. Raises `compiler.calibrate.fit.HeldOutRow` if a row is held out."""
+    refuse_held_out(rows, "engine fit")
+    if not rows:
+        raise ValueError("engine fit: no rows to fit on")
+    start = replace(dep.engine, block_overhead_s=0.0, op_overhead_s=0.0,
+                    **{p.name: p.lo for p in FIT_PARAMS})
+
+    def fit_at(kernels, grid_points: int, restarts: int) -> tuple[float, Engine]:
+        steps = physics(graph, dep, rows, kernels)
+        fitted = fit_fields(lambda c: (loss(rows, steps, c, dep), c), start, FIT_PARAMS, grid_points=grid_points,
+                            restarts=restarts)
+        fitted = replace(fitted, compute_eff=kernels[0], mem_eff=kernels[1])
+        return loss(rows, steps, fitted, dep), fitted
+
+    scored = sorted((fit_at(k, 3, 1)[0], k) for k in grid)
+    best = min((fit_at(k, 4, 3) for _score, k in scored[:2]), key=lambda entry: entry[0])
+    return best[1], best[0]
+
+
+def predict(graph: BlockGraph, dep: Deployment, engine: Engine, point: Point) -> ClosedLoop:
+    """What ``gimletc estimate --concurrency C`` predicts for `point` under `engine` (its kernels' efficiencies and
+    overheads on `dep`'s derate)."""
+    served = replace(dep, engine=engine, derate=engine.applied_to(dep.derate, engine.kernels_on))
+    return closed_loop(graph, served, point.concurrency, _shape(point), slots=_slots(point, engine))
