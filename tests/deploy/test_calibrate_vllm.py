@@ -85,8 +85,6 @@ def test_the_fit_recovers_a_known_engine_and_estimate_reads_its_record():
 
 @pytest.mark.engine
 @pytest.mark.timeout(1500)
-@pytest.mark.xfail(strict=False, reason="issue 21 acceptance not met yet: held-out median APE TTFT 24.2%, TPOT 33.2% "
-                   "on 2026-12-02, 2 cores shared with six other jobs (docs/fidelity-vllm-cpu.md)")
 def test_calibrate_then_estimate_held_out_points_against_vllm(tmp_path):
     done = run_cli("calibrate", "--device", "cpu-host", "--engine", "vllm", "--json", timeout=1400)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -118,6 +116,8 @@ def test_calibrate_then_estimate_held_out_points_against_vllm(tmp_path):
         assert not p["error"], p["error"]
         ttft_ape.append(abs(float(p["ttft_ms"]) - ttft) / ttft)
         tpot_ape.append(abs(float(p["tpot_ms"]) - tpot) / tpot)
-    assert statistics.median(ttft_ape) <= 0.20, ttft_ape
-    assert statistics.median(tpot_ape) <= 0.10, tpot_ape
     assert os.path.exists(report["saved_to"])
+    ttft_err, tpot_err = statistics.median(ttft_ape), statistics.median(tpot_ape)
+    if ttft_err > 0.20 or tpot_err > 0.10:  # the run above must work; only the accuracy is not there yet
+        pytest.xfail(f"issue 21 acceptance not met yet: held-out median APE TTFT {ttft_err:.1%} (target 20%), "
+                     f"TPOT {tpot_err:.1%} (target 10%); first run 24.2% / 33.2% (docs/fidelity-vllm-cpu.md)")
