@@ -364,9 +364,10 @@ SENSITIVITY_TIE_BREAK_S = 0.5  # deterministic seconds per tie-break stage of ea
 
 
 def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Progress | None = None) -> list:
-    """Which assumed efficiencies would change the plan: each factor of a device family that fewer than two
-    measurements pin down (`Derate.assumed`), moved by +-20%, re-costs that family's options and solves again;
-    so does each family's assumed node power (``node_w_label`` assumed) when the power budget counts it.
+    """Which uncertain efficiencies would change the plan: each factor of a device that fewer than two of its own
+    measurements pin down (`Derate.assumed`, counted per device id), and each factor at a bound of its fit
+    (`Derate.uncertain`), moved by +-20%, re-costs that device's options and solves again; so does each family's
+    assumed node power (``node_w_label`` assumed) when the power budget counts it.
 
     Returns a `Sensitivity` per (factor, direction); the plan lists them, and the summary names those that
     change the chosen pools. Each solve starts from the plan's placement and stops within `FALLBACK_GAP` of its
@@ -384,18 +385,19 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
     from cost_models.derates import derate_for
 
     note = progress or _quiet
+    offered = [dev_id for dev_id in prep.cluster.inventory() if any(dev_id in o.device_types for o in prep.options)]
 
     def families_where(assumed: Callable) -> dict[str, set[str]]:  # device types in the options, by family
         out: dict[str, set[str]] = {}
-        for dev_id in prep.cluster.inventory():
+        for dev_id in offered:
             spec = device(dev_id)
-            if assumed(spec) and any(dev_id in o.device_types for o in prep.options):
+            if assumed(spec):
                 out.setdefault(spec.family, set()).add(dev_id)
         return out
 
     def recosted(devices: set[str], name: str, change: float) -> list:
-        """The options with an assumed efficiency of `devices` moved: theirs costed again."""
-        adjust = lambda d: with_fields(d, **{name: min(1.0, getattr(d, name) * (1 + change))})  # noqa: E731
+        """The options with an uncertain factor of `devices` moved: theirs costed again."""
+        adjust = lambda d: with_fields(d, **{name: _moved(name, getattr(d, name), change)})  # noqa: E731
         moved, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only=devices,
                                      adjust=adjust, draft=prep.draft)
         if prep.deployable:
@@ -423,15 +425,22 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
         return Sensitivity(label, change, moved_by, tuple(sorted(after - before)),
                            tuple(sorted(before - after)), s.objective.gap if s.feasible else 0.0)
 
-    families = families_where(lambda spec: derate_for(spec.family).assumed)
+    uncertain = {dev_id: derate_for(device(dev_id).family, device_id=dev_id).uncertain(SENSITIVITY_FIELDS)
+                 for dev_id in sorted(offered)}
     # Node powers matter only where a budget counts them: an assumed one moves like an assumed efficiency.
     counted = prep.cluster.power_basis != "chip" and prep.instance.power_budget_w is not None
     powered = families_where(lambda spec: spec.node_w_label == "assumed") if counted else {}
-    moves = [(f"{family}.{name}", sign * SENSITIVITY_CHANGE, partial(recosted, devices, name))
-             for family, devices in sorted(families.items()) for name in SENSITIVITY_FIELDS for sign in (1, -1)]
+    moves = [(f"{dev_id}.{name}", sign * SENSITIVITY_CHANGE, partial(recosted, {dev_id}, name))
+             for dev_id, names in uncertain.items() for name in names for sign in (1, -1)]
     moves += [(f"{family}.node_w", sign * SENSITIVITY_CHANGE, partial(repowered, devices))
               for family, devices in sorted(powered.items()) for sign in (1, -1)]
     return concurrently(lambda m: one(*m), moves)
+
+
+def _moved(name: str, value: float, change: float) -> float:
+    """`value` of factor `name` moved by `change`; an efficiency stays a share (at most 1)."""
+    moved = value * (1 + change)
+    return min(1.0, moved) if name.endswith("_eff") else moved
 
 
 def _pool_shapes(sol: Solution) -> set[str]:

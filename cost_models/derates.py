@@ -40,8 +40,9 @@ class Derate:
     step_overhead_s: float = 0.0
     link_eff: float = 0.8
     provenance: str = ""
-    measurements: int = 0  # how many published measurements pin the efficiencies down (< 2: an assumption)
+    measurements: int = 0  # how many published measurements of this device pin the efficiencies down (< 2: assumed)
     fp8_compute_eff: float | None = None
+    unpinned: tuple[str, ...] = ()  # fitted fields the rows do not pin down: at a bound of the fit, or one group's
 
     def matmul_eff(self, dtype: str) -> float:
         """The share of `dtype`'s dense peak its matmuls and attention reach."""
@@ -51,6 +52,11 @@ class Derate:
     def assumed(self) -> bool:
         """Fewer than two measurements: the efficiencies are a guess, and the plan says what moving them changes."""
         return self.measurements < 2
+
+    def uncertain(self, fields: tuple[str, ...]) -> tuple[str, ...]:
+        """The factors the plan's sensitivity moves: all of `fields` where the device is `assumed`, and every factor
+        its rows do not pin down (`unpinned`: at a bound of its fit, or set by a single group of rows)."""
+        return tuple(dict.fromkeys((fields if self.assumed else ()) + self.unpinned))
 
     @staticmethod
     def ideal() -> "Derate":
@@ -71,12 +77,12 @@ DERATES: dict[str, Derate] = {
     "nvidia": Derate(compute_eff=0.7, mem_eff=0.7, block_overhead_s=10e-6, step_overhead_s=1e-3, link_eff=0.7,
                      measurements=16, provenance=_FIT.format(rows=16, ids="the 16 NVIDIA rows (TensorRT-LLM, vLLM, Splitwise)")),
     "amd": Derate(compute_eff=0.3, mem_eff=0.4805, block_overhead_s=1e-7, step_overhead_s=4e-3, link_eff=0.6,
-                  measurements=11, provenance=_FIT_DATA.format(
+                  measurements=11, unpinned=("compute_eff", "step_overhead_s"), provenance=_FIT_DATA.format(
                       family="amd", rows=11, loo=4.6, ids="V062, AMD-01..AMD-10 (MI300X only: vLLM latency and "
                       "throughput runs of Llama-3.1-70B and 405B in fp8 on 8 GPUs)",
                       caveat="; compute_eff and step_overhead_s sit at their bounds; no MI325X/MI355X row")),
     "trainium": Derate(compute_eff=0.3, mem_eff=0.611, block_overhead_s=6.86e-6, step_overhead_s=4e-3, link_eff=0.6,
-                       measurements=21, provenance=_FIT_DATA.format(
+                       measurements=21, unpinned=("compute_eff", "step_overhead_s"), provenance=_FIT_DATA.format(
                            family="trainium", rows=21, loo=12.9, ids="V079, V080, V083, TRN-01..TRN-18 (trn1 and "
                            "inf2 Neuron benchmark tables, trn2 NxD Inference tutorials)",
                            caveat="; compute_eff and step_overhead_s sit at their bounds")),
@@ -104,10 +110,54 @@ DERATES: dict[str, Derate] = {
 GENERIC = Derate(compute_eff=0.5, mem_eff=0.7, block_overhead_s=20e-6, step_overhead_s=1.5e-3, link_eff=0.7,
                  provenance="assumption: generic derate for a family without measurements")
 
+_SWEEP_KERNELS = ("fitted by `tools/fidelity_sweeps.py --fit` on the {device} rows of "
+                  "../shared/reference/serving_sweeps.csv (TensorRT-LLM, vLLM, SGLang; every engine on this device runs "
+                  "at them, [Note: one efficiency per device])")
 
-def derate_for(family: str, calibration: Calibration | None = None) -> Derate:
-    """The family's derate; with a device's `Calibration` (``gimletc calibrate``), its measured fields replace it."""
+#: [Note: one efficiency per device] A device's kernels reach one share of its peaks whoever serves it: where the
+#: device's own serving measurements pin them down, these replace its family's `compute_eff`, `mem_eff` and
+#: `fp8_compute_eff` (`derate_for` with the device id), under every engine and under none. An engine adds its own
+#: overheads (`cost_models.engines.Engine.applied_to`); it does not replace the device's efficiencies. A device
+#: without an entry runs at its family's, fitted on the family's other devices; for the leave-one-device-out check of
+#: the sweeps (`tools/fidelity_sweeps.py --loo-by device`) that is how a held-out device is predicted.
+#: The fit tries 0.7 to 0.9 for compute_eff and mem_eff and 0.4 to 0.7 for fp8_compute_eff (`KERNEL_EFFS`): a value
+#: at an end of that range, or one that a single group of rows sets (the H200's FP8 share: Llama-3.1-8B under SGLang
+#: alone), is `unpinned`, and the plan's sensitivity moves it.
+DEVICE_EFFS: dict[str, dict] = {
+    "nvidia-h100-sxm": dict(compute_eff=0.7, mem_eff=0.9, fp8_compute_eff=0.5, unpinned=("compute_eff", "mem_eff")),
+    "nvidia-h200-sxm": dict(compute_eff=0.7, mem_eff=0.7, fp8_compute_eff=0.4,
+                            unpinned=("compute_eff", "mem_eff", "fp8_compute_eff")),
+}
+
+#: Published measurements that pin each device's efficiencies down, counted per device id (not per family: the
+#: MI355X has no row of its own however many MI300X rows the AMD fit has): the rows of
+#: ../shared/reference/measurements.csv and cost_models/data/ its family's fit used (`NOT_FITTED` aside) and, for the
+#: two Hopper GPUs, their serving-sweep rows. A device with fewer than two is `Derate.assumed`, and the plan's
+#: sensitivity moves its factors. tests/cost_models/test_measurement_data.py recounts them from the files.
+MEASURED_ROWS: dict[str, int] = {
+    "nvidia-h100-sxm": 10 + 652, "nvidia-h200-sxm": 1 + 190, "nvidia-a100-sxm-80gb": 4, "nvidia-b200": 1,
+    "amd-mi300x": 11, "aws-trn1": 11, "aws-inf2": 6, "aws-trn2": 4, "intel-gaudi2": 10, "intel-gaudi3": 9,
+    "cerebras-cs3": 1,
+}
+#: Rows of the measurement files no derate is fitted on, and why.
+NOT_FITTED: dict[str, str] = {
+    **{f"CER-0{i}": "Cerebras: a later release decoding speculatively, or a launch figure quoted second-hand; the "
+                    "family keeps the V090 launch fit" for i in range(1, 9)},
+    "DMX-01": "a d-Matrix vendor target, not a measurement", "DMX-02": "a d-Matrix vendor target, not a measurement",
+}
+
+
+def derate_for(family: str, calibration: Calibration | None = None, device_id: str | None = None) -> Derate:
+    """The family's derate; with `device_id`, that device's own efficiencies ([Note: one efficiency per device]) and
+    its own count of measurements; with a device's `Calibration` (``gimletc calibrate``), its measured fields
+    replace it."""
     base = DERATES.get(family, GENERIC)
-    if calibration is None:
+    if calibration is not None:
+        return replace(DERATES.get(calibration.family, base), **dict(calibration.derate),
+                       provenance=calibration.provenance)
+    if device_id is None:
         return base
-    return replace(DERATES.get(calibration.family, base), **dict(calibration.derate), provenance=calibration.provenance)
+    own = DEVICE_EFFS.get(device_id, {})
+    provenance = base.provenance + (f"; {', '.join(sorted(k for k in own if k != 'unpinned'))} of {device_id}: "
+                                    + _SWEEP_KERNELS.format(device=device_id) if own else "")
+    return replace(base, **own, measurements=MEASURED_ROWS.get(device_id, 0), provenance=provenance)

@@ -15,7 +15,9 @@ documented defaults.
 ``generic`` is what a pool gets when the cluster file names no engine: the
 family's own step and block overheads (`cost_models.derates`), no
 per-sequence or front-end time, and the budget the three engines share. An
-engine's own overheads replace the family's (`Engine.applied_to`). Every number says
+engine's own overheads replace the family's (`Engine.applied_to`); the kernels'
+efficiencies are the device's, whichever engine runs on it
+([Note: one efficiency per device] in `cost_models.derates`). Every number says
 where it came from in `provenance`.
 
 >>> engine("vllm").prefill_budget_tokens
@@ -74,11 +76,12 @@ class Engine:
     max_batch: int = 2048  # sequences one replica schedules at once
     overlap: bool = False  # the host prepares step n+1 while the device runs step n ([Note: overlap scheduling])
     mixes_prefill: bool = True  # prompt work shares steps with running decodes ([Note: waves], `wave_share`)
-    compute_eff: float | None = None  # share of peak FLOP/s its matmul and attention kernels reach on `kernels_on`
-    fp8_compute_eff: float | None = None  # the same for its FP8 matmuls, of the FP8 peak
-    mem_eff: float | None = None  # share of peak bandwidth its kernels stream weights and KV at on `kernels_on`
-    kernels_on: str | None = None  # the device family its efficiencies were measured on (elsewhere: the family's)
-    calibrated_on: str | None = None  # the device id `gimletc calibrate --engine` measured it on ([Note: engine records])
+    # Set only by an engine record (`gimletc calibrate --engine`): its kernels' efficiencies as measured on the
+    # device `calibrated_on`, which `served_derate` applies on that device alone ([Note: engine records]).
+    compute_eff: float | None = None
+    fp8_compute_eff: float | None = None
+    mem_eff: float | None = None
+    calibrated_on: str | None = None
     provenance: tuple[tuple[str, str], ...] = field(default=())
 
     def source(self, name: str) -> str:
@@ -127,12 +130,10 @@ class Engine:
         """Steps already scheduled ahead of a new request: one behind overlap scheduling, else none."""
         return 1.0 if self.overlap else 0.0
 
-    def applied_to(self, derate: Derate, family: str | None = None) -> Derate:
-        """The device family's derate with this engine's per-step, per-block and per-call overheads where it has its
-        own, and its kernels' efficiencies on `family` when they were measured on that family."""
+    def applied_to(self, derate: Derate) -> Derate:
+        """The device's derate with this engine's per-step, per-block and per-call overheads where it has its own;
+        the efficiencies stay the device's ([Note: one efficiency per device] in `cost_models.derates`)."""
         fields = ("step_overhead_s", "block_overhead_s", "op_overhead_s")
-        if family is not None and family == self.kernels_on:
-            fields += ("compute_eff", "fp8_compute_eff", "mem_eff")
         changes = {k: getattr(self, k) for k in fields if getattr(self, k) is not None}
         if not changes:
             return derate
@@ -143,23 +144,18 @@ class Engine:
 _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhead and no extra scheduler cost"
 
 #: What the sweep fit shares across engines: the step costs of one step on Hopper GPUs. Host time per
-#: step and per sequence and the per-block overhead end at the lower bounds of the fit: behind overlap scheduling
-#: (all rows but vLLM <= 0.12) the host is hidden, and the per-call overhead accounts for the launch floor: each
+#: step and per sequence end at the lower bounds of the fit: behind overlap scheduling
+#: (all rows but vLLM <= 0.12) the host is hidden, and the per-block and per-call overheads account for the launch floor: each
 #: kernel costs a few microseconds however little it computes, less but not nothing inside a CUDA graph
 #: (https://developer.nvidia.com/blog/cuda-graphs/), so a step of many small kernels (MoE routing, per-layer norms)
-#: has a floor in proportion to its calls. The engines' kernels stream weights and KV at 80% of the H100's and
-#: H200's peak bandwidth (the NVIDIA family's derate, fitted on older published figures, says 70%) and reach 70%
-#: of peak FLOP/s, as the derate does (`tools/fidelity_sweeps.py` tries 0.7 to 0.9 for each); their FP8 matmuls reach
-#: 50% of the FP8 peak (it tries 0.4 to 0.7), as TensorRT-LLM's own prefill-dominated Llama-3.1-8B FP8 figure on one
-#: H100 implies (about 1.0 PFLOP/s; ../shared/reference/measurements.csv V035, not a sweep row). On other families
-#: an engine runs at that family's efficiencies.
-_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=5.606e-07, seq_overhead_s=1e-08,
-               compute_eff=0.7, fp8_compute_eff=0.5, mem_eff=0.8)
+#: has a floor in proportion to its calls. The kernels' efficiencies on the H100 and H200 are the devices'
+#: (`cost_models.derates.DEVICE_EFFS`, fitted on the same rows), not the engines'.
+_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=6.862e-06, op_overhead_s=4.745e-07, seq_overhead_s=1e-08)
 _SHARED_SOURCE = SWEEP_FIT.format(rows="all 842 rows, shared by the three engines")
 
 
 #: The wave share of engines that mix prefill into decode steps ([Note: waves]).
-MIXED_WAVE_SHARE = 0.1495
+MIXED_WAVE_SHARE = 0.1467
 _MIXED_WAVE_SOURCE = SWEEP_FIT.format(rows="the trtllm and vllm rows together (engines that mix prefill into decodes)")
 
 
@@ -173,7 +169,7 @@ def _fitted(name: str, budget_source: str, overlap_source: str, mixing_source: s
     if mixes_prefill:
         own = {**own, "sync_fraction": MIXED_WAVE_SHARE}
         sources["sync_fraction"] = _MIXED_WAVE_SOURCE
-    return Engine(name, **_SHARED, **own, overlap=True, mixes_prefill=mixes_prefill, kernels_on="nvidia",
+    return Engine(name, **_SHARED, **own, overlap=True, mixes_prefill=mixes_prefill,
                   provenance=tuple(sorted(sources.items())))
 
 
@@ -182,12 +178,12 @@ ENGINES: dict[str, Engine] = {
         ("step_overhead_s", "the device family's derate (cost_models/derates.py)"),
         ("seq_overhead_s", _GENERIC_SOURCE), ("request_overhead_s", _GENERIC_SOURCE), ("overlap", _GENERIC_SOURCE),
         ("prefill_budget_tokens", "the default all three measured engines share: " + TRTLLM_DEFAULTS))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1104,
+    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1141,
                       admission_fraction=0.01),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.03344,
+    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.0317,
                     admission_fraction=0.01),
     "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, SGLANG_MIXING, mixes_prefill=False,
-                      request_overhead_s=0.05364, admission_fraction=0.05723),
+                      request_overhead_s=0.05642, admission_fraction=0.0566),
 }
 GENERIC = ENGINES["generic"]
 
@@ -196,14 +192,24 @@ GENERIC = ENGINES["generic"]
 OVERLAP_SINCE = {"vllm": (0, 14)}
 
 
-def served_derate(family: str, calibration: Calibration | None, served_by: Engine) -> Derate:
-    """The derate a device of `family` runs at under `served_by`: the family's (or the device's measured
-    `calibration`, which keeps its own efficiencies) with the engine's overheads and, on the family its kernels were
-    measured on, their efficiencies (`Engine.applied_to`). An engine calibrated on the calibrated device itself
-    brings its kernels' efficiencies too: they were measured there ([Note: engine records])."""
-    measured_here = calibration is not None and served_by.calibrated_on == calibration.device_id
-    return served_by.applied_to(derate_for(family, calibration),
-                                family if calibration is None or measured_here else None)
+def served_derate(family: str, calibration: Calibration | None, served_by: Engine, device_id: str | None = None) -> Derate:
+    """The derate a device of `family` (`device_id`: that device, with its own efficiencies where it has them) runs
+    at under `served_by`: the device's (or its measured `calibration`) with the engine's overheads
+    (`Engine.applied_to`). An engine calibrated on this very device brings its kernels' efficiencies too: they were
+    measured there ([Note: engine records])."""
+    derate = served_by.applied_to(derate_for(family, calibration, device_id))
+    here = device_id or (calibration.device_id if calibration is not None else None)
+    measured_here = here is not None and served_by.calibrated_on == here
+    return with_measured_kernels(served_by, derate) if measured_here else derate
+
+
+def with_measured_kernels(engine: Engine, derate: Derate) -> Derate:
+    """`derate` with the kernel efficiencies `engine`'s record measured on `engine.calibrated_on`, where it has them."""
+    effs = {k: getattr(engine, k) for k in ("compute_eff", "fp8_compute_eff", "mem_eff") if getattr(engine, k) is not None}
+    if not effs:
+        return derate
+    return replace(derate, **effs, provenance=f"{derate.provenance}; {', '.join(sorted(effs))} of engine {engine.name} "
+                                              f"as measured on {engine.calibrated_on}")
 
 
 def engine(name: str, version: str | None = None) -> Engine:
@@ -277,7 +283,7 @@ def calibrated_engine(name: str, record: dict[str, Any] | None, device: DeviceSp
                          f"({changed} changed since); rerun `gimletc calibrate --device {device.id} --engine {name}` "
                          f"(or delete {path} to use the shipped {name} costs)")
     base = ENGINES[name] if name in ENGINES else Engine(name)
-    return replace(base, **values, fp8_compute_eff=None, kernels_on=device.family, calibrated_on=device.id,
+    return replace(base, **values, fp8_compute_eff=None, calibrated_on=device.id,
                    provenance=tuple(sorted({**dict(base.provenance), **sources}.items())))
 
 

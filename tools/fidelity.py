@@ -46,7 +46,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-DEFAULT_CSV = REPO.parent / "shared" / "reference" / "measurements.csv"
+#: The shared reference files: ../shared beside the checkout (a worktree one level deeper finds it one level up).
+SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.is_dir()), REPO.parent / "shared")
+DEFAULT_CSV = SHARED / "reference" / "measurements.csv"
 DATA_DIR = REPO / "cost_models" / "data"
 #: What the fit varies; the other `Derate` fields keep their values.
 FITTED = ("compute_eff", "mem_eff", "block_overhead_s", "step_overhead_s")
@@ -96,7 +98,13 @@ def predict(row: dict, graphs: dict, derates: dict | None = None) -> float:
     return float(getattr(r, row["metric"]))
 
 
-SWEEPS_CSV = REPO.parent / "shared" / "reference" / "serving_sweeps.csv"
+SWEEPS_CSV = SHARED / "reference" / "serving_sweeps.csv"
+
+
+def all_rows(sweeps: Path = SWEEPS_CSV) -> list[dict]:
+    """Every measured row of the three sets: ../shared/reference/measurements.csv, the serving sweeps and
+    cost_models/data/ (each tagged with its ``file``)."""
+    return load_rows([DEFAULT_CSV, sweeps, *data_files()])
 
 
 def estimate_args(row: dict) -> dict:
@@ -294,7 +302,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.answered:
-        print_answered(load_rows(args.csv or [DEFAULT_CSV, SWEEPS_CSV, *data_files()]), {})
+        print_answered(load_rows(args.csv) if args.csv else all_rows(), {})
         return
     keep = (lambda rows: [r for r in rows if _family(r["device"]) in args.family]) if args.family else (lambda r: r)
     shared = keep(load_rows(args.csv or [DEFAULT_CSV]))

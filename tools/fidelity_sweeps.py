@@ -8,22 +8,25 @@ default (`cost_models.engines.at_version`: overlap scheduling or not). Prints me
 TTFT and TPOT by model, device and engine group.
 
     .venv/bin/python tools/fidelity_sweeps.py [--fit] [--loo] [--loo-by model,device,engine] [--json] [--worst N]
-                                              [--answered]
+                                              [--jobs N] [--markdown docs/fidelity.md] [--answered]
 
-``--fit`` fits each engine's scheduler costs (`cost_models.engines.Engine`: step_overhead_s,
-block_overhead_s, op_overhead_s, seq_overhead_s, request_overhead_s, and the closed-loop admission_fraction and
-sync_fraction; bounds in `params`), and the efficiencies the engines' kernels reach on these GPUs (compute_eff,
-mem_eff and fp8_compute_eff, one set for all engines, the best of `KERNEL_EFFS`), with the shared fitter
-(`compiler.calibrate.fit.fit_fields`), and prints them to paste into cost_models/engines.py. ``--loo`` reports
+``--fit`` fits, with the shared fitter (`compiler.calibrate.fit.fit_fields`) and within physical bounds (`params`):
+the device-side launch gaps every engine's steps pay (block_overhead_s, op_overhead_s: shared, all rows); each
+engine's scheduler and front end on its own rows (host time per step and per running sequence, step_overhead_s and
+seq_overhead_s; the front end's request_overhead_s; the closed-loop admission_fraction); the wave share of the
+engines that mix prefill into decode steps (sync_fraction, TensorRT-LLM and vLLM together; SGLang keeps waves
+whole, [Note: waves] in cost_models/engines.py); and ONE set of kernel efficiencies per device (compute_eff, mem_eff,
+fp8_compute_eff, each GPU's the best of `KERNEL_EFFS` on its own rows; [Note: one efficiency per device] in
+cost_models/derates.py). It prints them to paste into cost_models/engines.py and cost_models/derates.py, and which
+groups pin each down (one group: an assumption, which the plan's sensitivity moves). ``--loo`` reports
 leave-one-group-out error: each model x device x engine group is predicted with everything fitted on the other
 groups only; ``--loo-by model,device,engine`` leaves every group of one model (one device, one engine) out at
-once, the test of a model, GPU or engine the fit never saw, and names the worst of them. The fit has three levels: the step costs (per step, per block, per call, per running sequence) are
-shared by all engines, fitted on all rows; each engine's front end and admission are fitted on its own rows; the
-wave share of the engines that mix prefill into decode steps (TensorRT-LLM, vLLM) is one, fitted on their rows
-together, and SGLang, which does not, keeps waves whole ([Note: waves] in cost_models/engines.py). Only this file's
+once, the test of a model, GPU or engine the fit never saw, and names the worst of them. A device left out runs at
+its family's fitted devices' efficiencies; the fitter refuses a fold whose fitting rows include a row it predicts.
+``--jobs N`` fits N folds at once; ``--markdown PATH`` writes the tables of docs/fidelity.md. Only this file's
 rows are used: the other rows of its source are held out to measure the model (see
-../shared/reference/serving_sweeps.md). On two cores ``--fit`` takes about 4 minutes and ``--loo`` about 31
-minutes more (every set of efficiencies is fitted per held-out group).
+../shared/reference/serving_sweeps.md). On two idle cores ``--fit`` takes about 3 minutes (most of it costing
+every row's steps at each set of `KERNEL_EFFS`) and each held-out fold about a minute more.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-DEFAULT_CSV = REPO.parent / "shared" / "reference" / "serving_sweeps.csv"
+DEFAULT_CSV = next((p / "reference" / "serving_sweeps.csv" for p in (REPO.parent / "shared", REPO.parent.parent / "shared")
+                    if p.is_dir()), REPO.parent / "shared" / "reference" / "serving_sweeps.csv")
 ENGINE_OF = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
 
 
@@ -115,16 +119,17 @@ def clients(row: dict) -> int:
     return max(int(row["concurrency"]), int(named[1]) if named else 0)
 
 
-#: The kernel efficiencies (compute_eff, mem_eff, fp8_compute_eff) the fit tries for the engines on NVIDIA GPUs: the
-#: family's derate (0.7 each, fitted on ../shared/reference/measurements.csv) and steps of 0.1 above it, and for FP8
-#: matmuls (a share of the FP8 peak, twice the BF16 one on Hopper) 0.7 and steps of 0.1 below it. Each set costs every
-#: row's steps again (`physics`); the engine costs are fitted at each, and the set whose fit scores best is kept.
+#: The kernel efficiencies (compute_eff, mem_eff, fp8_compute_eff) the fit tries for each GPU: the family's derate
+#: (0.7 each, fitted on ../shared/reference/measurements.csv) and steps of 0.1 above it, and for FP8 matmuls (a share of
+#: the FP8 peak, twice the BF16 one on Hopper) 0.7 and steps of 0.1 below it. Each set costs every row's steps again
+#: (`physics`); one set is chosen per device ([Note: one efficiency per device] in cost_models/derates.py).
 KERNEL_EFFS = tuple((c, m, f) for c in (0.7, 0.8, 0.9) for m in (0.7, 0.8, 0.9) for f in (0.4, 0.5, 0.6, 0.7))
+FP8_GEMMS = ("fp8", "fp8_block")
 
 
 def physics(rows: list[dict], kernels: tuple[float, float, float] | None = None) -> list:
     """Each row's engine-independent `LoopSteps` (the step times on the device): costed once per row, with the
-    engine's kernel efficiencies, or `kernels` (compute_eff, mem_eff, fp8_compute_eff) instead."""
+    device's kernel efficiencies, or `kernels` (compute_eff, mem_eff, fp8_compute_eff) instead."""
     from compiler.cost.deployment import deployment
     from compiler.driver import block_graph, stored_precision
     from compiler.ir.precision import Precision
@@ -150,6 +155,11 @@ def physics(rows: list[dict], kernels: tuple[float, float, float] | None = None)
     return out
 
 
+def chosen(rows: list[dict], grid: dict, kernels: dict) -> list:
+    """Each row's steps at its device's kernel efficiencies (`kernels`: device -> a set of `grid`)."""
+    return [grid[kernels[r["device"]]][i] for i, r in enumerate(rows)]
+
+
 def row_engine(row: dict, engines: dict):
     """The row's engine as its release runs by default (`cost_models.engines.at_version`)."""
     from cost_models.engines import at_version
@@ -170,10 +180,13 @@ def errors(rows: list[dict], phys: list, engines: dict) -> list[dict]:
     for r, (steps, family_step) in zip(rows, phys):
         ttft, tpot = predict(steps, family_step, row_engine(r, engines))
         m_ttft, m_tpot = float(r["ttft_ms"]), float(r["tpot_ms"])
-        out.append({"id": r["id"], "group": " / ".join(group(r)), "tp": devices(r), "concurrency": clients(r),
+        out.append({"id": r["id"], "group": " / ".join(group(r)), "model": r["model"], "device": r["device"],
+                    "engine": ENGINE_OF[r["backend"]], "tp": devices(r), "concurrency": clients(r),
                     "input_len": r["input_len"], "output_len": r["output_len"],
                     "ttft_ms": m_ttft, "ttft_pred_ms": ttft, "ttft_ape": abs(ttft - m_ttft) / m_ttft * 100,
-                    "tpot_ms": m_tpot, "tpot_pred_ms": tpot, "tpot_ape": abs(tpot - m_tpot) / m_tpot * 100})
+                    "ttft_err": (ttft - m_ttft) / m_ttft * 100,
+                    "tpot_ms": m_tpot, "tpot_pred_ms": tpot, "tpot_ape": abs(tpot - m_tpot) / m_tpot * 100,
+                    "tpot_err": (tpot - m_tpot) / m_tpot * 100})
     return out
 
 
@@ -191,16 +204,53 @@ def _loss(rows: list[dict], phys: list, engines: dict) -> float:
 ROUNDS = 2
 
 
-def fit(rows: list[dict], grid: dict, start: dict) -> tuple[dict, tuple[float, float]]:
-    """Engines fitted on `rows`, and the kernel efficiencies they run at: each set of `grid` (`KERNEL_EFFS` ->
-    `physics` of `rows`) scored by a one-round fit of the engine costs, the best set's costs fitted in full."""
-    score = {k: _loss(rows, phys, _fit_costs(rows, phys, start, rounds=1, restarts=1)) for k, phys in grid.items()}
-    best = min(grid, key=lambda k: (score[k], k))
-    engines = _fit_costs(rows, grid[best], start)
-    names = {ENGINE_OF[r["backend"]] for r in rows}
-    return {n: replace(e, compute_eff=best[0], mem_eff=best[1], fp8_compute_eff=best[2], kernels_on="nvidia")
-            if n in names else e
-            for n, e in engines.items()}, best
+#: Times `fit` chooses each device's kernel efficiencies again at the engine costs fitted at its last choice.
+PICKS = 3
+
+
+def fit(rows: list[dict], grid: dict, start: dict) -> tuple[dict, dict]:
+    """Engines fitted on `rows`, and the kernel efficiencies each device runs at ([Note: one efficiency per device]).
+
+    From the family derate's efficiencies (the set of `grid` nearest them: nothing fitted on these rows), the
+    engine costs get a one-round fit; then, up to `PICKS` times, each device's own set of `grid` (`KERNEL_EFFS` ->
+    `physics` of `rows`) is chosen on its own rows at those costs (a device without FP8 rows keeps the FP8 share it
+    has, which its rows cannot tell apart), and the engine costs are fitted in full at the chosen sets, until the
+    choice holds."""
+    base = _nearest(grid, family_kernels(rows[0]["device"], {}))
+    kernels = {d: base for d in sorted({r["device"] for r in rows})}
+    engines = _fit_costs(rows, chosen(rows, grid, kernels), start, rounds=1, restarts=1)
+    for i in range(PICKS):
+        again = _per_device(rows, grid, engines, kernels)
+        if again == kernels and i > 0:
+            break
+        kernels, engines = again, _fit_costs(rows, chosen(rows, grid, again), start)
+    return engines, kernels
+
+
+def _per_device(rows: list[dict], grid: dict, engines: dict, kernels: dict) -> dict:
+    """Each device's set of `grid` that predicts its own rows best under `engines` (the others' sets held)."""
+    out = dict(kernels)
+    for d in sorted(kernels):
+        idx = [i for i, r in enumerate(rows) if r["device"] == d]
+        sub = [rows[i] for i in idx]
+        fp8 = any(r["gemm_quant"] in FP8_GEMMS for r in sub)
+        options = [k for k in grid if fp8 or k[2] == kernels[d][2]]
+        out[d] = min(options, key=lambda k: (_loss(sub, [grid[k][i] for i in idx], engines), k))
+    return out
+
+
+def family_kernels(device_id: str, kernels: dict) -> tuple[float, float, float]:
+    """A device the fit has no rows of: the kernel efficiencies of its family's fitted devices (their median per
+    field; [Note: one efficiency per device]), else the family's derate."""
+    from backends.registry import device
+    from cost_models.derates import derate_for
+
+    family = device(device_id).family
+    mates = [k for d, k in sorted(kernels.items()) if device(d).family == family]
+    if not mates:
+        base = derate_for(family)
+        return base.compute_eff, base.mem_eff, base.fp8_compute_eff or base.compute_eff
+    return tuple(statistics.median(k[i] for k in mates) for i in range(3))
 
 
 def _fit_costs(rows: list[dict], phys: list, start: dict, rounds: int = ROUNDS, restarts: int = 2) -> dict:
@@ -244,36 +294,99 @@ HOLD_OUT = {"group": group, "model": lambda r: group(r)[0], "device": lambda r: 
             "engine": lambda r: ENGINE_OF[r["backend"]]}
 
 
-def held_out(rows: list[dict], grid: dict, key) -> list[dict]:
-    """Each row predicted with everything fitted on the rows whose `key` differs. An engine left out entirely
-    keeps its kernels at the fitted efficiencies and its own costs at the median of the fitted engines' (it has
-    no rows to fit them on; its shipped values were fitted on them)."""
+def held_out(rows: list[dict], grid: dict, key, jobs: int = 1) -> list[dict]:
+    """Each row predicted with everything fitted on the rows whose `key` differs; the fitter never sees a held-out
+    row (`fit` gets the training rows alone, and `_disjoint` checks it). A device left out runs at its family's
+    fitted devices' efficiencies (`family_kernels`); an engine left out entirely has its own costs at the median of
+    the fitted engines' (it has no rows to fit them on; its shipped values were fitted on them). `jobs`: folds
+    fitted at once, in forked processes."""
+    values = sorted({key(r) for r in rows})
+    folds = [([i for i, r in enumerate(rows) if key(r) != v], [i for i, r in enumerate(rows) if key(r) == v])
+             for v in values]
+    if jobs <= 1:
+        return [e for train, test in folds for e in _fold(rows, grid, train, test)]
+    import multiprocessing
+
+    global _FORKED
+    _FORKED = (rows, grid)
+    with multiprocessing.get_context("fork").Pool(min(jobs, len(folds))) as pool:
+        parts = pool.starmap(_forked_fold, folds)
+    return [e for part in parts for e in part]
+
+
+_FORKED: tuple = ()
+
+
+def _forked_fold(train: list[int], test: list[int]) -> list[dict]:
+    return _fold(*_FORKED, train, test)
+
+
+def _fold(rows: list[dict], grid: dict, train: list[int], test: list[int]) -> list[dict]:
+    """The `test` rows predicted with everything fitted on the `train` rows alone."""
     from cost_models.engines import ENGINES
 
-    out: list[dict] = []
-    for value in sorted({key(r) for r in rows}):
-        train = [i for i, r in enumerate(rows) if key(r) != value]
-        test = [i for i, r in enumerate(rows) if key(r) == value]
-        fitted, kernels = fit([rows[i] for i in train], {k: [p[i] for i in train] for k, p in grid.items()},
-                              dict(ENGINES))
-        seen = sorted({ENGINE_OF[rows[i]["backend"]] for i in train})
-        for name in sorted({ENGINE_OF[rows[i]["backend"]] for i in test}) if seen else ():
-            if name not in seen:
-                prior = {p.name: statistics.median(getattr(fitted[n], p.name) for n in seen) for p in engine_params()}
-                fitted[name] = replace(fitted[name], **prior, compute_eff=kernels[0], mem_eff=kernels[1],
-                                       fp8_compute_eff=kernels[2], kernels_on="nvidia")
-        out += errors([rows[i] for i in test], [grid[kernels][i] for i in test], fitted)
-    return out
+    _disjoint(rows, train, test)
+    fitted, kernels = fit([rows[i] for i in train], {k: [p[i] for i in train] for k, p in grid.items()},
+                          dict(ENGINES))
+    for d in sorted({rows[i]["device"] for i in test} - set(kernels)):
+        kernels[d] = _nearest(grid, family_kernels(d, kernels))
+    seen = sorted({ENGINE_OF[rows[i]["backend"]] for i in train})
+    for name in sorted({ENGINE_OF[rows[i]["backend"]] for i in test}) if seen else ():
+        if name not in seen:
+            prior = {p.name: statistics.median(getattr(fitted[n], p.name) for n in seen) for p in engine_params()}
+            fitted[name] = replace(fitted[name], **prior)
+    test_rows = [rows[i] for i in test]
+    return errors(test_rows, [grid[kernels[r["device"]]][i] for r, i in zip(test_rows, test)], fitted)
+
+
+def _disjoint(rows: list[dict], train: list[int], test: list[int]) -> None:
+    """Refuse a fold whose training rows include a row it is asked to predict (by index or by id)."""
+    if set(train) & set(test) or {rows[i]["id"] for i in train} & {rows[i]["id"] for i in test}:
+        raise ValueError("a held-out row is among the fitting rows; the fitter refuses to predict a row it was fitted on")
+
+
+def _nearest(grid: dict, kernels: tuple[float, float, float]) -> tuple[float, float, float]:
+    """The set of `grid` closest to `kernels` (costed steps exist only for those)."""
+    return min(grid, key=lambda k: (sum(abs(math.log(a / b)) for a, b in zip(k, kernels)), k))
+
+
+#: What a summary breaks its rows down by: the group, and each of its three parts.
+BREAKDOWN = ("group", "model", "device", "engine")
+
+
+def _medians(errs: list[dict]) -> dict:
+    """Median APE of TTFT and TPOT, and the median signed error (+: predicted too slow, -: too fast)."""
+    return {"rows": len(errs), **{f"{m}_median_{kind}": statistics.median(e[f"{m}_{kind}"] for e in errs)
+                                  for m in ("ttft", "tpot") for kind in ("ape", "err")}}
 
 
 def summary(errs: list[dict]) -> dict:
-    groups: dict[str, list[dict]] = {}
-    for e in errs:
-        groups.setdefault(e["group"], []).append(e)
-    by = {g: {"rows": len(v), "ttft_median_ape": statistics.median(x["ttft_ape"] for x in v),
-              "tpot_median_ape": statistics.median(x["tpot_ape"] for x in v)} for g, v in sorted(groups.items())}
-    return {"rows": len(errs), "ttft_median_ape": statistics.median(e["ttft_ape"] for e in errs),
-            "tpot_median_ape": statistics.median(e["tpot_ape"] for e in errs), "groups": by}
+    out = _medians(errs)
+    for by in BREAKDOWN:
+        parts: dict[str, list[dict]] = {}
+        for e in errs:
+            parts.setdefault(e[by], []).append(e)
+        out["groups" if by == "group" else f"by_{by}"] = {g: _medians(v) for g, v in sorted(parts.items())}
+    return out
+
+
+def pinned_by(rows: list[dict]) -> dict[str, list[str]]:
+    """Which groups (model / device / engine) pin each fitted constant down: a device's efficiencies its rows, its
+    FP8 share its FP8 rows, an engine's front end and admission its rows, the step costs all rows, the wave share the
+    mixing engines' rows. A constant only one group pins down is an assumption (it enters the plan's sensitivity)."""
+    from cost_models.engines import ENGINES
+
+    def groups(keep) -> list[str]:
+        return sorted({" / ".join(group(r)) for r in rows if keep(r)})
+
+    out = {"step costs (" + ", ".join(p.name for p in step_params()) + ")": groups(lambda r: True),
+           "sync_fraction": groups(lambda r: ENGINES[ENGINE_OF[r["backend"]]].mixes_prefill)}
+    for d in sorted({r["device"] for r in rows}):
+        out[f"{d} compute_eff, mem_eff"] = groups(lambda r, d=d: r["device"] == d)
+        out[f"{d} fp8_compute_eff"] = groups(lambda r, d=d: r["device"] == d and r["gemm_quant"] in FP8_GEMMS)
+    for n in sorted({ENGINE_OF[r["backend"]] for r in rows}):
+        out[f"{n} " + ", ".join(p.name for p in engine_params())] = groups(lambda r, n=n: ENGINE_OF[r["backend"]] == n)
+    return out
 
 
 def main() -> None:
@@ -286,56 +399,122 @@ def main() -> None:
                              "engine) out at once; the fit is judged on the worst of them")
     parser.add_argument("--worst", type=int, default=5, help="worst groups to list (default 5)")
     parser.add_argument("--answered", action="store_true",
-                        help="count the rows `gimletc estimate` answers and refuses (`tools/fidelity.py --answered`)")
+                        help="count the rows `gimletc estimate` answers and refuses, over this file, "
+                             "../shared/reference/measurements.csv and cost_models/data/ (`tools/fidelity.py --answered`)")
+    parser.add_argument("--markdown", type=Path, metavar="PATH",
+                        help="also write the report as Markdown tables to PATH (docs/fidelity.md)")
+    parser.add_argument("--jobs", type=int, default=1, help="held-out folds fitted at once (processes; default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from cost_models.engines import ENGINES
 
     rows = load_rows(args.csv)
     if args.answered:
-        from fidelity import print_answered
+        from fidelity import all_rows, print_answered
 
-        print_answered([dict(r, file=args.csv.name) for r in rows], {})
+        print_answered(all_rows(sweeps=args.csv), {})
         return
     keys = [k for k in args.loo_by.split(",") if k]
     if bad := [k for k in keys if k not in HOLD_OUT]:
         parser.error(f"--loo-by: {', '.join(bad)} is not one of {', '.join(HOLD_OUT)}")
     phys = physics(rows)
     engines = dict(ENGINES)
-    report: dict = {}
+    report: dict = {"pinned_by": pinned_by(rows)}
     grid = {k: physics(rows, k) for k in KERNEL_EFFS} if args.fit or args.loo or keys else {}
     if args.fit:
         engines, kernels = fit(rows, grid, engines)
-        phys = grid[kernels]
+        phys = chosen(rows, grid, kernels)
         report["fitted"] = {name: {p.name: getattr(engines[name], p.name) for p in params()
                                    if p not in wave_params() or engines[name].mixes_prefill}
-                            | {"compute_eff": kernels[0], "mem_eff": kernels[1], "fp8_compute_eff": kernels[2]}
                             for name in sorted({ENGINE_OF[r["backend"]] for r in rows})}
+        report["kernels"] = {d: dict(zip(("compute_eff", "mem_eff", "fp8_compute_eff"), k)) for d, k in kernels.items()}
     report["in_sample"] = summary(errors(rows, phys, engines))
     for key in (["group"] if args.loo else []) + keys:
-        report[f"leave_one_{key}_out"] = summary(held_out(rows, grid, HOLD_OUT[key]))
+        report[f"leave_one_{key}_out"] = summary(held_out(rows, grid, HOLD_OUT[key], args.jobs))
+    if args.markdown:
+        args.markdown.write_text(markdown(report, sys.argv[1:]))
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
         return
-    if "fitted" in report:
-        for name, values in report["fitted"].items():
-            print(f"{name}: " + ", ".join(f"{k}={v:.4g}" for k, v in values.items()))
-    for key in ("in_sample", *(f"leave_one_{k}_out" for k in HOLD_OUT)):
+    for name, values in report.get("fitted", {}).items():
+        print(f"{name}: " + ", ".join(f"{k}={v:.4g}" for k, v in values.items()))
+    for d, values in report.get("kernels", {}).items():
+        print(f"{d}: " + ", ".join(f"{k}={v:.4g}" for k, v in values.items()))
+    for name, pins in report["pinned_by"].items():
+        print(f"{name}: pinned by {len(pins)} group(s)" + (" -- an assumption" if len(pins) < 2 else ""))
+    for key in VIEWS:
         if key not in report:
             continue
         s = report[key]
         print(f"\n{key.replace('_', ' ')}: {s['rows']} rows, median APE TTFT {s['ttft_median_ape']:.1f}%, "
               f"TPOT {s['tpot_median_ape']:.1f}%")
         for g, v in s["groups"].items():
-            print(f"  {g:50s} {v['rows']:4d} rows  TTFT {v['ttft_median_ape']:6.1f}%  TPOT {v['tpot_median_ape']:6.1f}%")
+            print(f"  {g:50s} {v['rows']:4d} rows  TTFT {v['ttft_median_ape']:6.1f}% ({v['ttft_median_err']:+6.1f}%)"
+                  f"  TPOT {v['tpot_median_ape']:6.1f}% ({v['tpot_median_err']:+6.1f}%)")
         worst = sorted(s["groups"].items(), key=lambda kv: -(kv[1]["ttft_median_ape"] + kv[1]["tpot_median_ape"]))
         print("  worst: " + "; ".join(f"{g} (TTFT {v['ttft_median_ape']:.0f}%, TPOT {v['tpot_median_ape']:.0f}%)"
                                        for g, v in worst[:args.worst]))
-    judged = [(k, report[f"leave_one_{k}_out"]) for k in keys]
-    if judged:
-        k, s = max(judged, key=lambda kv: kv[1]["ttft_median_ape"] + kv[1]["tpot_median_ape"])
+    if judged := judge(report, keys):
+        k, s = judged
         print(f"\nthe fit is judged on the worst held-out view: leave one {k} out, TTFT {s['ttft_median_ape']:.1f}%, "
               f"TPOT {s['tpot_median_ape']:.1f}%")
+
+
+VIEWS = ("in_sample", *(f"leave_one_{k}_out" for k in HOLD_OUT))
+
+
+def judge(report: dict, keys: list[str]) -> tuple[str, dict] | None:
+    """The worst of the leave-one-model/device/engine-out views (TTFT plus TPOT median APE)."""
+    judged = [(k, report[f"leave_one_{k}_out"]) for k in keys if f"leave_one_{k}_out" in report]
+    return max(judged, key=lambda kv: kv[1]["ttft_median_ape"] + kv[1]["tpot_median_ape"]) if judged else None
+
+
+def markdown(report: dict, argv: list[str]) -> str:
+    """The report as docs/fidelity.md: per view, the overall figures and one table per group, model, device and
+    engine (median APE and median signed error), the fitted constants and what pins them down."""
+    def table(head: list[str], body: list[list[str]]) -> list[str]:
+        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
+
+    def cells(v: dict) -> list[str]:
+        return [str(v["rows"]), f"{v['ttft_median_ape']:.1f}%", f"{v['ttft_median_err']:+.1f}%",
+                f"{v['tpot_median_ape']:.1f}%", f"{v['tpot_median_err']:+.1f}%"]
+
+    head = ["rows", "TTFT median APE", "TTFT median error", "TPOT median APE", "TPOT median error"]
+    out = ["# Serving-model fidelity: predictions against measured serving sweeps", "",
+           "Regenerate with one command (about 30 minutes with `--jobs 4` on two shared cores: 36 kernel sets "
+           "costed per row, then 19 held-out fits):", "",
+           "    .venv/bin/python tools/fidelity_sweeps.py " + " ".join(a for a in argv), "",
+           "Every figure is the closed-loop serving model (`gimletc estimate --concurrency C`) against the 842 rows of "
+           "../shared/reference/serving_sweeps.csv. *APE* is the absolute percentage error; the signed *error* is "
+           "(predicted - measured) / measured: positive means the prediction is slower than the measurement. "
+           "*In sample* is scored with the constants fitted on all rows; *leave one X out* predicts every row of one "
+           "X (a model x device x engine group, a model, a device, an engine) with everything fitted on the other "
+           "rows only: the figure to expect on a model, GPU or engine the fit never saw. A device left out runs at "
+           "its family's fitted devices' kernel efficiencies ([Note: one efficiency per device] in "
+           "cost_models/derates.py).", ""]
+    views = [(k, report[k]) for k in VIEWS if k in report]
+    out += ["## Overall", ""] + table(["view"] + head, [[k.replace("_", " ")] + cells(v) for k, v in views]) + [""]
+    judged = judge(report, [k for k in HOLD_OUT if k != "group"])
+    if judged:
+        out += [f"The fit is judged on the worst held-out view: leave one {judged[0]} out.", ""]
+    for by in BREAKDOWN:
+        name = "groups" if by == "group" else f"by_{by}"
+        out += [f"## Per {by}", ""]
+        body = [[g, k.replace("_", " ")] + cells(v) for g in sorted(views[0][1][name])
+                for k, view in views for gg, v in view[name].items() if gg == g]
+        out += table([by, "view"] + head, body) + [""]
+    if "kernels" in report:
+        out += ["## Fitted constants", ""]
+        out += table(["device", "compute_eff", "mem_eff", "fp8_compute_eff"],
+                     [[d] + [f"{v:.3g}" for v in k.values()] for d, k in report["kernels"].items()]) + [""]
+        names = sorted({p for e in report["fitted"].values() for p in e})
+        out += table(["engine"] + names, [[n] + [f"{e[p]:.4g}" if p in e else "" for p in names]
+                                          for n, e in report["fitted"].items()]) + [""]
+    out += ["## What pins each constant down", "",
+            "A constant pinned down by a single group is an assumption: the plan's sensitivity moves it.", ""]
+    out += table(["constant", "groups", "status"], [[n, str(len(g)), "assumption" if len(g) < 2 else "fitted"]
+                                                    for n, g in report["pinned_by"].items()]) + [""]
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

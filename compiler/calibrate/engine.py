@@ -209,7 +209,7 @@ def base_deployment(budget: int = BUDGET_TOKENS, max_batch: int = MAX_SEQS):
     spec = device(DEVICE_ID)
     dep = deployment(DEVICE_ID, 1, 1, 1, stored_precision(MODEL, Precision.of("bf16")), "generic")
     engine = replace(ENGINES["vllm"], overlap=False, mixes_prefill=True, prefill_budget_tokens=budget,
-                     max_batch=max_batch, fp8_compute_eff=None, kernels_on=spec.family, calibrated_on=DEVICE_ID)
+                     max_batch=max_batch, fp8_compute_eff=None, calibrated_on=DEVICE_ID)
     return block_graph(MODEL), replace(dep, engine=engine)
 
 

@@ -31,7 +31,7 @@ from typing import Sequence
 
 from compiler.calibrate.fit import Param, fit_fields, refuse_held_out
 from compiler.ir.block_graph import BlockGraph
-from cost_models.engines import Engine
+from cost_models.engines import Engine, with_measured_kernels
 from cost_models.load import ClosedLoop, LoopSteps, RequestShape, assemble, closed_loop, loop_steps
 from cost_models.serving import Deployment
 
@@ -135,5 +135,5 @@ def fit_engine(graph: BlockGraph, dep: Deployment, rows: Sequence[Row], *, grid:
 def predict(graph: BlockGraph, dep: Deployment, engine: Engine, point: Point) -> ClosedLoop:
     """What ``gimletc estimate --concurrency C`` predicts for `point` under `engine` (its kernels' efficiencies and
     overheads on `dep`'s derate)."""
-    served = replace(dep, engine=engine, derate=engine.applied_to(dep.derate, engine.kernels_on))
+    served = replace(dep, engine=engine, derate=with_measured_kernels(engine, engine.applied_to(dep.derate)))
     return closed_loop(graph, served, point.concurrency, _shape(point), slots=_slots(point, engine))

@@ -39,7 +39,7 @@ def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precisio
         served_by = engines.engine_on(engine, spec, calibration, load_engine_record(spec.id, engine))
     except ValueError as e:
         raise BadInput(f"engine: {e}") from None
-    derate = engines.served_derate(spec.family, calibration, served_by)
+    derate = engines.served_derate(spec.family, calibration, served_by, spec.id)
     derate = adjust(derate) if adjust is not None else derate
     return Deployment(spec, count, derate, tp, pp, precision, served_by, kv_heads)
 

@@ -104,3 +104,33 @@ def test_fidelity_tool_fits_and_reports_leave_one_out_as_json(tmp_path):
     assert set(report["loo_median_ape_pct"]) == {"overall", "amd"}
     fitted = report["fitted"]["amd"]
     assert 0.3 <= fitted["compute_eff"] <= 0.8 and 0.4 <= fitted["mem_eff"] <= 0.9
+
+
+def _shared(name: str) -> Path | None:
+    """A shared reference file beside the checkout (one level up for a worktree), or None where there is none."""
+    for base in (REPO.parent / "shared", REPO.parent.parent / "shared"):
+        if (base / "reference" / name).is_file():
+            return base / "reference" / name
+    return None
+
+
+def test_measurements_are_counted_per_device_as_the_files_hold_them():
+    """`MEASURED_ROWS` (what `Derate.assumed` reads, per device id) is the count of each device's rows in the fitting
+    sets: the shared measurements, cost_models/data/ less `NOT_FITTED`, and the serving sweeps; the MI355X, with no
+    row of its own, is assumed although the AMD family has eleven."""
+    from cost_models.derates import MEASURED_ROWS, NOT_FITTED, derate_for
+
+    measured, sweeps = _shared("measurements.csv"), _shared("serving_sweeps.csv")
+    if measured is None or sweeps is None:
+        pytest.skip("../shared/reference is not beside this checkout")
+    counts: dict[str, int] = {}
+    for path in (measured, sweeps, *_files()):
+        with open(path, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                if row["id"] not in NOT_FITTED:
+                    counts[row["device"]] = counts.get(row["device"], 0) + 1
+    assert {d: n for d, n in MEASURED_ROWS.items() if n} == counts
+    assert set(NOT_FITTED) <= {r["id"] for _name, r in _rows()}
+    assert derate_for("amd").measurements == 11 and not derate_for("amd").assumed
+    assert derate_for("amd", device_id="amd-mi300x").measurements == 11
+    assert derate_for("amd", device_id="amd-mi355x").assumed and derate_for("nvidia", device_id="nvidia-b200").assumed

@@ -79,7 +79,8 @@ def deployment_of(plan: Plan, pool: Pool) -> Deployment:
     """One replica of `pool` as the cost models see it: its engine on its device (`served_derate`), or this host's
     calibration."""
     spec, served_by = device(pool.device), engine(pool.engine)
-    return Deployment(spec, pool.tp * pool.pp, served_derate(spec.family, load_calibration(spec.id), served_by),
+    derate = served_derate(spec.family, load_calibration(spec.id), served_by, spec.id)
+    return Deployment(spec, pool.tp * pool.pp, derate,
                       pool.tp, pool.pp, Precision(plan.dtype, plan.kv_dtype, dense=plan.dense_dtype), served_by)
 
 

@@ -172,8 +172,8 @@ def _solver(plan: Plan) -> str:
 
 def _sensitivity(plan: Plan) -> str:
     if not plan.sensitivity:
-        return ("Not analysed (every device family used has at least two published measurements, or the compile "
-                "ran with --no-sensitivity).")
+        return ("Not analysed (every device used has at least two published measurements of its own and no factor "
+                "at a bound of its fit, or the compile ran with --no-sensitivity).")
     rows = [[m.factor, f"{m.change:+.0%}", f"{m.objective_change:+.1%}", f"{m.solve_gap:.1%}",
              "yes" if m.changes_pools else "no", ", ".join(m.pools_added) or "-", ", ".join(m.pools_removed) or "-"]
             for m in plan.sensitivity]

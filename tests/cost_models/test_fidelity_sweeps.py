@@ -1,0 +1,53 @@
+"""tools/fidelity_sweeps.py's held-out folds: what a fold may fit on, and how a device it never saw is costed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+
+import fidelity_sweeps as fs  # noqa: E402
+
+
+def _row(i: int, device: str = "nvidia-h100-sxm") -> dict:
+    return {"id": f"r{i}", "model": "llama-3.1-8b", "device": device, "backend": "vllm", "gemm_quant": ""}
+
+
+def test_a_fold_refuses_to_predict_a_row_it_fits_on():
+    """The fitter refuses a row it is asked to predict: by index, and by id where a file repeats a row."""
+    rows = [_row(0), _row(1), _row(2), dict(_row(1), device="nvidia-h200-sxm")]
+    with pytest.raises(ValueError, match="held-out row is among the fitting rows"):
+        fs._fold(rows, {}, [0, 1], [1, 2])
+    with pytest.raises(ValueError, match="held-out row is among the fitting rows"):
+        fs._fold(rows, {}, [0, 1], [3])  # the same id under another device
+
+
+def test_a_device_the_fit_never_saw_runs_at_its_family_mates_efficiencies():
+    """Leave one device out: the H200 held out gets the fitted H100's efficiencies (its only NVIDIA mate); with two
+    mates, the median of each field; a device of a family without fitted mates, its family derate's."""
+    from cost_models.derates import DERATES
+
+    h100 = (0.8, 0.9, 0.5)
+    assert fs.family_kernels("nvidia-h200-sxm", {"nvidia-h100-sxm": h100}) == h100
+    two = {"nvidia-h100-sxm": (0.7, 0.9, 0.5), "nvidia-b200": (0.9, 0.7, 0.7), "amd-mi300x": (0.3, 0.3, 0.3)}
+    assert fs.family_kernels("nvidia-h200-sxm", two) == (0.8, 0.8, 0.6)
+    amd = DERATES["amd"]
+    assert fs.family_kernels("amd-mi355x", {"nvidia-h100-sxm": h100}) == (amd.compute_eff, amd.mem_eff, amd.compute_eff)
+    # the held-out device's set is the nearest of the sets the grid costed
+    grid = {k: None for k in fs.KERNEL_EFFS}
+    assert fs._nearest(grid, (0.8, 0.8, 0.6)) == (0.8, 0.8, 0.6)
+    assert fs._nearest(grid, (0.3, 0.48, 0.3)) == (0.7, 0.7, 0.4)
+
+
+def test_what_pins_each_constant_down_names_the_groups():
+    """A device's FP8 share is pinned by its FP8 rows' groups alone: one group makes it an assumption."""
+    rows = [dict(_row(0), gemm_quant="fp8"), dict(_row(1), model="qwen3-32b"),
+            dict(_row(2), device="nvidia-h200-sxm", backend="sglang")]
+    pins = fs.pinned_by(rows)
+    assert pins["nvidia-h100-sxm fp8_compute_eff"] == ["llama-3.1-8b / nvidia-h100-sxm / vllm"]
+    assert len(pins["nvidia-h100-sxm compute_eff, mem_eff"]) == 2
+    assert pins["nvidia-h200-sxm fp8_compute_eff"] == []
+    assert pins["sync_fraction"] == ["llama-3.1-8b / nvidia-h100-sxm / vllm", "qwen3-32b / nvidia-h100-sxm / vllm"]
