@@ -34,10 +34,6 @@ MANIFEST_CHOICES = ("engines", "dynamo", "llm-d", "kserve", "gimletc", "device-p
 QUANTITY_UNITS = {"requests_per_s": "req/s", "requests_per_s_per_provisioned_w": "req/s per W provisioned",
                   "provisioned_w": "W provisioned", "worst_tpot_ms": "ms worst TPOT", "dollars_per_hour": "$/h",
                   "requests_per_s_per_dollar_per_hour": "req/s per $/h"}
-#: What each objective compares, in words, for the baselines' verdicts.
-OBJECTIVE_WORDS = {"throughput": "throughput", "tokens-per-watt": "tokens/s per provisioned watt",
-                   "power": "provisioned power at the arrival rate", "latency": "worst TPOT",
-                   "cost": "dollars per hour at the arrival rate", "tokens-per-dollar": "tokens per dollar"}
 
 
 def register(sub) -> None:
@@ -239,27 +235,11 @@ def _baseline_tables(plan, width: int) -> list:
 
 
 def baseline_verdicts(plan) -> list[str]:
-    """Plain sentences: which baselines beat the plan in the objective's terms (single device types at equal
-    power or cost first), and why a baseline has no number (infeasible, or the question cannot be posed)."""
-    words = OBJECTIVE_WORDS.get(plan.solver.objective, plan.solver.objective)
-    out = []
-    for budget in ("power", "cost"):
-        beat = sorted((b for b in plan.baselines if b.beats_plan and b.name.startswith(f"iso-{budget}:")),
-                      key=lambda b: b.plan_gain)
-        if beat:
-            out.append(f"[yellow]A single device type beats this mix at equal {budget}: " + ", ".join(
-                f"{b.name.split(':', 1)[1]} ({1 / b.plan_gain:.2f}x better {words})" for b in beat) + "." +
-                (" This fleet is fixed; give its devices count: any to let the solver choose the mix."
-                 if not plan.fleet_design else "") + "[/yellow]")
-    for b in plan.baselines:
-        if b.beats_plan and not b.name.startswith("iso-"):
-            out.append(f"[yellow]{b.name} beats this plan: {1 / b.plan_gain:.2f}x better {words} ({b.question}; "
-                       f"the plan is {plan.solver.status}).[/yellow]")
-        elif b.status in ("infeasible", "skipped"):
-            out.append(f"[dim]{b.name}: {b.status} ({b.note or b.question})[/dim]")
-    compared = [b for b in plan.baselines if b.plan_gain is not None]
-    if compared and not any(b.beats_plan for b in compared):
-        closest = min(compared, key=lambda b: b.plan_gain)
-        out.append(f"no baseline beats the plan on {words}; the closest is {closest.name} "
-                   f"(plan gain {closest.plan_gain:.2f}x).")
-    return out
+    """The verdict of ``summary.md`` (`compiler.emit.report.verdict`), styled: a baseline that beats the plan in
+    yellow, one with no number dimmed."""
+    from rich.markup import escape
+
+    from compiler.emit.report.verdict import verdict_lines
+
+    style = {"beaten": "[yellow]{}[/yellow]", "missing": "[dim]{}[/dim]", "fine": "{}"}
+    return [style[line.kind].format(escape(line.text)) for line in verdict_lines(plan)]

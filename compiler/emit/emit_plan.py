@@ -85,16 +85,29 @@ class ClassLatency:
     options: tuple[str, ...]
 
 
+#: A KV flow below this many requests/s is left out of the plan: its hand-offs, the latencies of its path and
+#: plan.json's transfers. It is what summary.md prints as 0.00 req/s: a few of the solver's milli-requests/s
+#: (`compiler.place.candidates.RATE_SCALE`) that integer routing leaves on a pair of pools, not traffic to serve.
+NEGLIGIBLE_REQUESTS_PER_S = 0.005
+
+
+def live_flows(sol: Solution) -> list[tuple[tuple[str, str, str], float]]:
+    """The solution's KV flows ((class, prefill option, decode type), req/s) of at least
+    `NEGLIGIBLE_REQUESTS_PER_S`."""
+    return [(key, rate) for key, rate in sol.flows if rate >= NEGLIGIBLE_REQUESTS_PER_S]
+
+
 def solved_handoffs(inst: Instance, sol: Solution) -> dict[tuple[str, str, str], float]:
     """Each KV flow's hand-off, per (class, from type, to type), at its link's solved utilisation (the KV bytes/s
-    the solution moves over it, of its bandwidth) and the class's percentile ([Note: hand-offs])."""
+    the solution moves over it, of its bandwidth) and the class's percentile ([Note: hand-offs]); negligible
+    flows left out (`live_flows`)."""
     by_key = {o.key: o for o in sol.options}
     moved: dict[tuple[str, str], float] = {}
-    for (c, p_key, t), rate in sol.flows:
+    for (c, p_key, t), rate in live_flows(sol):
         pair = (by_key[p_key].kv_device, t)
         moved[pair] = moved.get(pair, 0.0) + rate * inst.target(c).kv_bytes
     out = {}
-    for (c, p_key, t), _rate in sol.flows:
+    for (c, p_key, t), _rate in live_flows(sol):
         a = by_key[p_key].kv_device
         utilisation = min(moved[(a, t)] / inst.link_bw(a, t), 0.999)
         out[(c, a, t)] = loaded_handoff_s(inst.transfer(c, a, t), inst.servers(a, t), utilisation,
@@ -117,7 +130,7 @@ def class_latencies(inst: Instance, sol: Solution) -> dict[str, ClassLatency]:
             if cls == c.name and o.kind == "colocated":
                 _u, t50, tp, p50, pp = o.service(cls).at(util[key])
                 paths.append((t50, tp, p50, pp, (key,)))
-        for (cls, p_key, t), _rate in sol.flows:
+        for (cls, p_key, t), _rate in live_flows(sol):
             if cls != c.name:
                 continue
             p = by_key[p_key]
@@ -252,7 +265,7 @@ def _kv_transfers(inst: Instance, sol: Solution, used: list[tuple[PoolOption, in
     by_key = {o.key: o for o in sol.options}
     handoffs = solved_handoffs(inst, sol)
     out: dict[tuple[str, str], list[float]] = {}
-    for (c, p_key, t), rate in sol.flows:
+    for (c, p_key, t), rate in live_flows(sol):
         sinks = [(d_key, r) for (cc, d_key), r in sol.served if cc == c and by_key[d_key].receives_kv
                  and by_key[d_key].kv_device == t]
         decoded = sum(r for _k, r in sinks)
@@ -264,7 +277,7 @@ def _kv_transfers(inst: Instance, sol: Solution, used: list[tuple[PoolOption, in
             entry[2] = max(entry[2], handoffs[(c, by_key[p_key].kv_device, t)])
     return [Transfer(kind="kv", src_pool=pool_of[p][0], dst_pool=pool_of[d][0], predicted_requests_per_s=r,
                      predicted_bytes_per_s=b, predicted_latency_ms=lat * 1e3)
-            for (p, d), (r, b, lat) in sorted(out.items())]
+            for (p, d), (r, b, lat) in sorted(out.items()) if r >= NEGLIGIBLE_REQUESTS_PER_S]
 
 
 def _activation_transfers(graph: BlockGraph, sol: Solution, used: list[tuple[PoolOption, int]],

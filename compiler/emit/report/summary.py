@@ -1,6 +1,7 @@
 """``summary.md``: a plan explained in Markdown. Every number in it is a prediction of the cost model, and says so.
 
-Sections: what was placed where under which budget; the pools (shape, load, latencies at their utilisation,
+Sections: the verdict (the plan, its gain over each baseline, and in words any baseline that beats it:
+`compiler.emit.report.verdict`); what was placed where under which budget; the pools (shape, load, latencies at their utilisation,
 power); device counts against the inventory; the predicted totals; each request class end to end and on each
 pool; the transfers; the baselines and the plan's gain over each; the solver's status, bound and gap; the
 sensitivity to assumed efficiencies; the power breakdown; and the report's other files.
@@ -15,8 +16,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from compiler.emit.plan import Plan
+from compiler.emit.emit_plan import NEGLIGIBLE_REQUESTS_PER_S
+from compiler.emit.plan import Plan, Pool
 from compiler.emit.report.power import PowerBreakdown
+from compiler.emit.report.verdict import verdict_lines
 
 PREDICTION_NOTE = ("Every number below is a **prediction** of gimletc's cost model (datasheet peaks x efficiencies "
                    "fitted on published measurements, queueing at each pool's utilisation), not a measurement.")
@@ -44,6 +47,7 @@ def summary_markdown(plan: Plan, power: PowerBreakdown, *, files: Sequence[tuple
     budget = (f"{plan.power_budget_w / 1e3:.1f} kW of {basis_words(plan.power_basis, plan.pue)}"
               if plan.power_budget_w else "no power budget")
     parts = [f"# {plan.model} on {plan.cluster}: the plan",
+             "## Verdict (predicted)", verdict(plan),
              f"Workload **{plan.workload}** (mean {plan.mean_input_len:.0f} prompt + {plan.mean_output_len:.0f} "
              f"output tokens), {budget}, weights {plan.dtype}, KV {plan.kv_dtype}, objective "
              f"**{plan.solver.objective}**. {PREDICTION_NOTE}",
@@ -53,8 +57,9 @@ def summary_markdown(plan: Plan, power: PowerBreakdown, *, files: Sequence[tuple
     if plan.classes:
         parts += ["## Request classes (predicted, end to end)", _classes(plan),
                   "### Per pool", _pool_classes(plan)]
-    if plan.transfers:
-        parts += ["## Transfers (predicted)", _transfers(plan)]
+    if _transfer_rows(plan):
+        parts += ["## Transfers (predicted)", table(["kind", "from", "to", "req/s", "GB/s", "latency ms"],
+                                                    _transfer_rows(plan))]
     parts += ["## Baselines and gains (same cost model)", _baselines(plan),
               "## Solver", _solver(plan),
               "## Sensitivity to assumed efficiencies", _sensitivity(plan),
@@ -66,10 +71,34 @@ def summary_markdown(plan: Plan, power: PowerBreakdown, *, files: Sequence[tuple
     return "\n\n".join(parts) + "\n"
 
 
+def verdict(plan: Plan) -> str:
+    """The plan in one sentence, then `verdict_lines` as a list (a baseline that beats the plan in bold)."""
+    pr, s = plan.predicted, plan.solver
+    used = sorted(((n, d) for d, n in plan.devices_used.items() if n), key=lambda x: (-x[0], x[1]))
+    solved = (f"CP-SAT {s.status}, within {100 * s.gap:.3f}% of its bound" if s.status == "feasible"
+              else f"CP-SAT {s.status}")
+    head = (f"**The plan**: {len(plan.pools)} pools on {sum(n for n, _d in used)} devices "
+            f"({', '.join(f'{n} {d}' for n, d in used)}), {pr.output_tokens_per_s:,.0f} output tokens/s "
+            f"({pr.requests_per_s:,.2f} req/s) at {_kw(pr.provisioned_power_w)} kW provisioned and {_kw(pr.power_w)} "
+            f"kW drawn; {solved}.")
+    lines = [f"- **{line.text}**" if line.kind == "beaten" else f"- {line.text}" for line in verdict_lines(plan)]
+    return head + ("\n\n" + "\n".join(lines) if lines else "\n\nNo baselines were solved.")
+
+
+def _ttft(pool: Pool, value: float | None) -> str:
+    """A pool's TTFT, or "-" for a pool that runs no prefill (decode pools: the TTFT belongs to the path)."""
+    return _ms(value, 0) if "prefill" in pool.phases else "-"
+
+
+def _live(rate: float) -> bool:
+    """A row worth a line: its req/s does not print as 0.00 (`NEGLIGIBLE_REQUESTS_PER_S`)."""
+    return rate >= NEGLIGIBLE_REQUESTS_PER_S
+
+
 def _pools(plan: Plan) -> str:
     pct = f"p{plan.classes[0].slo_percentile:g} " if plan.classes else ""
     rows = [[p.name, p.role, p.device, f"{p.replicas} x {p.devices_per_replica}", str(p.tp), str(p.pp), str(p.batch),
-             f"{p.predicted_requests_per_s:.2f}", f"{p.predicted_utilisation:.0%}", _ms(p.predicted_ttft_ms, 0),
+             f"{p.predicted_requests_per_s:.2f}", f"{p.predicted_utilisation:.0%}", _ttft(p, p.predicted_ttft_ms),
              _ms(p.predicted_tpot_ms), _kw(p.predicted_power_w), ", ".join(c.name for c in p.predicted_classes)]
             for p in plan.pools]
     return table(["pool", "role", "device", "replicas x devices", "tp", "pp", "batch", "req/s", "util",
@@ -124,17 +153,18 @@ def _classes(plan: Plan) -> str:
 
 def _pool_classes(plan: Plan) -> str:
     rows = [[p.name, c.name, f"{c.requests_per_s:.2f}", f"{p.predicted_utilisation:.0%}",
-             f"{_ms(c.ttft_p50_ms, 0)} / {_ms(c.ttft_slo_percentile_ms, 0)}",
-             f"{_ms(c.tpot_p50_ms)} / {_ms(c.tpot_slo_percentile_ms)}"]
-            for p in plan.pools for c in p.predicted_classes]
+             f"{_ms(c.ttft_p50_ms, 0)} / {_ms(c.ttft_slo_percentile_ms, 0)}" if "prefill" in p.phases else "-",
+             f"{_ms(c.tpot_p50_ms)} / {_ms(c.tpot_slo_percentile_ms)}" if "decode" in p.phases else "-"]
+            for p in plan.pools for c in p.predicted_classes if _live(c.requests_per_s)]
     return table(["pool", "class", "req/s", "pool util", "TTFT p50 / pN ms", "TPOT p50 / pN ms"], rows) if rows \
         else "No pool serves a class."
 
 
-def _transfers(plan: Plan) -> str:
-    rows = [[t.kind, t.src_pool, t.dst_pool, f"{t.predicted_requests_per_s:.2f}",
-             f"{t.predicted_bytes_per_s / 1e9:.3f}", f"{t.predicted_latency_ms:.2f}"] for t in plan.transfers]
-    return table(["kind", "from", "to", "req/s", "GB/s", "latency ms"], rows)
+def _transfer_rows(plan: Plan) -> list[list[str]]:
+    """The transfers that carry something (none that prints as 0.00 req/s)."""
+    return [[t.kind, t.src_pool, t.dst_pool, f"{t.predicted_requests_per_s:.2f}",
+             f"{t.predicted_bytes_per_s / 1e9:.3g}", f"{t.predicted_latency_ms:.2f}"] for t in plan.transfers
+            if _live(t.predicted_requests_per_s) and t.predicted_bytes_per_s > 0]
 
 
 #: Baseline fields shown when the plan has them (the baseline schema grows; absent fields are skipped).
@@ -155,8 +185,14 @@ def _baselines(plan: Plan) -> str:
         if h not in seen:
             seen.add(h)
             fields.append((f, h, fmt))
-    rows = [[b.name] + [fmt(getattr(b, f)) if getattr(b, f, None) is not None else "-" for f, _h, fmt in fields]
-            for b in plan.baselines]
+    def cell(b, f: str, fmt) -> str:
+        if f in ("status", "note"):
+            return fmt(getattr(b, f))
+        if b.status not in ("optimal", "feasible"):  # no placement: no numbers, the note says why
+            return "-"
+        return fmt(getattr(b, f)) if getattr(b, f, None) is not None else "-"
+
+    rows = [[b.name] + [cell(b, f, fmt) for f, _h, fmt in fields] for b in plan.baselines]
     standard = (f"to the {100 * plan.solver.gap:.3f}% gap the plan's own solve reached (feasible: stopped within "
                 f"it)" if plan.solver.status == "feasible" else "exactly, as the plan's own solve")
     return (f"Each baseline is solved under the same cost model and constraints, {standard}; the gain is the "
