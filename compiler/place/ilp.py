@@ -68,12 +68,14 @@ from compiler.ir.placement import (
 from compiler.place import portfolio
 from compiler.place.candidates import COST_SCALE, LOAD_SCALE, RATE_SCALE, candidates, load_units, scaled
 from compiler.place.greedy import greedy
+from compiler.place.moves import Moves, add_moves, kept
 from compiler.place.ratio import dinkelbach
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 SHARE_SCALE = 1000  # class shares in thousandths
+RATIO_OBJECTIVES = ("tokens-per-watt", "tokens-per-dollar")
 DRAW_SCALE = 10**6  # the predicted draw is modelled in microwatts (an error below 1 W at 1000 requests/s)
 
 
@@ -103,6 +105,7 @@ class PlacementModel:
         self.gap = 0.0  # relative gap at which an objective stage may stop (`solve`'s `gap`)
         self.budget = PROVE_DETERMINISTIC_S  # deterministic seconds of each first-stage search (`solve`'s `budget`)
         self.ratio_hint = 0.0  # a guess of a ratio objective's optimum, in its reported unit (`solve`)
+        self.moved, self.slack = None, 0.0  # replicas moved from a running plan, and the slack for fewer (`solve`)
         self.inst = inst
         self.m = cp_model.CpModel()
         self.opts = inst.options
@@ -359,7 +362,8 @@ class PlacementModel:
 def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float = 60.0,
           families: Sequence[str] = FAMILIES, tie_break: bool = True,
           tie_break_budget: float | None = None, explain: bool = True, gap: float = 0.0,
-          ratio_hint: float = 0.0, hint: Solution | None = None, budget: float | None = None) -> Solution:
+          ratio_hint: float = 0.0, hint: Solution | None = None, budget: float | None = None,
+          moves: Moves | None = None) -> Solution:
     """Solve `inst`. An infeasible instance returns status "infeasible" with the binding families (found by
     re-solving with families dropped; `explain` False skips that and leaves them empty).
 
@@ -371,7 +375,9 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     guess of its value, e.g. a neighbouring point's. `hint` starts the search from another solution's replica
     counts (those of options this instance has), e.g. the plan's own when an efficiency moves; without one it
     starts from the greedy placement (`compiler.place.greedy`). `budget` is the deterministic seconds of each
-    first-stage search (`PROVE_DETERMINISTIC_S`): what-if solves that stop at a gap afford less.
+    first-stage search (`PROVE_DETERMINISTIC_S`): what-if solves that stop at a gap afford less. `moves` re-solves
+    from a running placement (`compiler.place.moves`): at most its ``max_moves``, then the fewest moves within its
+    ``slack`` of that optimum (linear objectives; a ratio objective takes no slack).
     """
     if objective not in OBJECTIVES:
         raise BadInput(f"--objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
@@ -380,8 +386,12 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     _check_prices(inst, objective)
     start = time.perf_counter()
     full = inst
-    inst = inst.with_options(candidates(inst, prune_them="slo" in families and objective != "latency"))
+    placed = candidates(inst, prune_them="slo" in families and objective != "latency")
+    inst = inst.with_options(placed + [o for o in kept(candidates(inst, prune_them=False), moves)
+                                       if o.key not in {p.key for p in placed}])
     model = PlacementModel(inst, families)
+    model.moved = add_moves(model, moves) if moves is not None else None
+    model.slack = moves.slack if moves is not None and objective not in RATIO_OBJECTIVES else 0.0
     model.gap, model.ratio_hint = gap, ratio_hint
     model.budget = PROVE_DETERMINISTIC_S if budget is None else budget
     for key, count in hint.replicas if hint is not None else sorted(greedy(full, objective).items()):
@@ -452,6 +462,8 @@ def _solve_model(model: PlacementModel, objective: str, deadline: float, tie_bre
     stages, solved = _stages(model, objective, deadline)
     if tie_break:
         stages = stages + [(model.devices, "min"), (model.order, "min")]
+    if model.moved is not None:  # the fewest moves right after the objective ([Note] in `compiler.place.moves`)
+        stages = stages[:1] + [(model.moved, "min")] + stages[1:]
     proven, first = True, (0.0, 0.0)
     solver = None
     for i, (expr, sense) in enumerate(stages):
@@ -473,7 +485,10 @@ def _solve_model(model: PlacementModel, objective: str, deadline: float, tie_bre
             proven = status == cp.OPTIMAL and (solved is not None or abs(first[0] - first[1]) < 1)
             if not proven:
                 break  # out of time (or within the gap asked for): keep the best found so far
-        model.fix(expr, round(solver.value(expr)), sense)
+        value = solver.value(expr) * (1 + (model.slack if i == 0 else 0.0) * (-1 if sense == "max" else 1))
+        model.fix(expr, math.floor(value) if sense == "max" else math.ceil(value), sense)
+    if model.slack:  # the placement kept is within the slack of the first stage's optimum: report its own value
+        first = (solver.value(stages[0][0]), first[1])
     return solver, proven, first
 
 

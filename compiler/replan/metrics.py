@@ -1,0 +1,258 @@
+"""Engine metrics in the Prometheus text format: snapshots from a URL or saved files, and their deltas over a window.
+
+Read with prometheus_client's own text parser. A snapshot is every sample of one scrape at one moment (the
+samples' own timestamps when they carry them, else the file's modification time, else now for a URL). A window
+is two snapshots: counters and histograms as deltas between them (a counter that went down was reset: its later
+value is the delta), gauges as their mean over the snapshots inside it.
+
+Pools: a sample belongs to the plan's pool named by its ``pool`` label, else the one its ``pod`` or
+``instance`` names (``gimletc-pool0-0...``, the manifests' names), else to the pool its source was given
+for (``--metrics pool0=URL``); a source naming no pool with samples naming none is the whole deployment
+(`WHOLE`).
+
+Names (`NAMES`): vLLM's ``vllm:`` metrics as vLLM 0.32 exposes them (``vllm:time_to_first_token_seconds``,
+``vllm:inter_token_latency_seconds``, ``vllm:request_time_per_output_token_seconds`` and its older name
+``vllm:time_per_output_token_seconds``, ``vllm:request_success_total``, ``vllm:num_requests_waiting``,
+``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc``, ``vllm:prompt_tokens_total``,
+``vllm:generation_tokens_total``, ``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens``) and
+SGLang's ``sglang:`` counterparts; the first name present wins.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from compiler.ir.errors import BadInput
+
+WHOLE = "*"  # samples of the whole deployment, no pool named
+
+#: Quantity -> metric names (without a ``_total``/``_bucket`` suffix), in the order they are tried.
+NAMES: dict[str, tuple[str, ...]] = {
+    "ttft_s": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
+    "tpot_s": ("vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds",
+               "vllm:time_per_output_token_seconds", "sglang:inter_token_latency_seconds",
+               "sglang:time_per_output_token_seconds"),
+    "requests": ("vllm:request_success", "sglang:num_requests"),
+    "prompt_tokens": ("vllm:prompt_tokens", "sglang:prompt_tokens"),
+    "generation_tokens": ("vllm:generation_tokens", "sglang:generation_tokens"),
+    "prompt_len": ("vllm:request_prompt_tokens", "sglang:prompt_tokens_histogram"),
+    "output_len": ("vllm:request_generation_tokens", "sglang:generation_tokens_histogram"),
+    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
+    "running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
+    "kv_usage": ("vllm:kv_cache_usage_perc", "sglang:token_usage"),
+}
+
+_POD = re.compile(r"gimletc-(pool[0-9a-z]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """Cumulative bucket counts (upper bound -> count, +inf last), sum and count; a delta when from a window."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+    def minus(self, earlier: Histogram | None) -> Histogram:
+        if earlier is None or self.count < earlier.count:  # reset between the snapshots
+            return self
+        before = dict(earlier.buckets)
+        return Histogram(tuple((le, c - before.get(le, 0.0)) for le, c in self.buckets), self.sum - earlier.sum,
+                         self.count - earlier.count)
+
+    def plus(self, other: Histogram) -> Histogram:
+        theirs = dict(other.buckets)
+        les = sorted(set(dict(self.buckets)) | set(theirs))
+        mine = dict(self.buckets)
+        return Histogram(tuple((le, mine.get(le, 0.0) + theirs.get(le, 0.0)) for le in les), self.sum + other.sum,
+                         self.count + other.count)
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count > 0 else None
+
+    def masses(self) -> list[tuple[float, float, float]]:
+        """(lower, upper, count) of each bucket, not cumulative."""
+        out, lo, below = [], 0.0, 0.0
+        for le, c in self.buckets:
+            out.append((lo, le, max(c - below, 0.0)))
+            lo, below = le, c
+        return out
+
+    def std(self) -> float | None:
+        """The spread of the samples, from the bucket midpoints (the open top bucket at its lower edge)."""
+        if self.count < 2 or self.mean is None:
+            return None
+        var = sum(n * ((lo + hi) / 2 if math.isfinite(hi) else lo) ** 2 for lo, hi, n in self.masses()) / self.count
+        return math.sqrt(max(var - self.mean ** 2, 0.0))
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One scrape: counters, gauges and histograms per (quantity, pool), summed over other labels."""
+
+    time_s: float
+    source: str
+    counters: tuple[tuple[tuple[str, str], float], ...]
+    gauges: tuple[tuple[tuple[str, str], float], ...]
+    histograms: tuple[tuple[tuple[str, str], Histogram], ...]
+
+    def pools(self) -> set[str]:
+        return {p for (_q, p), _v in (*self.counters, *self.gauges, *self.histograms)}
+
+
+def parse(text: str, source: str, time_s: float | None = None, pool: str | None = None) -> Snapshot:
+    """A `Snapshot` of Prometheus text `text`; `pool` names the pool of samples that name none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = {name: q for q, names in NAMES.items() for name in names}
+    chosen: dict[str, str] = {}  # quantity -> the first of its names present
+    counters: dict[tuple[str, str], float] = {}
+    gauges: dict[tuple[str, str], float] = {}
+    hist: dict[tuple[str, str], dict] = {}
+    stamps: list[float] = []
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError) as e:
+        raise BadInput(f"--metrics {source}: not Prometheus text format ({e}); give an engine's /metrics URL or a "
+                       "saved scrape of one") from None
+    for fam in families:
+        q = wanted.get(fam.name)
+        if q is None or chosen.setdefault(q, fam.name) != fam.name:
+            continue
+        for s in fam.samples:
+            if s.timestamp is not None:
+                stamps.append(float(s.timestamp))
+            key = (q, _pool_of(s.labels, pool))
+            if fam.type == "histogram":
+                h = hist.setdefault(key, {"buckets": {}, "sum": 0.0, "count": 0.0})
+                if s.name.endswith("_bucket"):
+                    le = float(s.labels["le"])
+                    h["buckets"][le] = h["buckets"].get(le, 0.0) + s.value
+                elif s.name.endswith("_sum"):
+                    h["sum"] += s.value
+                elif s.name.endswith("_count"):
+                    h["count"] += s.value
+            elif fam.type == "counter" and s.name.endswith("_total"):
+                counters[key] = counters.get(key, 0.0) + s.value
+            elif fam.type == "gauge":
+                gauges[key] = gauges.get(key, 0.0) + s.value
+    if not chosen:
+        raise BadInput(f"--metrics {source}: no vllm: or sglang: metrics in it (looked for "
+                       f"{', '.join(NAMES['requests'])}, ...); point it at an engine's /metrics")
+    when = max(stamps) if stamps else time_s if time_s is not None else time.time()
+    histograms = {k: Histogram(tuple(sorted(v["buckets"].items())), v["sum"], v["count"]) for k, v in hist.items()}
+    return Snapshot(when, source, tuple(sorted(counters.items())), tuple(sorted(gauges.items())),
+                    tuple(sorted(histograms.items())))
+
+
+def _pool_of(labels: dict[str, str], default: str | None) -> str:
+    if labels.get("pool"):
+        return labels["pool"]
+    for label in ("pod", "instance", "service"):
+        m = _POD.search(labels.get(label, ""))
+        if m:
+            return m.group(1)
+    return default or WHOLE
+
+
+def load(sources: list[str]) -> list[Snapshot]:
+    """Snapshots of every source, oldest first: ``[POOL=]URL``, a file, or a folder of files (sorted by name).
+    Snapshots taken at the same moment (one per engine) are merged into one."""
+    snaps: list[Snapshot] = []
+    for given in sources:
+        pool, _, where = given.rpartition("=") if "=" in given.split("://", 1)[0] else ("", "", given)
+        if where.startswith(("http://", "https://")):
+            try:
+                with urllib.request.urlopen(where, timeout=10) as r:  # noqa: S310 (an http(s) URL the user gave)
+                    text = r.read().decode("utf-8")
+            except OSError as e:
+                raise BadInput(f"--metrics {where}: cannot scrape it ({e}); is the engine up?") from None
+            snaps.append(parse(text, where, time.time(), pool or None))
+            continue
+        path = Path(where)
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        if not path.exists():
+            raise BadInput(f"--metrics {where}: no such file, folder or URL; give a saved scrape, a folder of "
+                           "them or an http:// URL")
+        for f in files:
+            snaps.append(parse(f.read_text(encoding="utf-8"), str(f), os.path.getmtime(f), pool or None))
+    return merged(snaps)
+
+
+def merged(snaps: list[Snapshot]) -> list[Snapshot]:
+    """Snapshots at the same moment combined (the engines of one scrape), oldest first."""
+    by_time: dict[float, list[Snapshot]] = {}
+    for s in snaps:
+        by_time.setdefault(round(s.time_s, 3), []).append(s)
+    out = []
+    for t in sorted(by_time):
+        group = by_time[t]
+        counters: dict = {}
+        gauges: dict = {}
+        hists: dict = {}
+        for s in group:
+            for k, v in s.counters:
+                counters[k] = counters.get(k, 0.0) + v
+            for k, v in s.gauges:
+                gauges[k] = gauges.get(k, 0.0) + v
+            for k, h in s.histograms:
+                hists[k] = hists[k].plus(h) if k in hists else h
+        out.append(Snapshot(t, ", ".join(s.source for s in group), tuple(sorted(counters.items())),
+                            tuple(sorted(gauges.items())), tuple(sorted(hists.items()))))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What happened between two snapshots: counter and histogram deltas, gauge means, and the seconds between."""
+
+    start_s: float
+    seconds: float
+    counters: dict
+    gauges: dict
+    histograms: dict
+
+    def counter(self, quantity: str, pool: str) -> float | None:
+        return self.counters.get((quantity, pool))
+
+    def histogram(self, quantity: str, pool: str) -> Histogram | None:
+        return self.histograms.get((quantity, pool))
+
+    def pools(self) -> list[str]:
+        return sorted({p for _q, p in (*self.counters, *self.gauges, *self.histograms)})
+
+
+def window(snaps: list[Snapshot], window_s: float) -> Window:
+    """The last `window_s` seconds of `snaps`: from the latest snapshot at least `window_s` before the last one
+    (or the first snapshot, when none is that old) to the last. One snapshot alone is its own counters since the
+    engines started, over an unknown time: refused."""
+    if len(snaps) < 2:
+        raise BadInput("--metrics: rates need two snapshots at least (counters are cumulative): give a folder or "
+                       "several files of scrapes taken apart, or scrape a URL twice (gimletc replan scrapes a URL "
+                       "again after --scrape-interval)")
+    last = snaps[-1]
+    older = [s for s in snaps[:-1] if last.time_s - s.time_s >= window_s]
+    first = older[-1] if older else snaps[0]
+    seconds = last.time_s - first.time_s
+    if seconds <= 0:
+        raise BadInput(f"--metrics: the snapshots {first.source} and {last.source} are from the same moment; "
+                       "give scrapes taken at different times")
+    before_c, before_h = dict(first.counters), dict(first.histograms)
+    counters = {}
+    for k, v in last.counters:
+        earlier = before_c.get(k)
+        counters[k] = v - earlier if earlier is not None and v >= earlier else v
+    histograms = {k: h.minus(before_h.get(k)) for k, h in last.histograms}
+    inside = [s for s in snaps if first.time_s < s.time_s <= last.time_s]
+    gauges: dict = {}
+    for s in inside:
+        for k, v in s.gauges:
+            gauges[k] = gauges.get(k, 0.0) + v / len(inside)
+    return Window(first.time_s, seconds, counters, gauges, histograms)
