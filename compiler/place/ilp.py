@@ -387,8 +387,9 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     start = time.perf_counter()
     full = inst
     placed = candidates(inst, prune_them="slo" in families and objective != "latency")
-    inst = inst.with_options(placed + [o for o in kept(candidates(inst, prune_them=False), moves)
-                                       if o.key not in {p.key for p in placed}])
+    if moves is not None:  # the running plan's options stay candidates, pruned or not ("stay put" is possible)
+        placed += [o for o in kept(candidates(inst, prune_them=False), moves) if o.key not in {p.key for p in placed}]
+    inst = inst.with_options(placed)
     model = PlacementModel(inst, families)
     model.moved = add_moves(model, moves) if moves is not None else None
     model.slack = moves.slack if moves is not None and objective not in RATIO_OBJECTIVES else 0.0
