@@ -201,6 +201,13 @@ class Instance:
         return replace(self, classes=classes)
 
 
+#: The ILP's integer units (`compiler.place.candidates`), here because the report states what their rounding
+#: costs (`compiler.emit.report.verdict`): requests/s in milli-requests/s, and a replica's capacity in load units,
+#: rounded up per milli-request/s of a class (a replica serving r req/s loses up to RATE_SCALE * r / LOAD_SCALE).
+RATE_SCALE = 1000
+LOAD_SCALE = 10**9
+
+
 #: The share of a class's TTFT target a request may wait for a decode slot: decode pools are sized for it. The
 #: rest is the prefill's and the KV hand-off's, split per flow: a prefill pool runs at the utilisation where its
 #: TTFT leaves room for the hand-off to the decode type it hands to (`Instance.kv_targets`), so a 1 ms hand-off

@@ -18,12 +18,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from compiler.ir.placement import Instance
+from compiler.ir.placement import LOAD_SCALE, RATE_SCALE, Instance
 from compiler.ir.pool_option import PoolOption
 
-RATE_SCALE = 1000  # requests/s are modelled in milli-requests/s
 COST_SCALE = 1000  # dollars per hour are modelled in milli-dollars per hour
-LOAD_SCALE = 10**9  # a replica's capacity in load units: fine enough that rounding a class's cost up costs < 0.1%
 
 
 def scaled(value: float, scale: float = RATE_SCALE) -> int:

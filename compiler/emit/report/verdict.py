@@ -12,7 +12,7 @@ kinds of beating mean different things:
   beside a heuristic that beats it.
 
 [Note: solver rounding] The placement model counts each replica's load in whole units
-(`compiler.place.candidates.load_units`: `LOAD_SCALE` units per replica, each milli-request/s of a class
+(`compiler.place.candidates.load_units`: `compiler.ir.placement.LOAD_SCALE` units per replica, each milli-request/s of a class
 taking its share rounded up), while greedy is valued in floating point. One milli-request/s of a replica
 that serves r req/s takes about LOAD_SCALE / (RATE_SCALE * r) units, so rounding up costs the model up to
 RATE_SCALE * r / LOAD_SCALE of that replica's capacity: about 1.3% for a tiny model's replica at 13,000
@@ -49,7 +49,7 @@ def objective_words(plan: Plan) -> str:
 def rounding_bound(plan: Plan) -> float:
     """The most the placement model's integer load units can cost a replica of the plan, as a fraction of its
     capacity ([Note: solver rounding])."""
-    from compiler.place.candidates import LOAD_SCALE, RATE_SCALE
+    from compiler.ir.placement import LOAD_SCALE, RATE_SCALE
 
     per_replica = [p.predicted_requests_per_s / max(p.replicas, 1) / max(p.predicted_utilisation, 1e-9)
                    for p in plan.pools if p.predicted_requests_per_s > 0]
