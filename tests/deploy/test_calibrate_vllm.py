@@ -85,7 +85,9 @@ def test_the_fit_recovers_a_known_engine_and_estimate_reads_its_record():
 
 @pytest.mark.engine
 @pytest.mark.timeout(1500)
-def test_calibrate_then_estimate_held_out_points_against_vllm(tmp_path):
+def test_calibrate_then_estimate_held_out_points_against_vllm(tmp_path, monkeypatch):
+    # Its own cache: the engine record it saves would otherwise serve every later test's vLLM on cpu-host.
+    monkeypatch.setenv("GIMLETC_CACHE_DIR", str(tmp_path / "cache"))
     done = run_cli("calibrate", "--device", "cpu-host", "--engine", "vllm", "--json", timeout=1400)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
