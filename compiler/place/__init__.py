@@ -5,6 +5,6 @@
 - `infeasible`: which constraint families bind, and a message with the numbers.
 - `greedy`: the heuristic baseline; `baselines`: greedy and single-device-type placements.
 
-Imports only `compiler.ir` and OR-Tools (a test checks this): the placement
+Imports only `compiler.ir`, OR-Tools and numpy (a test checks this): the placement
 sees pool options, never the model, the cost models or the vendors.
 """

@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+import numpy as np
+
 from compiler.ir.placement import Instance
 from compiler.ir.pool_option import PoolOption
 
@@ -96,7 +98,7 @@ def split_by_target(inst: Instance, options: Sequence[PoolOption]) -> list[PoolO
 
 @dataclass(frozen=True, slots=True)
 class _Profile:
-    """What the model reads of one replica of an option, in the model's integers."""
+    """What the model reads of one replica of an option."""
 
     uses: dict[str, int]  # devices per type
     spends: tuple[float, float]  # provisioned watts, dollars per hour (-1: no price)
@@ -114,24 +116,12 @@ def prune(inst: Instance) -> tuple[PoolOption, ...]:
             alike.setdefault((o.kind, o.kv_device if o.kind != "colocated" else ""), []).append(o)
     kept = []
     for members in alike.values():
-        last = None  # the latest option found dominated: its dominator likely dominates the next one too
-        for b in members:
-            by = _dominator(b, members if last is None else (last, *members), profiles)
-            if by is None:
-                kept.append(b)
-            else:
-                last = by
+        dominates = _dominance([profiles[o.key] for o in members])
+        later = np.tri(len(members), k=-1, dtype=bool)  # [a, b]: b comes before a (the smaller key)
+        # b goes when some a dominates it, unless they are equal and b has the smaller key
+        gone = (dominates & ~(later & dominates.T)).any(axis=0)
+        kept += [o for o, g in zip(members, gone) if not g]
     return tuple(sorted(kept, key=lambda o: o.key))
-
-
-def _dominator(b: PoolOption, others: Sequence[PoolOption], profiles: dict[str, _Profile]) -> PoolOption | None:
-    """The first of `others` that dominates `b` (of two equal options, the smaller key dominates), else None."""
-    pb = profiles[b.key]
-    for a in others:
-        pa = profiles[a.key]
-        if a is not b and _dominates(pa, pb) and not (b.key < a.key and _dominates(pb, pa)):
-            return a
-    return None
 
 
 def _profile(inst: Instance, o: PoolOption) -> _Profile:
@@ -152,21 +142,34 @@ def _profile(inst: Instance, o: PoolOption) -> _Profile:
                     classes)
 
 
-def _dominates(a: _Profile, b: _Profile) -> bool:
-    """Whether m >= 1 replicas of `a` do what one of `b` does on no more devices, watts or dollars. (The cheap
-    tests first: `prune` asks this of every pair of a group.)"""
-    if not b.classes.keys() <= a.classes.keys():
-        return False
-    m = min((b.uses.get(t, 0) // k for t, k in a.uses.items() if k), default=0)
-    for sa, sb in zip(a.spends, b.spends):
-        if sa > 0 and sb >= 0:  # an unpriced option leaves the model without dollars: nothing to compare
-            m = min(m, math.floor(sb / sa + 1e-12))
-    if m < 1:
-        return False
-    if a.link is not None and (b.link is None or a.link[0] != b.link[0] or a.link[1] > b.link[1]):
-        return False
-    for name, (rate_b, reach_b) in b.classes.items():
-        rate_a, reach_a = a.classes[name]
-        if m * rate_a < rate_b or not reach_b <= reach_a:
-            return False
-    return True
+def _dominance(ps: Sequence[_Profile]):
+    """``D[a, b]``: whether m >= 1 replicas of option a do what one of option b does on no more devices, watts or
+    dollars, for every pair of one group at once (numpy; `prune` reads it)."""
+    g = len(ps)
+    types = sorted({t for p in ps for t in p.uses})
+    uses = np.array([[p.uses.get(t, 0) for t in types] for p in ps], dtype=float)  # options x types
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_type = np.where(uses[:, None, :] > 0, np.floor(uses[None, :, :] / uses[:, None, :]), np.inf)
+    m = per_type.min(axis=2)  # [a, b]: replicas of a that b's devices hold
+    m[np.isinf(m)] = 0.0
+    spends = np.array([p.spends for p in ps], dtype=float)
+    for k in range(spends.shape[1]):  # an unpriced option (-1) leaves the model without dollars: not compared
+        sa, sb = spends[:, k][:, None], spends[:, k][None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            m = np.where((sa > 0) & (sb >= 0), np.minimum(m, np.floor(sb / sa + 1e-12)), m)
+    ok = m >= 1
+    links = sorted({p.link[0] for p in ps if p.link is not None})
+    link_id = np.array([links.index(p.link[0]) if p.link is not None else -1 for p in ps])
+    link_bytes = np.array([p.link[1] if p.link is not None else 0.0 for p in ps])
+    ok &= (link_id[:, None] == -1) | ((link_id[:, None] == link_id[None, :]) & (link_bytes[:, None] <= link_bytes[None, :]))
+    names = sorted({n for p in ps for n in p.classes})
+    targets = sorted({t for p in ps for _r, reach in p.classes.values() for t in reach})
+    for name in names:
+        serves = np.array([name in p.classes for p in ps])
+        rate = np.array([p.classes[name][0] if name in p.classes else 0.0 for p in ps])
+        reach = np.array([sum(1 << targets.index(t) for t in p.classes[name][1]) if name in p.classes else 0
+                          for p in ps], dtype=np.int64)
+        covers = serves[:, None] & (m * rate[:, None] >= rate[None, :]) & ((reach[None, :] & ~reach[:, None]) == 0)
+        ok &= covers | ~serves[None, :]  # a class b does not serve asks nothing of a
+    np.fill_diagonal(ok, False)
+    return ok

@@ -235,3 +235,53 @@ def test_tokens_per_watt_stopped_early_reports_a_gap_that_holds():
     assert early.objective.value <= full.objective.value * (1 + 1e-9)
     assert full.objective.value <= early.objective.bound * (1 + 1e-9)
     assert full.objective.bound >= full.objective.value
+
+
+def _dominates_by_definition(inst: Instance, a: PoolOption, b: PoolOption) -> bool:
+    """[Note: exact pruning] read literally, one pair at a time: m >= 1 replicas of `a` use no more devices of
+    any type, watts or dollars than one of `b`, serve every class `b` serves at least as fast (rate x the
+    strictest cap of each option's usable classes), reach every decode type `b` reaches, and move no more bytes
+    per token over the same link."""
+    def usable(o):
+        caps = {c.name: inst.cap(o, c) for c in inst.classes if o.service(c.name) is not None}
+        return {n: cap for n, cap in caps.items() if cap > 0}
+
+    ua, ub = usable(a), usable(b)
+    if not set(ub) <= set(ua):
+        return False
+    m = min((b.uses(t) // a.uses(t) for t in a.device_types if a.uses(t)), default=0)
+    m = min(m, int(b.provisioned_w // a.provisioned_w))
+    pa, pb = inst.price_per_hour(a), inst.price_per_hour(b)
+    if pa and pb is not None:
+        m = min(m, int(pb // pa))
+    if m < 1:
+        return False
+    if a.link_bytes_per_token and (b.device_types != a.device_types or a.link_bytes_per_token > b.link_bytes_per_token):
+        return False
+    for c in inst.classes:
+        if c.name in ub:
+            if m * a.service(c.name).rate_per_s * min(ua.values()) < b.service(c.name).rate_per_s * min(ub.values()):
+                return False
+            if not set(inst.kv_targets(b, c)) <= set(inst.kv_targets(a, c)):
+                return False
+    return True
+
+
+def test_pruning_keeps_exactly_what_no_other_option_dominates():
+    """`prune` (every pair of a group at once, in arrays) against the definition, one pair at a time, on 200
+    random mixes (half of them priced, a dollar more per hour on b) and the big one: an option is dropped iff
+    another of its kind (and KV device) dominates it, and of two equal ones the smaller key stays."""
+    from dataclasses import replace
+
+    from compiler.place.candidates import prune
+
+    mixes = [random_mix(7000 + seed, 2 + seed % 2) for seed in range(200)]
+    mixes = [replace(m, prices_per_hour=(("a", 2.0), ("b", 3.0))) if i % 2 else m for i, m in enumerate(mixes)]
+    for inst in mixes + [_big_mix()]:
+        usable = [o for o in inst.options if any(inst.cap(o, c) > 0 for c in inst.classes
+                                                   if o.service(c.name) is not None)]
+        group = lambda o: (o.kind, o.kv_device if o.kind != "colocated" else "")  # noqa: E731
+        want = {b.key for b in usable if not any(
+            a is not b and group(a) == group(b) and _dominates_by_definition(inst, a, b)
+            and not (b.key < a.key and _dominates_by_definition(inst, b, a)) for a in usable)}
+        assert {o.key for o in prune(inst)} == want
