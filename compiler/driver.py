@@ -397,13 +397,14 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
     def recosted(devices: set[str], name: str, change: float) -> list:
         """The options with an uncertain factor of `devices` moved: theirs costed again."""
         adjust = lambda d: with_fields(d, **{name: _moved(name, getattr(d, name), change)})  # noqa: E731
+        others = [o for o in prep.options if not set(o.device_types) & devices]
         moved, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only=devices,
-                                     adjust=adjust, draft=prep.draft)
+                                     adjust=adjust, draft=prep.draft, rivals=others)
         if prep.deployable:
             from compiler.emit.serving import engines_run
 
             moved = [o for o in moved if engines_run(o)]
-        return [o for o in prep.options if not set(o.device_types) & devices] + moved
+        return others + moved
 
     def repowered(devices: set[str], change: float) -> list:
         """The options with an assumed node power (host share) of `devices` moved: what they provision and draw."""
