@@ -412,10 +412,13 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
         return [with_node_power(o, devices, change, cluster.power_basis, cluster.pue_factor) for o in prep.options]
 
     before = _pool_shapes(sol)
+    unmoved = sorted(prep.options, key=lambda o: o.key)
 
     def one(label: str, change: float, options_at: Callable[[float], list]) -> Sensitivity:
         note(f"sensitivity: {label} {change:+.0%}")
         options = sorted(options_at(change), key=lambda o: o.key)
+        if options == unmoved:  # the factor reaches no option (fp8 efficiency in a bf16 plan): the plan stands
+            return Sensitivity(label, change, 0.0)
         s = solve(prep.instance.with_options(options), objective, gap=ANALYSIS_GAP, hint=sol)
         value = s.objective.value if s.feasible else 0.0
         moved_by = value / sol.objective.value - 1 if sol.objective.value else 0.0
