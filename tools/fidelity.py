@@ -78,6 +78,18 @@ def load_rows(paths: list[Path]) -> list[dict]:
     return rows
 
 
+#: The engines of cost_models.engines a measurement row's ``engine`` column names (by its first word); any other stack
+#: runs as ``generic`` (the family's own overheads and the usual KV share of free memory).
+ROW_ENGINES = {"optimum-habana": "optimum-habana"}
+
+
+def engine_of(row: dict) -> str:
+    """The `cost_models.engines` engine that ran a measurement row: optimum-habana's rows keep its memory rule
+    ([Note: KV memory] in cost_models/serving.py); every other row runs as ``generic``."""
+    words = row.get("engine", "").split()
+    return ROW_ENGINES.get(words[0].lower() if words else "", "generic")
+
+
 def predict(row: dict, graphs: dict, derates: dict | None = None) -> float:
     from compiler.cost.deployment import deployment
     from compiler.cost.estimate import estimate
@@ -88,7 +100,8 @@ def predict(row: dict, graphs: dict, derates: dict | None = None) -> float:
     model = row["model"]
     if model not in graphs:
         graphs[model] = block_graph(model)
-    dep = deployment(row["device"], int(row["count"]), int(row["tp"]), int(row["pp"]), Precision.of(row["dtype"]))
+    dep = deployment(row["device"], int(row["count"]), int(row["tp"]), int(row["pp"]), Precision.of(row["dtype"]),
+                     engine_of(row))
     if derates and dep.device.family in derates:
         dep = replace(dep, derate=derates[dep.device.family])
     concurrency = row.get("concurrency") or None
@@ -123,7 +136,7 @@ def estimate_args(row: dict) -> dict:
         return dict(shape, count=tp, tp=tp, batch=None, concurrency=clients(row), engine=ENGINE_OF[row["backend"]])
     concurrency = row.get("concurrency") or None
     return dict(shape, count=int(row["count"]), tp=int(row["tp"]), batch=None if concurrency else batch(row["batch"]),
-                concurrency=int(concurrency) if concurrency else None)
+                concurrency=int(concurrency) if concurrency else None, engine=engine_of(row))
 
 
 def answered(rows: list[dict], graphs: dict) -> list[str]:
