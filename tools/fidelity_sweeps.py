@@ -432,7 +432,7 @@ def main() -> None:
     for key in (["group"] if args.loo else []) + keys:
         report[f"leave_one_{key}_out"] = summary(held_out(rows, grid, HOLD_OUT[key], args.jobs))
     if args.markdown:
-        args.markdown.write_text(markdown(report, sys.argv[1:]))
+        args.markdown.write_text(markdown(report, sys.argv[1:]) + kept_below(args.markdown))
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
         return
@@ -461,6 +461,15 @@ def main() -> None:
 
 
 VIEWS = ("in_sample", *(f"leave_one_{k}_out" for k in HOLD_OUT))
+
+#: The line below which a --markdown file is written by hand: regenerating the tables keeps everything after it.
+HAND_WRITTEN = "<!-- Written by hand below this line: tools/fidelity_sweeps.py --markdown keeps it. -->"
+
+
+def kept_below(path: Path) -> str:
+    """What `path` holds from the `HAND_WRITTEN` line on (the line included), or just that line."""
+    old = path.read_text() if path.is_file() else ""
+    return old[old.index(HAND_WRITTEN):] if HAND_WRITTEN in old else "\n" + HAND_WRITTEN + "\n"
 
 
 def judge(report: dict, keys: list[str]) -> tuple[str, dict] | None:
