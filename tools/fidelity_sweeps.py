@@ -490,8 +490,8 @@ def markdown(report: dict, argv: list[str]) -> str:
 
     head = ["rows", "TTFT median APE", "TTFT median error", "TPOT median APE", "TPOT median error"]
     out = ["# Serving-model fidelity: predictions against measured serving sweeps", "",
-           "Regenerate with one command (about 30 minutes with `--jobs 4` on two shared cores: 36 kernel sets "
-           "costed per row, then 19 held-out fits):", "",
+           "Regenerate with one command (36 kernel sets costed per row, then 19 held-out fits: about 30 minutes on "
+           "two shared cores with `--jobs 4`, under an hour with `--jobs 1`):", "",
            "    .venv/bin/python tools/fidelity_sweeps.py " + " ".join(a for a in argv), "",
            "Every figure is the closed-loop serving model (`gimletc estimate --concurrency C`) against the 842 rows of "
            "../shared/reference/serving_sweeps.csv. *APE* is the absolute percentage error; the signed *error* is "

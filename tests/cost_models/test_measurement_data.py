@@ -212,3 +212,21 @@ def test_measurements_are_counted_per_device_as_the_files_hold_them():
     assert derate_for("amd").measurements == 11 and not derate_for("amd").assumed
     assert derate_for("amd", device_id="amd-mi300x").measurements == 11
     assert derate_for("amd", device_id="amd-mi355x").assumed and derate_for("nvidia", device_id="nvidia-b200").assumed
+
+
+def test_rows_run_as_the_engine_that_measured_them():
+    """optimum-habana's and SGLang's rows run as those engines (their memory rule and front end); vLLM and the other
+    stacks as generic (the family's own overheads, fitted on those rows)."""
+    fidelity = _fidelity()
+    assert fidelity.engine_of({"engine": "optimum-habana (Intel Gaudi software 1.18.0, PyTorch 2.4.0)"}) == \
+        "optimum-habana"
+    assert fidelity.engine_of({"engine": "SGLang 0.5.9 (lmsysorg/sglang:v0.5.9-rocm700-mi35x)"}) == "sglang"
+    assert fidelity.engine_of({"engine": "vLLM 0.9.1 (benchmark_latency)"}) == "generic"
+    assert {fidelity.engine_of(row) for _name, row in ROWS if row["device"].startswith("intel-gaudi")} == \
+        {"optimum-habana"}
+
+
+def test_every_held_out_row_is_answered():
+    """`gimletc estimate` answers each held-out row the way the CLI runs it (no refusal)."""
+    fidelity = _fidelity()
+    assert fidelity.answered([row for _name, row in HELDOUT], {}) == [""] * len(HELDOUT)
