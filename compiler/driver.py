@@ -106,7 +106,7 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
     beyond what the KV cache holds wait for a slot ([Note: clients beyond the slots]). A static batch must fit."""
     from compiler.cost.deployment import deployment, kv_heads_of
     from compiler.cost.estimate import estimate as estimate_deployment
-    from cost_models.serving import KV_FREE_FRACTION, RUNTIME_RESERVE_FRACTION
+    from cost_models.serving import RUNTIME_RESERVE_FRACTION
 
     graphs = graphs if graphs is not None else {}
     if model not in graphs:
@@ -125,8 +125,9 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
                 "not even one request of this length fits; use more devices or shorter requests")
         raise BadInput(f"{flag}: {result.batch} requests of {input_len} + {output_len} tokens per replica need "
                        f"{result.memory_bytes / 1e9:.1f} GB per {device}, which has "
-                       f"{result.memory_capacity_bytes / 1e9:.1f} GB and gives KV {KV_FREE_FRACTION:.0%} of what the "
-                       f"weights and a {RUNTIME_RESERVE_FRACTION:.0%} runtime reserve leave; {most}")
+                       f"{result.memory_capacity_bytes / 1e9:.1f} GB, and engine {dep.engine.name} gives KV "
+                       f"{dep.engine.kv_memory_fraction:.0%} of what the weights and a {RUNTIME_RESERVE_FRACTION:.0%} "
+                       f"runtime reserve leave; {most}")
     return result
 
 

@@ -37,8 +37,8 @@ def register(sub) -> None:
     mode.add_argument("--concurrency", type=options.positive_int, metavar="C",
                       help="C closed-loop clients, each sending its next request when the previous one ends (what "
                            "serving benchmarks measure)")
-    p.add_argument("--engine", choices=("generic", "trtllm", "vllm", "sglang"), default="generic",
-                   help="serving engine whose scheduler costs apply (default generic)")
+    p.add_argument("--engine", choices=("generic", "trtllm", "vllm", "sglang", "optimum-habana"), default="generic",
+                   help="serving engine whose scheduler costs and KV memory rule apply (default generic)")
     p.add_argument("--scenarios", metavar="FILE.csv", help="evaluate every row of a CSV (columns named like the flags)")
     p.add_argument("--out", metavar="FILE.csv", help="with --scenarios: write predictions here (default: stdout)")
     options.add_json(p, "the prediction (with --scenarios: the rows)")
