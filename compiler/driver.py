@@ -43,8 +43,9 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 
 
-def _quiet(_message: str) -> None:
-    pass
+def _quiet(message: str) -> None:
+    """Progress where no terminal shows it: a log line (``gimletc -v`` prints them)."""
+    log.info("%s", message)
 
 
 @dataclass
@@ -56,11 +57,14 @@ class Timings:
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
+        """Time the block as step `name`; logged (``gimletc -v``) as it starts and ends."""
+        log.info("%s ...", name)
         start = time.perf_counter()
         try:
             yield
         finally:
             self.steps.append((name, time.perf_counter() - start))
+            log.info("%s: %.3f s", name, self.steps[-1][1])
 
     def as_dict(self) -> dict[str, float]:
         return {name: round(s, 3) for name, s in self.steps}
@@ -108,6 +112,7 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
     from compiler.cost.estimate import estimate as estimate_deployment
     from cost_models.serving import KV_FREE_FRACTION, RUNTIME_RESERVE_FRACTION
 
+    check_lengths(model, input_len, output_len)  # before any tracing
     graphs = graphs if graphs is not None else {}
     if model not in graphs:
         graphs[model] = block_graph(model)
@@ -267,6 +272,26 @@ def _dtype_hint(cluster: Cluster, precision: Precision, reason: str | None = Non
             if usable:
                 hints.append(f"--dtype {usable[-1] if 'fp8' not in usable else 'fp8'} runs on {device_id}")
     return f"; {', '.join(hints)}" if hints else ""
+
+
+def context_len(model: str) -> int | None:
+    """`model`'s context in tokens (``max_position_embeddings``); None where its config does not say (a callable)."""
+    limit = resolve_model(model).config.get("max_position_embeddings")
+    return int(limit) if limit else None
+
+
+#: What the errors about a request beyond a model's context suggest.
+LONG_CONTEXT_HINT = "a long-context model (e.g. qwen2.5-7b-instruct-1m, 1,010,000 tokens)"
+
+
+def check_lengths(model: str, input_len: int, output_len: int, flags: tuple[str, str] = ("--input-len",
+                                                                                        "--output-len")) -> None:
+    """`BadInput` naming `flags` when a request of `input_len` + `output_len` tokens is beyond `model`'s context."""
+    limit = context_len(model)
+    if limit and input_len + output_len > limit:
+        raise BadInput(f"{flags[0]} {input_len} + {flags[1]} {output_len} = {input_len + output_len:,} tokens, beyond "
+                       f"{model}'s context of {limit:,} tokens (max_position_embeddings); give shorter lengths or "
+                       f"{LONG_CONTEXT_HINT}")
 
 
 def check_context(model: str, workload: Workload, workload_path: str) -> None:

@@ -56,8 +56,8 @@ TRTLLM_MIXING = ("https://nvidia.github.io/TensorRT-LLM/features/paged-attention
 SGLANG_MIXING = ("https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py "
                  "(enable_mixed_chunk: bool = False; managers/scheduler.py get_next_batch_to_run prefers a new "
                  "prefill batch to the running decode batch)")
-SWEEP_FIT = ("fitted by `tools/fidelity_sweeps.py --fit` on ../shared/reference/serving_sweeps.csv "
-             "(aiconfigurator silicon_sample.csv, agg mode): {rows}")
+SWEEP_FIT = ("fitted by `tools/fidelity_sweeps.py --fit` on aiconfigurator's measured serving sweeps "
+             "(systems/silicon_sample.csv of aiconfigurator-core 0.12.0 on PyPI, agg mode): {rows}")
 
 
 @dataclass(frozen=True, slots=True)

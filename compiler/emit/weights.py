@@ -72,7 +72,15 @@ def write_model_dir(model, out: Path, weights_dir: str | None) -> list[Path]:
     """Write ``out`` (``DIR/model``); return the files written."""
     out.mkdir(parents=True, exist_ok=True)
     if weights_dir is None:
-        model.save_pretrained(str(out), safe_serialization=True)
+        from transformers.utils import logging as hf_logging
+
+        shown = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # its "Writing model shards" bar is not ours to print (the CLI owns stderr)
+        try:
+            model.save_pretrained(str(out), safe_serialization=True)
+        finally:
+            if shown:
+                hf_logging.enable_progress_bar()
         return sorted(p for p in out.iterdir() if p.is_file())
     folder = Path(weights_dir).resolve()
     (out / "config.json").write_bytes((folder / "config.json").read_bytes())
