@@ -112,6 +112,7 @@ def test_a_compile_writes_plan_manifests_and_status(tmp_path):
     assert "times: " in proc.stdout and "{'" not in proc.stdout and "req/s, bound" in proc.stdout
     assert "nvidia-h100-sxm" in proc.stdout and "…" not in proc.stdout
     assert "… " not in proc.stderr  # no progress lines when stderr is not a terminal
+    assert "Writing model shards" not in proc.stderr  # nor transformers' progress bar (issue 22)
 
 
 # --------------------------------------------------------------------------------------- estimate
