@@ -112,7 +112,9 @@ def save_shard(path: Path, tensors: dict[str, Any]) -> None:
     from safetensors.torch import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path), metadata={"format": "pt", "producer": "gimletc"})
+    # One metadata key: safetensors writes them from a hash map whose order changes from process to process, so
+    # two keys made the same shard differ in bytes between runs (and between a compile and its background child).
+    save_file(tensors, str(path), metadata={"format": "pt"})
 
 
 def load_shard(path: Path) -> dict[str, Any]:
