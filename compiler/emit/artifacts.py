@@ -108,6 +108,38 @@ def _config(model: str, weights_dir: str | None) -> tuple[dict[str, Any], float]
 
 def write_plan_dir(plan: Plan, model: str, out: str | Path, options: Options = Options()) -> Plan:
     """Write every artifact of `plan` under `out`; return the plan as written to ``out/plan.json``."""
+    return finish_plan_dir(plan, stage_artifacts(plan, model, out, options), out)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What `stage_artifacts` wrote: the pools and transfers with their execution details (None where the plan
+    cannot run here), and whether the directory runs (and why not)."""
+
+    pools: list[Pool] | None
+    transfers: list | None
+    runnable: bool
+    reason: str | None
+
+    def to_json(self) -> dict:
+        dump = lambda items: None if items is None else [i.model_dump(mode="json") for i in items]  # noqa: E731
+        return {"pools": dump(self.pools), "transfers": dump(self.transfers), "runnable": self.runnable,
+                "reason": self.reason}
+
+    @staticmethod
+    def from_json(data: dict) -> "Staged":
+        from compiler.emit.plan import Transfer
+
+        pools = None if data["pools"] is None else [Pool.model_validate(p) for p in data["pools"]]
+        transfers = None if data["transfers"] is None else [Transfer.model_validate(t) for t in data["transfers"]]
+        return Staged(pools, transfers, data["runnable"], data["reason"])
+
+
+def stage_artifacts(plan: Plan, model: str, out: str | Path, options: Options = Options()) -> Staged:
+    """Write `plan`'s stage programs, weight shards, ``model/`` and ONNX under `out` (not plan.json nor the
+    manifest: `finish_plan_dir`); return the pools and transfers with their execution details. Depends only on
+    the plan's pools and transfers, so it can run while the baselines are solved
+    (`compiler.emit.background`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     models = _models(plan, model)
@@ -119,9 +151,7 @@ def write_plan_dir(plan: Plan, model: str, out: str | Path, options: Options = O
             check_pool(shapes[models[pool.name]], pool.tp, [_block_names(s) for s in pool.stages])
     except UnsupportedModel as e:  # the plan stands; it just cannot run here
         log.warning("the plan cannot run on the reference runtime: %s", e)
-        atomic_write_text(out / "plan.json", plan.dumps())
-        write_manifest(out, runnable=False, reason=str(e))
-        return plan
+        return Staged(None, None, False, str(e))
     config, shape = configs[("", model)][0], shapes[("", model)]
     _check_vocab(configs, config)
     with_weights = (options.weights_dir is not None
@@ -138,12 +168,20 @@ def write_plan_dir(plan: Plan, model: str, out: str | Path, options: Options = O
                                                        head_dim=shape.head_dim, hidden=shape.hidden,
                                                        allow_conversion=options.allow_kv_conversion)})
                  for t in plan.transfers]
-    final = staged.model_copy(update={"transfers": transfers})
-    validate_transfers(final)
-    atomic_write_text(out / "plan.json", final.dumps())
+    validate_transfers(staged.model_copy(update={"transfers": transfers}))
     reason = None if with_weights else (f"weights not written: {shape.layers}-layer model over the "
                                         f"{options.max_weight_bytes / 1e9:.0f} GB limit; pass --weights DIR")
-    write_manifest(out, runnable=with_weights, reason=reason)
+    return Staged(pools, transfers, with_weights, reason)
+
+
+def finish_plan_dir(plan: Plan, staged: Staged, out: str | Path) -> Plan:
+    """`plan` with `staged`'s execution details, written to ``out/plan.json``, and ``out/manifest.json`` over it and
+    the artifacts; returns the plan as written."""
+    out = Path(out)
+    final = plan if staged.pools is None else \
+        plan.model_copy(update={"pools": staged.pools, "transfers": staged.transfers})
+    atomic_write_text(out / "plan.json", final.dumps())
+    write_manifest(out, runnable=staged.runnable, reason=staged.reason)
     return final
 
 

@@ -113,6 +113,25 @@ def test_a_compile_writes_plan_manifests_and_status(tmp_path):
     assert "nvidia-h100-sxm" in proc.stdout and "…" not in proc.stdout
     assert "… " not in proc.stderr  # no progress lines when stderr is not a terminal
     assert "Writing model shards" not in proc.stderr  # nor transformers' progress bar (issue 22)
+    _same_artifacts_written_here(out, tmp_path / "here")
+
+
+def _same_artifacts_written_here(out, here):
+    """The compile wrote its artifacts in a child process ([Note: artifacts in the background]); writing the same
+    plan in this process gives the same bytes, file for file, manifest included."""
+    from compiler.emit.artifacts import write_plan_dir
+    from compiler.emit.plan_checks import load_plan
+
+    plan = load_plan(out)
+    bare = plan.model_copy(update={
+        "pools": [p.model_copy(update={"stages": [s.model_copy(update={"execution": None}) for s in p.stages]})
+                  for p in plan.pools],
+        "transfers": [t.model_copy(update={"detail": None}) for t in plan.transfers]})
+    write_plan_dir(bare, "llama-tiny", here)
+    written = sorted(p.relative_to(here).as_posix() for p in here.rglob("*") if p.is_file())
+    assert "manifest.json" in written and any(name.startswith("onnx/") for name in written)
+    for name in written:
+        assert (out / name).read_bytes() == (here / name).read_bytes(), name
 
 
 # --------------------------------------------------------------------------------------- estimate
@@ -346,3 +365,32 @@ def test_derate_provenance_cites_no_file_a_user_lacks():
     texts = [derate_for(d.family, device_id=d.id).provenance for d in registry.all_devices()]
     texts += [source for engine in engines.ENGINES.values() for _, source in engine.provenance]
     assert texts and not [t for t in texts if "../" in t or "shared/reference" in t]
+
+
+def test_a_bad_plan_fails_the_same_in_the_artifacts_child(tmp_path):
+    """A child's BadInput is the parent's own, with the child's message (a fresh interpreter: one thread, so it
+    forks)."""
+    import subprocess
+    import sys
+
+    code = f"""
+from compiler.driver import block_graph
+from compiler.emit.artifacts import Options
+from compiler.emit.background import Artifacts
+from compiler.emit.handmade import PoolShape, handmade_plan
+from compiler.emit.plan import Draft
+from compiler.ir.errors import BadInput
+
+plan = handmade_plan(block_graph("llama-tiny"), [PoolShape("a", "colocated"), PoolShape("b", "colocated")])
+draft = Draft(pool="b", model="llama-tiny-draft", model_sha256="0", k=3)
+bad = plan.model_copy(update={{"pools": [plan.pools[0].model_copy(update={{"draft": draft}}), plan.pools[1]]}})
+job = Artifacts.start(bad, "llama-tiny", {str(tmp_path)!r}, Options(onnx=False))
+assert job.child is not None
+try:
+    job.result(bad)
+except BadInput as e:
+    print("BadInput:", e)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "BadInput: plan: pool a: draft.pool 'b' is not a pool with role drafter" in proc.stdout
