@@ -126,7 +126,8 @@ def render(result, out: Path) -> None:
 
     plan, sol = result.plan, result.solution
     console = Console()
-    budget = f"{plan.power_budget_w / 1e3:.0f}kW budget" if plan.power_budget_w else "no power budget"
+    budget = f"{f'{plan.power_budget_w / 1e3:,.1f}'.removesuffix('.0')}kW budget" if plan.power_budget_w else \
+        "no power budget"  # 1.5kW, 200kW
     if plan.cost_budget_per_hour:
         budget += f", ${plan.cost_budget_per_hour:,.0f}/h budget"
     console.print(f"[bold]{plan.model}[/bold] on [bold]{plan.cluster}[/bold] ({budget}) for workload "
