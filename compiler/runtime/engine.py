@@ -141,11 +141,15 @@ class Engine:
         workers = tuple(self.table.values())
         self.workers = (ExternalWorkers(workers) if external else
                         LocalWorkers(self.pd.root, workers, port=store.port, log_dir=log_dir))
+        started = time.monotonic()
+        log.info("starting %d stage workers (%s; logs: %s)", len(workers), "external" if external else "local",
+                 self.workers.log_dir)
         self.workers.start()
         torch.set_num_threads(1)
         try:
             with self._guard("starting", None):
                 self.workers.wait_ready(store, start_s)
+                log.info("workers ready after %.2f s", time.monotonic() - started)
                 if self.workers.dead is not None:  # died while starting: say so now, not after a rendezvous timeout
                     raise self._failure("starting", None, None)
                 dist.init_process_group("gloo", store=store, rank=0, world_size=world,
@@ -246,10 +250,12 @@ class Engine:
                 self._decode(unit)
 
     def run(self, requests: list[Request]) -> list[Request]:
+        started = time.monotonic()
         for r in requests:
             self.submit(r)
         while self.busy():
             self.step()
+        log.info("ran %d requests in %.2f s", len(requests), time.monotonic() - started)
         return requests
 
     def _admit(self) -> None:
