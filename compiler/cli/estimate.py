@@ -80,10 +80,12 @@ def default_lengths(model: str, input_len: int | None, output_len: int | None) -
     if input_len is None and output_len is None:
         scale = min(1.0, limit / (DEFAULT_INPUT_LEN + DEFAULT_OUTPUT_LEN))
         return max(1, int(DEFAULT_INPUT_LEN * scale)), max(1, int(DEFAULT_OUTPUT_LEN * scale))
-    if output_len is None:
-        return input_len, max(1, min(DEFAULT_OUTPUT_LEN, limit - input_len))
+    if output_len is None:  # a prompt beyond the context keeps the default, for check_lengths to name
+        room = limit - input_len
+        return input_len, min(DEFAULT_OUTPUT_LEN, room) if room >= 1 else DEFAULT_OUTPUT_LEN
     if input_len is None:
-        return max(1, min(DEFAULT_INPUT_LEN, limit - output_len)), output_len
+        room = limit - output_len
+        return (min(DEFAULT_INPUT_LEN, room) if room >= 1 else DEFAULT_INPUT_LEN), output_len
     return input_len, output_len
 
 
