@@ -36,12 +36,9 @@ if TYPE_CHECKING:  # typing only: importing them loads pydantic, which `import c
 #: short: the report stays cheap beside the compile; `gimletc pareto` draws the full sweep).
 REPORT_POINTS = 3
 REPORT_SOLVE_LIMIT_S = 5.0
-#: Relative gap at which each of the report's solves stops: a picture affords the plan's own fallback gap (2%,
-#: `compiler.place.ilp.FALLBACK_GAP`); each row's status says ``feasible`` when a point stopped short of proof.
+#: Relative gap at which each of the report's solves stops: a picture affords what-if solves' gap (2%,
+#: `compiler.place.ilp.ANALYSIS_GAP`); each row's status says ``feasible`` when a point stopped short of proof.
 REPORT_GAP = 0.02
-#: Deterministic seconds of each of the report's searches (`compiler.place.ilp.solve`'s `budget`; the plan's own
-#: get `PROVE_DETERMINISTIC_S`, 1.0): a picture affords half.
-REPORT_BUDGET_S = 0.5
 
 Progress = Callable[[str], None]
 
@@ -287,7 +284,6 @@ def report_frontier(inputs: CompileInputs, points: int, compilation: Compilation
                 objective = compilation.solution.objective.name
                 result = frontier(compilation.prepared, points=points, time_limit_s=limit,
                                   fleets=compilation.fleets or None, gap=REPORT_GAP, curves=_strongest(compilation),
-                                  budget=REPORT_BUDGET_S,
                                   objective=objective if objective in PARETO_OBJECTIVES else "tokens-per-watt")
             else:
                 result = pareto_pass(inputs.model, inputs.cluster, inputs.workload, precision=inputs.precision(),

@@ -358,7 +358,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     from compiler.emit.emit_plan import emit_plan
     from compiler.place.baselines import baselines as solve_baselines
     from compiler.place.infeasible import explain
-    from compiler.place.ilp import solve
+    from compiler.place.ilp import OPTIMAL_GAP, solve
 
     timings = timings if timings is not None else Timings()
     note = progress or _quiet
@@ -366,7 +366,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
                    slo_tpot_ms=slo_tpot_ms, precision=precision, timings=timings, progress=progress,
                    cost_budget_per_hour=cost_budget_per_hour, deployable=deployable)
     _raise_if_bounded(prep.graph.model, prep.instance)  # the TPOT targets too ([Note: placement bounds])
-    note(f"solving the placement ({len(prep.options)} pool options) with CP-SAT")
+    note(f"solving the placement ({len(prep.options)} pool options) (MILP, HiGHS)")
     with timings.step("place"):
         sol = solve(prep.instance, objective, time_limit_s=time_limit_s)
         if not sol.feasible:
@@ -384,7 +384,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
             note("baselines: each device type alone within the budget, vendor islands, no disaggregation, greedy")
             fleets = fleets_of(prep)
             base = solve_baselines(prep.instance, objective, time_limit_s=time_limit_s, fleets=fleets,
-                                   gap=sol.objective.gap if sol.status == "feasible" else 0.0)
+                                   gap=max(sol.objective.gap, OPTIMAL_GAP))
     with timings.step("sensitivity"):
         moved = sensitivity(prep, sol, objective, progress=progress) if analyse else []
     with timings.step("emit"):
@@ -408,7 +408,6 @@ def fleets_of(prep: Prepared) -> list:
 #: How far `sensitivity` moves each assumed efficiency factor, both ways.
 SENSITIVITY_CHANGE = 0.2
 SENSITIVITY_FIELDS = ("compute_eff", "mem_eff")
-SENSITIVITY_TIE_BREAK_S = 0.5  # deterministic seconds per tie-break stage of each sensitivity solve
 
 
 def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Progress | None = None) -> list:
@@ -418,9 +417,9 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
     assumed node power (``node_w_label`` assumed) when the power budget counts it.
 
     Returns a `Sensitivity` per (factor, direction); the plan lists them, and the summary names those that
-    change the chosen pools. Each solve starts from the plan's placement and stops within `FALLBACK_GAP` of its
-    bound ([Note: solving to a gap]); pools are reported as changed only where the objective moves by more than
-    that gap (within it, other pools are ties the solver's tolerance cannot tell from the plan's).
+    change the chosen pools. Each solve starts from the plan's placement and stops within `ANALYSIS_GAP` of its
+    bound; pools are reported as changed only where the objective moves by more than that gap (within it, other
+    pools are ties the solver's tolerance cannot tell from the plan's).
     """
     from dataclasses import replace as with_fields
     from functools import partial
@@ -429,7 +428,7 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
     from compiler.cost.costing import with_node_power
     from compiler.cost.pool_options import enumerate_options
     from compiler.ir.placement import Sensitivity
-    from compiler.place.ilp import FALLBACK_GAP, concurrently, solve
+    from compiler.place.ilp import ANALYSIS_GAP, concurrently, solve
     from cost_models.derates import derate_for
 
     note = progress or _quiet
@@ -446,13 +445,14 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
     def recosted(devices: set[str], name: str, change: float) -> list:
         """The options with an uncertain factor of `devices` moved: theirs costed again."""
         adjust = lambda d: with_fields(d, **{name: _moved(name, getattr(d, name), change)})  # noqa: E731
+        others = [o for o in prep.options if not set(o.device_types) & devices]
         moved, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only=devices,
-                                     adjust=adjust, draft=prep.draft)
+                                     adjust=adjust, draft=prep.draft, rivals=others)
         if prep.deployable:
             from compiler.emit.serving import engines_run
 
             moved = [o for o in moved if engines_run(o)]
-        return [o for o in prep.options if not set(o.device_types) & devices] + moved
+        return others + moved
 
     def repowered(devices: set[str], change: float) -> list:
         """The options with an assumed node power (host share) of `devices` moved: what they provision and draw."""
@@ -464,12 +464,11 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
     def one(label: str, change: float, options_at: Callable[[float], list]) -> Sensitivity:
         note(f"sensitivity: {label} {change:+.0%}")
         options = sorted(options_at(change), key=lambda o: o.key)
-        s = solve(prep.instance.with_options(options), objective, tie_break_budget=SENSITIVITY_TIE_BREAK_S,
-                  gap=FALLBACK_GAP, hint=sol)
+        s = solve(prep.instance.with_options(options), objective, gap=ANALYSIS_GAP, hint=sol)
         value = s.objective.value if s.feasible else 0.0
         moved_by = value / sol.objective.value - 1 if sol.objective.value else 0.0
         # Within the solver's tolerance the plan still stands: pools differing there are ties, not changes.
-        after = before if abs(moved_by) <= FALLBACK_GAP else _pool_shapes(s) if s.feasible else set()
+        after = before if abs(moved_by) <= ANALYSIS_GAP else _pool_shapes(s) if s.feasible else set()
         return Sensitivity(label, change, moved_by, tuple(sorted(after - before)),
                            tuple(sorted(before - after)), s.objective.gap if s.feasible else 0.0)
 
@@ -544,11 +543,11 @@ def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w:
 def frontier(prep: Prepared, *, points: int = 8, time_limit_s: float = 60.0, progress: Progress | None = None,
              timings: Timings | None = None, objective: str = "tokens-per-watt", fleets: list | None = None,
              gap: float | None = None, curves: Collection[str] | None = None,
-             budget: float | None = None) -> Frontier:
+             node_limit: int | None = None) -> Frontier:
     """`pareto`'s sweep of a prepared compile (`compile`'s own, for its report): `fleets` are the single-type
     fleets when already costed (`Compilation.fleets`), `gap` the relative gap of each solve (`SWEEP_GAP`),
-    `curves` the baselines to sweep beside the plan (None: all of them), `budget` each solve's deterministic
-    seconds (`compiler.place.ilp.solve`)."""
+    `curves` the baselines to sweep beside the plan (None: all of them), `node_limit` each solve's branch-and-bound
+    budget (`compiler.place.ilp.solve`)."""
     note = progress or _quiet
     timings = timings if timings is not None else Timings()
     lo = fastest_tpot(prep.instance)
@@ -566,7 +565,7 @@ def frontier(prep: Prepared, *, points: int = 8, time_limit_s: float = 60.0, pro
             fleets = fleets_of(prep)
     with timings.step("sweep"):
         rows, dropouts, failed = _sweep(prep, fleets, targets, objective, time_limit_s, note,
-                                        SWEEP_GAP if gap is None else gap, curves, budget)
+                                        SWEEP_GAP if gap is None else gap, curves, node_limit)
     title = f"{prep.graph.model} on {prep.cluster.name}, workload {prep.workload.name}"
     if len(failed) == len(targets):
         raise Infeasible(f"no point of the frontier is feasible ({len(targets)} TPOT targets, {lo * 1e3:.1f} to "
@@ -607,7 +606,7 @@ def _first_true(values: list[float], test: Callable[[float], bool]) -> int:
 
 
 def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, time_limit_s: float,
-           note: Progress, gap: float, curves: Collection[str] | None = None, budget: float | None = None
+           note: Progress, gap: float, curves: Collection[str] | None = None, node_limit: int | None = None
            ) -> tuple[list[dict], list[dict], list[tuple[float, str]]]:
     """Rows per (target, curve) with a placement, the dropouts, and the failed heterogeneous targets."""
     from compiler.emit.emit_plan import class_latencies
@@ -632,10 +631,10 @@ def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, t
         def one(entry, base=base):
             name, fleet = entry
             if name == "heterogeneous":
-                return solve(base, objective, time_limit_s=time_limit_s, tie_break=False, gap=gap, budget=budget,
+                return solve(base, objective, time_limit_s=time_limit_s, gap=gap, node_limit=node_limit,
                              ratio_hint=hint.get("heterogeneous", 0.0))
             return (Baseline(name, "skipped", note=fleet) if isinstance(fleet, str) else
-                    solved(name, fleet(), objective, time_limit_s, explain=False, gap=gap, budget=budget,
+                    solved(name, fleet(), objective, time_limit_s, explain=False, gap=gap, node_limit=node_limit,
                            ratio_hint=hint.get(name, 0.0)))
 
         sol, *solved_baselines = concurrently(one, [("heterogeneous", None), *posed])
@@ -685,5 +684,4 @@ def _no_frontier_reason(prep: Prepared, target: float, time_limit_s: float) -> s
     from compiler.place.infeasible import explain
 
     instance = prep.instance.with_slo(tpot_s=target)
-    return explain(prep.graph.model, instance, solve(instance, "throughput", time_limit_s=time_limit_s,
-                                                      tie_break=False))
+    return explain(prep.graph.model, instance, solve(instance, "throughput", time_limit_s=time_limit_s))

@@ -311,7 +311,7 @@ def _without(plan: Plan, prep: Prepared, o: PoolOption, time_limit_s: float) -> 
     kept = [x for x in prep.options if not (x.kind == o.kind and x.device_types == o.device_types)]
     if not kept:
         return f"{what} nothing is left to place"
-    sol = solve(prep.instance.with_options(kept), plan.solver.objective, time_limit_s=time_limit_s, tie_break=False)
+    sol = solve(prep.instance.with_options(kept), plan.solver.objective, time_limit_s=time_limit_s)
     if not sol.feasible:
         return f"{what}: no placement meets the constraints ({', '.join(sol.binding) or 'infeasible'} bind)"
     before = plan.solver.objective_value

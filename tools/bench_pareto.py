@@ -10,7 +10,7 @@ curves at each TPOT target (`Instance.with_slo`), so the marginal point is only 
 Both run in this process through the driver, after a warm-up compile that fills the trace cache (so neither
 pays for tracing). Baseline measured in the same run: the compile as ``gimletc compile`` runs it by default
 (baselines and the sensitivity analysis included), and also without the sensitivity analysis
-(``--no-sensitivity``), the stricter yardstick. Wall time and this process's CPU time (CP-SAT's threads
+(``--no-sensitivity``), the stricter yardstick. Wall time and this process's CPU time (the solver's threads
 included) are both printed: on a shared machine the CPU time is the steadier of the two.
 """
 

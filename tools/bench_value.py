@@ -140,8 +140,8 @@ def splitwise(s: Scenario) -> tuple[str, float | None, str]:
 
     p = prepare(s)
     plan = solve(p.instance, "throughput")
-    current = {n.split(":", 1)[1]: solve(colocated_only(f), "throughput", tie_break=False) for n, f in fleets(p)}
-    split = {n.split(":", 1)[1]: solve(f, "throughput", tie_break=False) for n, f in fleets(p)}
+    current = {n.split(":", 1)[1]: solve(colocated_only(f), "throughput") for n, f in fleets(p)}
+    split = {n.split(":", 1)[1]: solve(f, "throughput") for n, f in fleets(p)}
     best_t, best = max(((t, x) for t, x in current.items() if x.feasible), key=lambda tx: tx[1].requests_per_s)
     ratio = plan.requests_per_s / best.requests_per_s
     one_type_split = max(x.requests_per_s for x in split.values() if x.feasible) / best.requests_per_s
@@ -165,7 +165,7 @@ def melange(s: Scenario) -> tuple[str, float | None, str]:
     best = (0.0, None, None, None)
     for rate in MELANGE_RATES:
         plan = solve(replace(p.instance, arrival_rate_per_s=rate), "cost", time_limit_s=30)
-        alone = [(solve(replace(f, arrival_rate_per_s=rate), "cost", tie_break=False, time_limit_s=30), n)
+        alone = [(solve(replace(f, arrival_rate_per_s=rate), "cost", time_limit_s=30), n)
                  for n, f in singles if n.startswith("iso-cost:")]
         alone = [(x, n) for x, n in alone if x.feasible]
         if not plan.feasible or not alone:
@@ -190,10 +190,9 @@ def trainium_cerebras(s: Scenario) -> tuple[str, float | None, str]:
     p = prepare(s)
     inst = p.instance
     plan = solve(inst, "throughput")
-    alone = solve(islands(inst), "throughput", tie_break=False)
+    alone = solve(islands(inst), "throughput")
     announced = solve(inst.with_options([o for o in inst.options if (o.kind, o.kv_device) in
-                                         (("prefill", "aws-trn2"), ("decode", "cerebras-cs3"))]), "throughput",
-                      tie_break=False)
+                                         (("prefill", "aws-trn2"), ("decode", "cerebras-cs3"))]), "throughput")
     ratio = plan.requests_per_s / alone.requests_per_s if alone.feasible and alone.requests_per_s else None
     decoders = sorted({o.kv_device for o, _n in plan.used() if o.kind in ("decode", "decode-af", "colocated")})
     prefillers = sorted({d for o, _n in plan.used() if o.kind in ("prefill", "colocated") for d, _k in o.devices})
@@ -233,13 +232,13 @@ def megascale(s: Scenario) -> tuple[str, float | None, str]:
     p = prepare(s)
     inst = p.instance
     plan = solve(inst, "tokens-per-dollar")
-    alone = [(solve(f, "tokens-per-dollar", tie_break=False), n) for n, f in fleets(p) if n.startswith("iso-cost:")]
+    alone = [(solve(f, "tokens-per-dollar"), n) for n, f in fleets(p) if n.startswith("iso-cost:")]
     best, name = max(((x, n) for x, n in alone if x.feasible), key=lambda xn: xn[0].objective.value)
     ratio = plan.objective.value / best.objective.value
     split_options = [o for o in inst.options if o.kind == "decode-af" and o.kv_device == "nvidia-h20"
                      and dict(o.detail).get("ffn_device") == "nvidia-l40s"]
     forced = solve(inst.with_options([o for o in inst.options if o.kind == "prefill"] + split_options),
-                   "tokens-per-dollar", tie_break=False) if split_options else None
+                   "tokens-per-dollar") if split_options else None
     af = any(o.kind == "decode-af" for o, _n in plan.used())
     forced_text = (f"H20 attention + L40S experts forced: {forced.objective.value / best.objective.value:.2f}x"
                    if forced is not None and forced.feasible else "H20 attention + L40S experts: no feasible option")

@@ -40,7 +40,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "compile", help="place a model on a mixed fleet under a power budget and write plan.json",
         description="Trace MODEL, cost every candidate pool on every device type of the cluster, and solve "
-                    "an exact CP-SAT placement (counts, parallelism, batch, prefill/decode and "
+                    "an exact placement, a mixed-integer program solved by HiGHS (counts, parallelism, batch, prefill/decode and "
                     "attention/FFN split) under power, inventory, memory, SLO and link constraints. Writes "
                     "DIR/plan.json, Kubernetes manifests in DIR/k8s/ and DIR/status.json. Metrics are "
                     "predictions of the cost model.")
@@ -162,7 +162,7 @@ def render(result, out: Path) -> None:
             console.print(line)
     s = plan.solver
     unit = QUANTITY_UNITS.get(OBJECTIVE_QUANTITIES.get(s.objective, ""), "")
-    console.print(f"solver: CP-SAT {s.status}, objective {s.objective_value:.4g} {unit}, bound {s.bound:.4g} {unit}, "
+    console.print(f"solver: MILP (HiGHS) {s.status}, objective {s.objective_value:.4g} {unit}, bound {s.bound:.4g} {unit}, "
                   f"gap {100 * s.gap:.3f}%, {s.variables} variables, {s.constraints} constraints, {s.options} pool "
                   f"options, {seconds(sol.wall_s)}")
     wrote = f"wrote {out / 'plan.json'}" + (f", {out / 'k8s'}/" if (out / "k8s").is_dir() else "") + (

@@ -38,7 +38,7 @@ OBJECTIVE_SENSE: dict[str, str] = {"throughput": "max", "tokens-per-watt": "max"
                                    "cost": "min", "tokens-per-dollar": "max"}
 #: Objectives that read prices: every device type the solver may use needs one.
 PRICED_OBJECTIVES: tuple[str, ...] = ("cost", "tokens-per-dollar")
-#: Constraint families; each sits behind an assumption literal so an infeasible instance names its binding ones.
+#: Constraint families; a solve may leave some out, so an infeasible instance names its binding ones.
 #: ``cost`` is the budget in dollars per hour (only where one is set).
 FAMILIES: tuple[str, ...] = ("inventory", "power", "cost", "slo", "link", "demand")
 
@@ -199,13 +199,6 @@ class Instance:
         classes = tuple(replace(c, ttft_slo_s=ttft_s if ttft_s is not None else c.ttft_slo_s,
                                 tpot_slo_s=tpot_s if tpot_s is not None else c.tpot_slo_s) for c in self.classes)
         return replace(self, classes=classes)
-
-
-#: The ILP's integer units (`compiler.place.candidates`), here because the report states what their rounding
-#: costs (`compiler.emit.report.verdict`): requests/s in milli-requests/s, and a replica's capacity in load units,
-#: rounded up per milli-request/s of a class (a replica serving r req/s loses up to RATE_SCALE * r / LOAD_SCALE).
-RATE_SCALE = 1000
-LOAD_SCALE = 10**9
 
 
 #: The share of a class's TTFT target a request may wait for a decode slot: decode pools are sized for it. The

@@ -18,12 +18,12 @@ from typing import Sequence
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.placement import Baseline, Instance, Objective
 from compiler.place.greedy import AT_ARRIVAL_RATE, greedy, mix_rate
-from compiler.place.ilp import concurrently, solve
+from compiler.place.ilp import OPTIMAL_GAP, concurrently, solve
 
 
 def baselines(inst: Instance, objective: str, *, time_limit_s: float,
               fleets: Sequence[tuple[str, Instance | str]] = (), explain: bool = True,
-              gap: float = 0.0) -> list[Baseline]:
+              gap: float = OPTIMAL_GAP) -> list[Baseline]:
     """Every baseline of `inst` for `objective`, in a fixed order: `fleets` (as given), vendor islands,
     no disaggregation, greedy. `explain` False leaves infeasible baselines without their binding families
     (cheaper: the pareto sweep solves many). Each solve stops within `gap` of its bound: the gap the plan
@@ -35,7 +35,12 @@ def baselines(inst: Instance, objective: str, *, time_limit_s: float,
         return solved(name, fleet, objective, time_limit_s, explain, gap) if isinstance(fleet, Instance) \
             else Baseline(name, "skipped", note=fleet)
 
-    return [*concurrently(one, posed), greedy_baseline(inst, objective)]
+    # the largest instances first (vendor islands holds every one-type option): the small single-type fleets
+    # then fill the other core while it solves, instead of leaving it to finish alone
+    order = sorted(range(len(posed)), key=lambda i: -len(posed[i][1].options) if isinstance(posed[i][1], Instance)
+                   else 0)
+    found = dict(zip(order, concurrently(one, [posed[i] for i in order])))
+    return [*(found[i] for i in range(len(posed))), greedy_baseline(inst, objective)]
 
 
 def islands(inst: Instance) -> Instance:
@@ -49,14 +54,14 @@ def colocated_only(inst: Instance) -> Instance:
 
 
 def solved(name: str, inst: Instance, objective: str, time_limit_s: float, explain: bool = True,
-           gap: float = 0.0, ratio_hint: float = 0.0, budget: float | None = None) -> Baseline:
-    """`inst` solved for `objective` (without the tie-break stages; to `gap`, exactly by default; `budget` as in
-    `compiler.place.ilp.solve`), as a `Baseline` named `name`."""
+           gap: float = OPTIMAL_GAP, ratio_hint: float = 0.0, node_limit: int | None = None) -> Baseline:
+    """`inst` solved for `objective` (to `gap`, exactly by default; `node_limit` as
+    in `compiler.place.ilp.solve`), as a `Baseline` named `name`."""
     if not inst.options:
         return Baseline(name, "skipped", note="no pool option of this kind holds the model")
     try:
-        s = solve(inst, objective, time_limit_s=time_limit_s, tie_break=False, explain=explain, gap=gap,
-                  ratio_hint=ratio_hint, budget=budget)
+        s = solve(inst, objective, time_limit_s=time_limit_s, explain=explain, gap=gap,
+                  ratio_hint=ratio_hint, node_limit=node_limit)
     except BadInput as e:  # e.g. a priced objective on a type without a price
         return Baseline(name, "skipped", note=str(e))
     except Infeasible as e:  # out of time before any placement

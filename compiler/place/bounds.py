@@ -1,7 +1,7 @@
-"""Lower bounds that show an instance infeasible before any solve: seconds, not CP-SAT's proof.
+"""Lower bounds that show an instance infeasible before any solve: milliseconds, not the solver's proof.
 
-CP-SAT proves infeasibility slowly (a search, then a deletion filter over the
-constraint families, `compiler.place.infeasible`), while many infeasible
+The solver proves infeasibility by a solve, then a deletion filter over the
+constraint families (`compiler.place.infeasible`), while many infeasible
 requests are visible from the costed options alone. `infeasible_by_bounds`
 checks, per request class, relaxations of the ILP (`compiler.place.ilp`): when
 one of them has no solution, neither has the ILP, and the message names the
@@ -24,8 +24,8 @@ the rate, which is positive even when maximising), so:
 - ``demand``: with an arrival rate, a class's requests/s above what every device of the inventory serves of
   it, each device on the pool kind that serves most of it per device (colocated or prefill; fractional).
 
-Bounds are conservative: they allow the ILP's own roundings (shares in thousandths, rates in
-milli-requests/s, watts floored), so they never call a feasible instance infeasible.
+Bounds are conservative: they allow a thousandth of a share and of a request/s, a watt and a milli-dollar
+beyond what they compute (more than the solver's tolerance), so they never call a feasible instance infeasible.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The pool options the placement model places, and how the model counts a replica's load.
+"""The pool options the placement model places.
 
 Before: an `Instance` with every costed option. After: the options `PlacementModel`
 (`compiler.place.ilp`) builds variables for: each option whose classes meet their
@@ -7,9 +7,9 @@ the option itself kept beside them as a replica that mixes its classes at the
 strictest cap ([Note: class caps] in `compiler.place.ilp`), and then only the
 options no other option dominates (`prune`, [Note: exact pruning]).
 
-The integer scales live here, beside `scaled` (the one place floats become
-integers) and `load_units` (what one request/s costs a replica), because the
-pruning compares options exactly as the model counts them.
+The pruning compares options exactly as the model counts them: a replica of o
+serves class c at most at ``rate x strictest cap`` requests/s, its classes'
+loads summed (``slo[o]`` in `compiler.place.ilp`).
 """
 
 from __future__ import annotations
@@ -18,25 +18,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from compiler.ir.placement import LOAD_SCALE, RATE_SCALE, Instance
+import numpy as np
+
+from compiler.ir.placement import Instance
 from compiler.ir.pool_option import PoolOption
-
-COST_SCALE = 1000  # dollars per hour are modelled in milli-dollars per hour
-
-
-def scaled(value: float, scale: float = RATE_SCALE) -> int:
-    """The one place floats become integers: floor, so a scaled capacity never exceeds the real one."""
-    return int(math.floor(value * scale + 1e-9))
-
-
-def load_units(rate_per_s: float, cap: float = 1.0) -> int:
-    """Load units one milli-request/s takes of a replica that serves `rate_per_s` at utilisation 1, run at
-    most at utilisation `cap` (rounded up: a replica never runs past its cap).
-
-    >>> load_units(10.0), load_units(10.0, 0.5)
-    (100000, 200000)
-    """
-    return math.ceil(LOAD_SCALE / (RATE_SCALE * rate_per_s * cap))
 
 
 def candidates(inst: Instance, *, prune_them: bool = True) -> list[PoolOption]:
@@ -102,8 +87,8 @@ def split_by_target(inst: Instance, options: Sequence[PoolOption]) -> list[PoolO
 #: everything) is the same with and without it. Option A dominates B when, with m >= 1 replicas of A standing
 #: in for one of B: both are of one kind (and hand KV from, or take it on, the same device type); m replicas of
 #: A use no more devices of any type, provisioned watts or dollars than one of B; every class B
-#: serves, A serves, each request/s of it taking no more of m replicas' load than of B's (`load_units` at the
-#: strictest cap, as `PlacementModel` counts it); a prefill option's KV reaches, within the class's TTFT
+#: serves, A serves, m replicas of A serving at least as many requests/s of it as one of B (rate x strictest
+#: cap, as `PlacementModel` counts it); a prefill option's KV reaches, within the class's TTFT
 #: SLO, every decode type B's does; and A moves no more bytes per token over a link. Equal options keep the
 #: smallest key. Keeping only the best option per class would be wrong for a mix: X serving 10 req/s of
 #: each of two classes is best for neither against Y (11 and 1) and Z (1 and 11), yet one X replica serves a
@@ -113,12 +98,12 @@ def split_by_target(inst: Instance, options: Sequence[PoolOption]) -> list[PoolO
 
 @dataclass(frozen=True, slots=True)
 class _Profile:
-    """What the model reads of one replica of an option, in the model's integers."""
+    """What the model reads of one replica of an option."""
 
     uses: dict[str, int]  # devices per type
-    spends: tuple[int, int]  # provisioned watts, price (milli-dollars per hour; -1: no price)
+    spends: tuple[float, float]  # provisioned watts, dollars per hour (-1: no price)
     link: tuple[tuple[str, ...], float] | None  # device types and bytes per token moved between them
-    classes: dict[str, tuple[int, frozenset[str]]]  # class -> load units per milli-request/s, KV reach
+    classes: dict[str, tuple[float, frozenset[str]]]  # class -> requests/s one replica serves at most, KV reach
 
 
 def prune(inst: Instance) -> tuple[PoolOption, ...]:
@@ -131,24 +116,12 @@ def prune(inst: Instance) -> tuple[PoolOption, ...]:
             alike.setdefault((o.kind, o.kv_device if o.kind != "colocated" else ""), []).append(o)
     kept = []
     for members in alike.values():
-        last = None  # the latest option found dominated: its dominator likely dominates the next one too
-        for b in members:
-            by = _dominator(b, members if last is None else (last, *members), profiles)
-            if by is None:
-                kept.append(b)
-            else:
-                last = by
+        dominates = _dominance([profiles[o.key] for o in members])
+        later = np.tri(len(members), k=-1, dtype=bool)  # [a, b]: b comes before a (the smaller key)
+        # b goes when some a dominates it, unless they are equal and b has the smaller key
+        gone = (dominates & ~(later & dominates.T)).any(axis=0)
+        kept += [o for o, g in zip(members, gone) if not g]
     return tuple(sorted(kept, key=lambda o: o.key))
-
-
-def _dominator(b: PoolOption, others: Sequence[PoolOption], profiles: dict[str, _Profile]) -> PoolOption | None:
-    """The first of `others` that dominates `b` (of two equal options, the smaller key dominates), else None."""
-    pb = profiles[b.key]
-    for a in others:
-        pa = profiles[a.key]
-        if a is not b and _dominates(pa, pb) and not (b.key < a.key and _dominates(pb, pa)):
-            return a
-    return None
 
 
 def _profile(inst: Instance, o: PoolOption) -> _Profile:
@@ -160,30 +133,43 @@ def _profile(inst: Instance, o: PoolOption) -> _Profile:
         if c.name not in usable:
             continue
         reach = frozenset(inst.kv_targets(o, c))  # empty but for prefill options, whose cap > 0 needs one
-        classes[c.name] = (load_units(o.service(c.name).rate_per_s, strictest), reach)
+        classes[c.name] = (o.service(c.name).rate_per_s * strictest, reach)
     price = inst.price_per_hour(o)
     link = (o.device_types, o.link_bytes_per_token) if o.link_bytes_per_token and len(o.device_types) == 2 \
         else None
     return _Profile({t: o.uses(t) for t in o.device_types},
-                    (scaled(o.provisioned_w, 1), scaled(price, COST_SCALE) if price is not None else -1), link,
+                    (o.provisioned_w, price if price is not None else -1.0), link,
                     classes)
 
 
-def _dominates(a: _Profile, b: _Profile) -> bool:
-    """Whether m >= 1 replicas of `a` do what one of `b` does on no more devices, watts or dollars. (The cheap
-    tests first: `prune` asks this of every pair of a group.)"""
-    if not b.classes.keys() <= a.classes.keys():
-        return False
-    m = min((b.uses.get(t, 0) // k for t, k in a.uses.items() if k), default=0)
-    for sa, sb in zip(a.spends, b.spends):
-        if sa > 0 and sb >= 0:  # an unpriced option leaves the model without dollars: nothing to compare
-            m = min(m, sb // sa)
-    if m < 1:
-        return False
-    if a.link is not None and (b.link is None or a.link[0] != b.link[0] or a.link[1] > b.link[1]):
-        return False
-    for name, (units_b, reach_b) in b.classes.items():
-        units_a, reach_a = a.classes[name]
-        if units_a > m * units_b or not reach_b <= reach_a:
-            return False
-    return True
+def _dominance(ps: Sequence[_Profile]):
+    """``D[a, b]``: whether m >= 1 replicas of option a do what one of option b does on no more devices, watts or
+    dollars, for every pair of one group at once (numpy; `prune` reads it)."""
+    g = len(ps)
+    types = sorted({t for p in ps for t in p.uses})
+    uses = np.array([[p.uses.get(t, 0) for t in types] for p in ps], dtype=float)  # options x types
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_type = np.where(uses[:, None, :] > 0, np.floor(uses[None, :, :] / uses[:, None, :]), np.inf)
+    m = per_type.min(axis=2)  # [a, b]: replicas of a that b's devices hold
+    m[np.isinf(m)] = 0.0
+    spends = np.array([p.spends for p in ps], dtype=float)
+    for k in range(spends.shape[1]):  # an unpriced option (-1) leaves the model without dollars: not compared
+        sa, sb = spends[:, k][:, None], spends[:, k][None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            m = np.where((sa > 0) & (sb >= 0), np.minimum(m, np.floor(sb / sa + 1e-12)), m)
+    ok = m >= 1
+    links = sorted({p.link[0] for p in ps if p.link is not None})
+    link_id = np.array([links.index(p.link[0]) if p.link is not None else -1 for p in ps])
+    link_bytes = np.array([p.link[1] if p.link is not None else 0.0 for p in ps])
+    ok &= (link_id[:, None] == -1) | ((link_id[:, None] == link_id[None, :]) & (link_bytes[:, None] <= link_bytes[None, :]))
+    names = sorted({n for p in ps for n in p.classes})
+    targets = sorted({t for p in ps for _r, reach in p.classes.values() for t in reach})
+    for name in names:
+        serves = np.array([name in p.classes for p in ps])
+        rate = np.array([p.classes[name][0] if name in p.classes else 0.0 for p in ps])
+        reach = np.array([sum(1 << targets.index(t) for t in p.classes[name][1]) if name in p.classes else 0
+                          for p in ps], dtype=np.int64)
+        covers = serves[:, None] & (m * rate[:, None] >= rate[None, :]) & ((reach[None, :] & ~reach[:, None]) == 0)
+        ok &= covers | ~serves[None, :]  # a class b does not serve asks nothing of a
+    np.fill_diagonal(ok, False)
+    return ok

@@ -1,5 +1,5 @@
-"""Exact placement with CP-SAT: how many replicas of which pools serve the most requests, and which request
-class goes where.
+"""Exact placement as a mixed-integer linear program: how many replicas of which pools serve the most requests,
+and which request class goes where.
 
 Before: an `Instance` (`compiler.ir.placement`): costed `PoolOption`s with a
 latency curve per request class, the classes' shares and SLOs, the inventory,
@@ -9,16 +9,18 @@ and the KV flows between pools, the objective with its unit, bound and status,
 and, when infeasible, the named constraint families that make it so
 (`binding_families`; `compiler.place.infeasible` words them).
 
-Variable families (integers; rates in milli-requests/s, dollars in milli-dollars per hour, one scaling
-helper, `scaled` in `compiler.place.candidates`, which also chooses and prunes the options placed):
-- ``n[o]``: replicas of pool option o; ``use[o]``: whether o has any.
-- ``x[c,o]``: class c's requests/s served end to end by colocated option o.
-- ``f[c,p,t]``: class c's requests/s prefilled by option p whose KV goes to decode pools on device type t.
-- ``y[c,d]``: class c's requests/s decoded by decode (or decode-af) option d.
-- ``lam``: all requests/s served.
+Variables (in the quantities' own units: requests/s, watts, dollars per hour; `candidates` chooses and
+prunes the options placed):
+- ``n[o]`` (integer): replicas of pool option o.
+- ``x[c,o]`` (continuous): class c's requests/s served end to end by colocated option o.
+- ``f[c,p,t]`` (continuous): class c's requests/s prefilled by option p whose KV goes to decode pools on
+  device type t.
+- ``y[c,d]`` (continuous): class c's requests/s decoded by decode (or decode-af) option d.
+- ``lam`` (continuous): all requests/s served.
+- ``use[o]`` (binary, latency objective only): whether o has any replica.
 
-Constraints (each family behind an assumption literal so an infeasible
-instance names its binding families):
+Constraint families (`compiler.ir.placement.FAMILIES`; a solve may leave families out, which is how
+`binding_families` finds the ones that make an instance infeasible):
 - ``inventory[t]``: devices of type t used by all replicas <= inventory.
 - ``power``: sum of replicas' provisioned power (their devices' rated power on the
   budget's footing, [Note: power basis]) <= budget. A budget provisions for peak
@@ -26,7 +28,7 @@ instance names its binding families):
   power]), is reported beside it.
 - ``cost``: sum of replicas' price (dollars per device-hour x devices) <= the cost
   budget, when the instance has one (every device type then needs a price).
-- ``utilisation[o]``: the load of o (each class's requests/s over o's capacity for
+- ``utilisation[o]`` (always): the load of o (each class's requests/s over o's capacity for
   that class) <= n[o]; a replica never runs past its capacity.
 - ``slo``: ``utilisation[o] <= cap[o,c] x n[o]`` for every class c routed to o,
   where cap is the utilisation at which c's percentile latency meets its SLO
@@ -34,22 +36,31 @@ instance names its binding families):
   option serves within its SLO gets none; a KV flow p -> t carries class c
   only if t is one of p's KV targets for c (`Instance.kv_targets`: p's TTFT at
   its cap, the hand-off to t and the wait for a decode slot meet c's TTFT SLO).
-- ``decode_balance[c,t]``: what prefill options hand class c's KV to type t equals what decode options on t decode.
-  Vendor islands (``Instance.cross_type_kv`` False) have no flow from p to a type other than p's own, and no
-  flow goes from p to a type t that ``Instance.kv_pairs`` leaves out (``compile --deployable``).
+- ``decode_balance[c,t]`` (always): what prefill options hand class c's KV to type t equals what decode
+  options on t decode. Vendor islands (``Instance.cross_type_kv`` False) have no flow from p to a type other
+  than p's own, and no flow goes from p to a type t that ``Instance.kv_pairs`` leaves out (``compile
+  --deployable``).
 - ``link[t1,t2]``: bytes per second from type t1 to t2 <= link bandwidth times the link's cap ([Note:
   hand-offs] in `cost_models.comm`): KV hand-offs (t1 == t2: over t1's own fabric), and the hidden states and
   draft tokens of options that span two types.
-- ``demand``: each class is served at least its share of lam, and lam >= the
-  arrival rate (>= one request per 1000 s when maximising).
+- ``demand``: lam >= the arrival rate (>= one request per 1000 s when maximising); and, always, each class
+  is served exactly its share of lam.
 
 Objectives: ``throughput`` (max lam, then min power), ``power`` (min power
 at the arrival rate), ``tokens-per-watt`` (max lam / power by Dinkelbach's
-method), ``latency`` (min worst TPOT, at their caps, of the used options at the
+method, `compiler.place.ratio`), ``latency`` (min worst TPOT, at their caps, of the used options at the
 arrival rate), ``cost`` (min dollars per hour at the arrival rate, then max lam),
-``tokens-per-dollar`` (max lam / dollars per hour, Dinkelbach). Ties break on
-fewest devices, then option order, so the same inputs give the same solution
-byte for byte.
+``tokens-per-dollar`` (max lam / dollars per hour, Dinkelbach). The second stage of each chooses among the
+first's optima ([Note: deterministic tie-breaks]).
+
+[Note: why a MILP solver] Replica counts are integers and everything else (requests/s routed, bytes/s on
+links) is continuous: a mixed-integer LP, which HiGHS (through OR-Tools' MathOpt) solves by branch and bound
+on the LP relaxation. Until December 2026 the model was CP-SAT's, with the flows scaled to integers
+(milli-requests/s, a replica's load in 10^9 units): on the README's first compile it ran 33 s for a placement
+0.49% below the optimum (calling itself within 0.73%), and on the 70B mix about 30 s to stop 2% short, while
+HiGHS proves both optima in 0.2 s and 4 s (a test pins the optima against brute force; `tools/bench_compile.py`
+times it). The integer scaling also cost small replicas up to 1.3% of their capacity, so greedy could beat the
+"optimal" plan; with continuous flows nothing is rounded.
 
 Fleet design ([Note: fleet design]) needs nothing of its own here: a device type
 whose count the solver chooses arrives with the budget's bound as its inventory.
@@ -57,66 +68,99 @@ whose count the solver chooses arrives with the budget's bound as its inventory.
 
 from __future__ import annotations
 
+import datetime
+import logging
 import math
 import time
+from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
 from compiler.ir.errors import BadInput, Infeasible
-from compiler.ir.placement import (
-    FAMILIES, OBJECTIVES, PRICED_OBJECTIVES, Instance, Objective, Solution,
-)
-from compiler.place import portfolio
-from compiler.place.candidates import COST_SCALE, LOAD_SCALE, RATE_SCALE, candidates, load_units, scaled
+from compiler.ir.placement import FAMILIES, OBJECTIVES, PRICED_OBJECTIVES, Instance, Objective, Solution
+from compiler.place.candidates import candidates
 from compiler.place.greedy import greedy
 from compiler.place.moves import Moves, add_moves, kept
 from compiler.place.ratio import dinkelbach
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 R = TypeVar("R")
 
-SHARE_SCALE = 1000  # class shares in thousandths
 RATIO_OBJECTIVES = ("tokens-per-watt", "tokens-per-dollar")
-DRAW_SCALE = 10**6  # the predicted draw is modelled in microwatts (an error below 1 W at 1000 requests/s)
+
+#: [Note: solver tolerances] HiGHS works in floating point: a placement it returns meets every constraint
+#: within its feasibility tolerance (1e-7, absolute, on constraints scaled to O(1) here: requests/s over a
+#: replica's rate, gigabytes/s on links), and a solve is ``optimal`` when its value is within `OPTIMAL_GAP`
+#: (relative) of the bound it proved. Values that small are below every number the plan prints.
+OPTIMAL_GAP = 1e-6
+#: Caps are held a ten-millionth below their value, so a placement the solver returns within its tolerance still
+#: runs every pool at or below the utilisation where its classes meet their SLOs.
+CAP_MARGIN = 1 - 1e-7
+#: Flows below this many requests/s are the solver's tolerance, not traffic: read as 0.
+ZERO_REQUESTS_PER_S = 1e-9
+#: The relative gap at which what-if solves stop (the sensitivity analysis, which moves efficiencies by 20%;
+#: the report's frontier): the cost model's own uncertainty dwarfs 2%.
+ANALYSIS_GAP = 0.02
+#: [Note: a deterministic budget] Branch-and-bound nodes each stage of a solve may explore. A solve that stops
+#: at this limit stops at the same incumbent on any machine (HiGHS is deterministic for the same model and
+#: options), so the plan stays byte-identical; one stopped by the wall-clock limit (``--time-limit``) does not,
+#: and says so (`Solution.status` ``feasible``, with its gap). The shipped examples need at most 900 nodes.
+NODE_LIMIT = 20_000
+#: Nodes the tie-break stage may explore, and the relative gap at which it stops ([Note: deterministic
+#: tie-breaks]): 0.1% of the power at the most requests/s is a few hundred watts of 200 kW.
+TIE_BREAK_NODES = 2_000
+TIE_BREAK_GAP = 1e-3
+GB = 1e9  # link traffic is modelled in gigabytes/s, so that its rows are O(1) like the others
 
 
-def _integer_shares(shares: Sequence[float], total: int) -> list[int]:
-    """Shares as integers summing to `total` (largest remainders); every positive share stays at least 1.
+@dataclass(frozen=True)
+class Run:
+    """One finished stage: the solver's termination, the variable values of its best placement (None: none
+    found), the objective's value and the bound it proved."""
 
-    >>> _integer_shares([0.6, 0.25, 0.15], 1000)
-    [600, 250, 150]
-    """
-    raw = [s * total for s in shares]
-    out = [max(1, math.floor(r)) if s > 0 else 0 for r, s in zip(raw, shares)]
-    for i in sorted(range(len(raw)), key=lambda i: (out[i] - raw[i], i))[:max(0, total - sum(out))]:
-        out[i] += 1
-    return out
+    status: str  # ``optimal``, ``feasible`` (a limit or the gap stopped it), ``infeasible`` or ``none`` (out of time)
+    values: dict | None
+    value: float
+    bound: float
+    detail: str = ""  # the solver's own words on why it stopped, where it found no placement
+
+    def __call__(self, expr) -> float:
+        """The value of a variable or linear expression in this run's placement."""
+        from ortools.math_opt.python import mathopt
+
+        return float(mathopt.evaluate_expression(expr, self.values)) if not isinstance(expr, (int, float)) \
+            else float(expr)
 
 
 class PlacementModel:
-    """The CP-SAT model of one instance, built once and re-solved with different objectives.
+    """The MILP of one instance, built once and re-solved with different objectives.
 
     One method per variable family and constraint family, named as in the module docstring.
     """
 
     def __init__(self, inst: Instance, families: Sequence[str] = FAMILIES):
-        from ortools.sat.python import cp_model
+        from ortools.math_opt.python import mathopt
 
-        self.cp = cp_model
-        self.gap = 0.0  # relative gap at which an objective stage may stop (`solve`'s `gap`)
-        self.budget = PROVE_DETERMINISTIC_S  # deterministic seconds of each first-stage search (`solve`'s `budget`)
+        self.mo = mathopt
+        self.gap = OPTIMAL_GAP  # relative gap at which the first stage may stop (`solve`'s `gap`)
+        self.node_limit = NODE_LIMIT  # branch-and-bound nodes of the first stage ([Note: a deterministic budget])
         self.ratio_hint = 0.0  # a guess of a ratio objective's optimum, in its reported unit (`solve`)
         self.moved, self.slack = None, 0.0  # replicas moved from a running plan, and the slack for fewer (`solve`)
+        self.start: dict = {}  # where the first stage starts: a hint of replica counts (`solve`)
         self.inst = inst
-        self.m = cp_model.CpModel()
+        self.families = frozenset(families)
+        self.m = mathopt.Model(name="placement")
         self.opts = inst.options
         self.inv = dict(inst.inventory)
-        self.prefill = [o for o in self.opts if o.kind == "prefill"]
         self.decode_types = sorted({o.kv_device for o in self.opts if o.receives_kv})
-        self.lit = {f: self.m.new_bool_var(f"assume[{f}]") for f in FAMILIES}
         self.caps = {(c.name, o.key): inst.cap(o, c) for o in self.opts for c in inst.classes if o.service(c.name)}
         self.slo_binds = "slo" in families
-        self.decoders = {c.name: {o.kv_device for o in self.opts if o.receives_kv and (c.name, o.key) in self.caps
-                                  and (self.caps[(c.name, o.key)] > 0 or not self.slo_binds)} for c in inst.classes}
+        #: (class, option) pairs that may carry traffic: within the class's SLO, or any when ``slo`` is left out
+        self.open = {k for k, cap in self.caps.items() if cap > 0 or not self.slo_binds}
+        self.decoders = {c.name: {o.kv_device for o in self.opts if o.receives_kv and (c.name, o.key) in self.open}
+                         for c in inst.classes}
+        self._kv_devices = {o.key: o.kv_device for o in self.opts}
         self._replicas()
         self._inventory()
         self._power()
@@ -126,46 +170,46 @@ class PlacementModel:
         self._decode_balance()
         self._link()
         self._served_and_demand()
-        self._objective_terms()
-        for f in FAMILIES:  # fixed, not assumed: CP-SAT searches sequentially and presolves less under
-            self.m.add(self.lit[f] == int(f in families))  # assumptions; `binding_families` re-solves instead
+        self._tpot = None  # the latency objective's worst TPOT, built when asked for (`tpot_ms`)
+
+    def binds(self, family: str) -> bool:
+        return family in self.families
 
     def _replicas(self) -> None:
-        """``n[o]``, ``use[o]``. Only the inventory bounds the domain: every other limit is a constraint."""
-        self.n, self.use, self.ub = {}, {}, {}
+        """``n[o]``. Only the inventory bounds the domain: every other limit is a constraint."""
+        self.n, self.ub = {}, {}
         for o in self.opts:
             self.ub[o.key] = ub = max(min((self.inv.get(d, 0) // k for d, k in o.devices), default=0), 0)
-            self.n[o.key] = self.m.new_int_var(0, ub, f"n[{o.key}]")
-            self.use[o.key] = self.m.new_bool_var(f"use[{o.key}]")
-            self.m.add(self.n[o.key] <= ub * self.use[o.key])
-            self.m.add(self.n[o.key] >= self.use[o.key])
-        self.max_rate = sum(scaled(s.rate_per_s) * self.ub[o.key] for o in self.opts for s in o.classes) + 1
+            self.n[o.key] = self.m.add_integer_variable(lb=0, ub=ub, name=f"n[{o.key}]")
 
     def _inventory(self) -> None:
         """``inventory[t]``: devices of type t used by all replicas <= inventory."""
+        if not self.binds("inventory"):
+            return
         for t in sorted(self.inv):
-            self.m.add(sum(self.n[o.key] * o.uses(t) for o in self.opts if o.uses(t)) <= self.inv[t]
-                       ).only_enforce_if(self.lit["inventory"])
+            used = [self.n[o.key] * o.uses(t) for o in self.opts if o.uses(t)]
+            if used:
+                self.m.add_linear_constraint(self.mo.fast_sum(used) <= self.inv[t], name=f"inventory[{t}]")
 
     def _power(self) -> None:
         """``power``: provisioned watts (rated power on the budget's footing) of all replicas <= budget."""
-        self.watts = {o.key: scaled(o.provisioned_w, 1) for o in self.opts}  # per replica
-        self.power = sum(self.n[o.key] * self.watts[o.key] for o in self.opts)
-        if self.inst.power_budget_w is not None:
-            self.m.add(self.power <= scaled(self.inst.power_budget_w, 1)).only_enforce_if(self.lit["power"])
+        self.watts = {o.key: o.provisioned_w for o in self.opts}  # per replica
+        self.power = self.mo.fast_sum(self.n[o.key] * self.watts[o.key] for o in self.opts)
+        if self.inst.power_budget_w is not None and self.binds("power"):
+            self.m.add_linear_constraint(self.power <= self.inst.power_budget_w, name="power")
 
     @property
     def draw(self):
-        """The predicted mean draw in microwatts ([Note: drawn power] in `cost_models.power`), linear: each
-        option's idle draw x n[o], plus (full - idle) x its load (each class's requests/s over o's rate for it,
-        the load `utilisation[o]` bounds by n[o])."""
-        terms = [self.n[o.key] * scaled(o.idle_w, DRAW_SCALE) for o in self.opts]
+        """The predicted mean draw in watts ([Note: drawn power] in `cost_models.power`), linear: each option's
+        idle draw x n[o], plus (full - idle) x its load (each class's requests/s over o's rate for it, the load
+        `utilisation[o]` bounds by n[o])."""
+        terms = [self.n[o.key] * o.idle_w for o in self.opts]
         for o in self.opts:
             for c in self.inst.classes:
-                if (c.name, o.key) in self.caps:
-                    per_flow_w = (o.power_w - o.idle_w) / (RATE_SCALE * o.service(c.name).rate_per_s)
-                    terms.append(self.flow(c.name, o.key) * scaled(per_flow_w, DRAW_SCALE))
-        return sum(terms)
+                if (c.name, o.key) in self.open:
+                    per_request_w = (o.power_w - o.idle_w) / o.service(c.name).rate_per_s
+                    terms.append(self.flow(c.name, o.key) * per_request_w)
+        return self.mo.fast_sum(terms)
 
     def _cost(self) -> None:
         """``cost``: dollars per hour of all replicas <= the cost budget. ``cost`` is None when some option's
@@ -173,211 +217,206 @@ class PlacementModel:
         prices = [self.inst.price_per_hour(o) for o in self.opts]
         self.cost = self.prices = None
         if all(p is not None for p in prices):
-            self.prices = {o.key: scaled(p, COST_SCALE) for o, p in zip(self.opts, prices)}  # per replica
-            self.cost = sum(self.n[o.key] * self.prices[o.key] for o in self.opts)
-        if self.inst.cost_budget_per_hour is not None and self.cost is not None:
-            self.m.add(self.cost <= scaled(self.inst.cost_budget_per_hour, COST_SCALE)).only_enforce_if(
-                self.lit["cost"])
+            self.prices = {o.key: p for o, p in zip(self.opts, prices)}  # per replica
+            self.cost = self.mo.fast_sum(self.n[o.key] * self.prices[o.key] for o in self.opts)
+        if self.inst.cost_budget_per_hour is not None and self.cost is not None and self.binds("cost"):
+            self.m.add_linear_constraint(self.cost <= self.inst.cost_budget_per_hour, name="cost")
 
     def _class_flows(self) -> None:
-        """``x[c,o]``, ``f[c,p,t]``, ``y[c,d]``; a KV flow is refused (``slo``) when t is not among p's KV targets
-        for c (`Instance.kv_targets`: p's TTFT at its cap, the hand-off to t and the wait for a decode slot
-        miss c's TTFT SLO)."""
+        """``x[c,o]``, ``f[c,p,t]``, ``y[c,d]`` for the pairs that may carry traffic; a KV flow exists only where t
+        is among p's KV targets for c (`Instance.kv_targets`: p's TTFT at its cap, the hand-off to t and the wait
+        for a decode slot meet c's TTFT SLO), or anywhere KV may go when ``slo`` is left out."""
         self.x, self.f, self.y = {}, {}, {}
+        self._flows: dict[tuple[str, str], list] = {}
         for c in self.inst.classes:
             for o in self.opts:
-                if (c.name, o.key) not in self.caps:
+                if (c.name, o.key) not in self.open:
                     continue
                 if o.kind == "colocated":
-                    self.x[(c.name, o.key)] = self.m.new_int_var(0, self.max_rate, f"x[{c.name},{o.key}]")
+                    v = self.x[(c.name, o.key)] = self.m.add_variable(lb=0.0, name=f"x[{c.name},{o.key}]")
+                    self._flows[(c.name, o.key)] = [v]
                 elif o.receives_kv:
-                    self.y[(c.name, o.key)] = self.m.new_int_var(0, self.max_rate, f"y[{c.name},{o.key}]")
+                    v = self.y[(c.name, o.key)] = self.m.add_variable(lb=0.0, name=f"y[{c.name},{o.key}]")
+                    self._flows[(c.name, o.key)] = [v]
                 else:
                     targets = self.inst.kv_targets(o, c)
+                    flows = self._flows[(c.name, o.key)] = []
                     for t in self.decode_types:
-                        if t not in self.decoders[c.name]:
-                            continue  # no decode option on t serves c: nothing could go there
-                        if not self.inst.kv_may_go(o, t):
-                            continue  # vendor islands, no connector, or a copy of o for other types
-                        too_slow = t not in targets
-                        if too_slow and self.slo_binds:
-                            continue  # the slo family forbids it anyway
-                        f = self.f[(c.name, o.key, t)] = self.m.new_int_var(0, self.max_rate, f"f[{c.name},{o.key},{t}]")
-                        if too_slow:
-                            self.m.add(f == 0).only_enforce_if(self.lit["slo"])
+                        if t not in self.decoders[c.name] or not self.inst.kv_may_go(o, t):
+                            continue  # no decode option on t serves c; or islands, no connector, a copy for others
+                        if t in targets or not self.slo_binds:
+                            v = self.f[(c.name, o.key, t)] = self.m.add_variable(lb=0.0, name=f"f[{c.name},{o.key},{t}]")
+                            flows.append(v)
 
     def flow(self, cls: str, key: str):
         """Class `cls`'s requests/s through option `key` (its prefill flows summed over decode types)."""
-        if (cls, key) in self.x:
-            return self.x[(cls, key)]
-        if (cls, key) in self.y:
-            return self.y[(cls, key)]
-        return sum(self.f.get((cls, key, t), 0) for t in self.decode_types)
+        return self.mo.fast_sum(self._flows.get((cls, key), ()))
 
     def _utilisation_and_slo(self) -> None:
-        """``utilisation[o]`` <= n[o]; ``slo``: each class's load counted against its own cap, sum <= n[o].
+        """``utilisation[o]`` <= n[o]; ``slo``: each class's load counted against the strictest cap of the classes
+        o serves, sum <= n[o].
 
         [Note: class caps] With one cap per class, o may run at most at the cap of
-        the strictest class it serves. The linear form (each class's load over its
-        cap, summed) is exact when the classes on o share a cap, and would let a mix
-        run above the strictest one otherwise; so every replica is also held to the
-        strictest cap (``capped`` below), and `candidates` adds, for every option
-        whose classes' caps differ, one option per class (`split_by_class`: the
-        same replica serving that class alone, at its own cap). The option itself
-        stays beside them, mixing every class at the strictest cap: a fleet with
-        room for one big replica (four wafers of 70B on eight) serves every class
-        on it, where per-class replicas would need three.
-        Caps within 1% of each other are not split; their classes share the
-        strictest cap, since every class on a replica waits in the same queue.
+        the strictest class it serves: every class on a replica waits in the same
+        queue. So every replica is held to the strictest cap of its classes, and
+        `candidates` adds, for every option whose classes' caps differ, one option
+        per class (`split_by_class`: the same replica serving that class alone, at
+        its own cap). The option itself stays beside them, mixing every class at
+        the strictest cap: a fleet with room for one big replica (four wafers of
+        70B on eight) serves every class on it, where per-class replicas would
+        need three. Caps within 1% of each other are not split; their classes
+        share the strictest cap.
         """
         for o in self.opts:
-            terms = [(c.name, self.flow(c.name, o.key), o.service(c.name).rate_per_s, self.caps[(c.name, o.key)])
-                     for c in self.inst.classes if (c.name, o.key) in self.caps]
-            if not terms:
+            served = [(c.name, o.service(c.name).rate_per_s) for c in self.inst.classes
+                      if (c.name, o.key) in self.open]
+            if not served:
                 continue
-            load = sum(flow * load_units(rate) for _c, flow, rate, _cap in terms)
-            self.m.add(load <= LOAD_SCALE * self.n[o.key])  # never above the replicas' capacity
-            for c, flow, _rate, cap in terms:
-                if cap <= 0:
-                    self.m.add(flow == 0).only_enforce_if(self.lit["slo"])
-            usable = [(c, flow, rate, cap) for c, flow, rate, cap in terms if cap > 0]
-            if not usable:
+            load = self.mo.fast_sum(self.flow(c, o.key) * (1.0 / rate) for c, rate in served)
+            self.m.add_linear_constraint(load <= self.n[o.key], name=f"utilisation[{o.key}]")
+            if not self.slo_binds:
                 continue
-            strictest = min(cap for _c, _flow, _rate, cap in usable)
-            capped = sum(flow * load_units(rate, strictest) for _c, flow, rate, _cap in usable)
-            self.m.add(capped <= LOAD_SCALE * self.n[o.key]).only_enforce_if(self.lit["slo"])
-
+            strictest = min(self.caps[(c, o.key)] for c, _rate in served) * CAP_MARGIN
+            capped = self.mo.fast_sum(self.flow(c, o.key) * (1.0 / (rate * strictest)) for c, rate in served)
+            self.m.add_linear_constraint(capped <= self.n[o.key], name=f"slo[{o.key}]")
 
     def _decode_balance(self) -> None:
         """``decode_balance[c,t]``: KV handed to type t for class c == class c decoded on type t."""
-        for c in self.inst.classes:
-            for t in self.decode_types:
-                handed = [v for (cc, _p, tt), v in self.f.items() if cc == c.name and tt == t]
-                decoded = [v for (cc, key), v in self.y.items() if cc == c.name and self._kv_device(key) == t]
-                if handed or decoded:
-                    self.m.add(sum(handed) == sum(decoded))
-
-    def _kv_device(self, key: str) -> str:
-        return next(o.kv_device for o in self.opts if o.key == key)
+        handed: dict[tuple[str, str], list] = {}
+        decoded: dict[tuple[str, str], list] = {}
+        for (c, _p, t), v in self.f.items():
+            handed.setdefault((c, t), []).append(v)
+        for (c, key), v in self.y.items():
+            decoded.setdefault((c, self._kv_devices[key]), []).append(v)
+        for c, t in sorted(set(handed) | set(decoded)):
+            self.m.add_linear_constraint(
+                self.mo.fast_sum(handed.get((c, t), ())) - self.mo.fast_sum(decoded.get((c, t), ())) == 0,
+                name=f"decode_balance[{c},{t}]")
 
     def _link(self) -> None:
-        """``link[t1,t2]``: bytes per second from type t1 to t2 <= the link's bandwidth times its cap (KB, rounded
-        up; [Note: hand-offs] in `cost_models.comm`): the KV prefill options hand to decode pools on t2 (t1 == t2:
-        over t1's own fabric), and half of what an option spanning two types moves between them, each way
-        (attention/FFN hidden states, draft tokens: `PoolOption.link_bytes_per_token` per output token)."""
+        """``link[t1,t2]``: gigabytes per second from type t1 to t2 <= the link's bandwidth times its cap ([Note:
+        hand-offs] in `cost_models.comm`): the KV prefill options hand to decode pools on t2 (t1 == t2: over t1's
+        own fabric), and half of what an option spanning two types moves between them, each way (attention/FFN
+        hidden states, draft tokens: `PoolOption.link_bytes_per_token` per output token)."""
+        if not self.binds("link"):
+            return
         inst = self.inst
-        kv_kb = {c.name: math.ceil(c.kv_bytes / 1e3) for c in inst.classes}
+        kv_gb = {c.name: c.kv_bytes / GB for c in inst.classes}
         terms: dict[tuple[str, str], list] = {}
         for (c, p, t), v in self.f.items():
-            terms.setdefault((self._kv_device(p), t), []).append(v * kv_kb[c])
+            terms.setdefault((self._kv_devices[p], t), []).append(v * kv_gb[c])
         for o in self.opts:
             if not o.link_bytes_per_token or len(o.device_types) != 2:
                 continue
             a, b = o.device_types
             for c in inst.classes:
-                if (c.name, o.key) in self.caps:
-                    kb = math.ceil(c.output_len * o.link_bytes_per_token / 2 / 1e3)
+                if (c.name, o.key) in self.open:
+                    gb = c.output_len * o.link_bytes_per_token / 2 / GB
                     for pair in ((a, b), (b, a)):
-                        terms.setdefault(pair, []).append(self.flow(c.name, o.key) * kb)
+                        terms.setdefault(pair, []).append(self.flow(c.name, o.key) * gb)
         for (t1, t2), flows in sorted(terms.items()):
             bw = inst.link_bw(t1, t2) * inst.link_cap(t1, t2)
             if math.isfinite(bw):
-                self.m.add(sum(flows) <= scaled(bw / 1e3)).only_enforce_if(self.lit["link"])
+                self.m.add_linear_constraint(self.mo.fast_sum(flows) <= bw / GB, name=f"link[{t1},{t2}]")
 
     def _served_and_demand(self) -> None:
-        """``demand``: each class at least its share of lam; lam >= the arrival rate."""
-        self.lam = self.m.new_int_var(0, self.max_rate, "lam")
+        """Each class exactly its share of lam (traffic arrives in the workload's mix: a class served beyond its
+        share would be capacity, not requests); ``demand``: lam >= the arrival rate."""
+        self.lam = self.m.add_variable(lb=0.0, name="lam")
         self.class_rate = {}
-        shares = _integer_shares([c.share for c in self.inst.classes], SHARE_SCALE)
-        for c, share in zip(self.inst.classes, shares):
+        for c in self.inst.classes:
             entry = [v for (cc, _k), v in self.x.items() if cc == c.name] + \
                     [v for (cc, _p, _t), v in self.f.items() if cc == c.name]
-            self.class_rate[c.name] = served = sum(entry)
-            self.m.add(SHARE_SCALE * served >= share * self.lam)
-        need = scaled(self.inst.arrival_rate_per_s) if self.inst.arrival_rate_per_s else 1
-        self.m.add(self.lam >= need).only_enforce_if(self.lit["demand"])
+            self.class_rate[c.name] = served = self.mo.fast_sum(entry)
+            self.m.add_linear_constraint(served - c.share * self.lam == 0, name=f"share[{c.name}]")
+        if self.binds("demand"):
+            self.m.add_linear_constraint(self.lam >= (self.inst.arrival_rate_per_s or 1e-3), name="demand")
 
-    def _objective_terms(self) -> None:
-        """Expressions the objectives and tie-breaks use: devices, option order, worst TPOT (at the caps) of the
-        used options."""
-        self.devices = sum(self.n[o.key] * o.devices_per_replica for o in self.opts)
-        self.order = sum(self.n[o.key] * i for i, o in enumerate(self.opts))
-        self.tpot_us = self.m.new_int_var(0, 10**12, "worst_tpot_us")
-        for o in self.opts:
-            if o.kind == "prefill":
-                continue
-            for c in self.inst.classes:
-                cap = self.caps.get((c.name, o.key), 0.0)
-                if cap > 0:
-                    tpot = o.service(c.name).at(cap)[4]
-                    self.m.add(self.tpot_us >= scaled(tpot, 1e6)).only_enforce_if(self.use[o.key])
+    @property
+    def tpot_ms(self):
+        """The worst TPOT (ms, at the caps) of the used options: ``use[o]`` binaries, built when first asked for
+        (only the latency objective reads them)."""
+        if self._tpot is None:
+            self._tpot = tpot = self.m.add_variable(lb=0.0, name="worst_tpot_ms")
+            for o in self.opts:
+                if o.kind == "prefill":
+                    continue
+                worst = max((o.service(c.name).at(self.caps[(c.name, o.key)])[4] for c in self.inst.classes
+                             if self.caps.get((c.name, o.key), 0.0) > 0), default=None)
+                if worst is None:
+                    continue
+                use = self.m.add_binary_variable(name=f"use[{o.key}]")
+                self.m.add_linear_constraint(self.n[o.key] <= self.ub[o.key] * use)
+                self.m.add_linear_constraint(tpot >= worst * 1e3 * use)
+        return self._tpot
 
-    def solve(self, objective, sense: str, time_limit_s: float, **params):
-        """Optimise `objective` (None: any feasible point) with one single-threaded search; `params` are CP-SAT
-        parameters (a deterministic-time budget, a search configuration)."""
-        self._objective(objective, sense)
-        return self._run(time_limit_s, **params)
-
-    def search(self, objective, sense: str, time_limit_s: float, budget: float, **params):
-        """Optimise `objective` with the deterministic portfolio (`compiler.place.portfolio`), `budget`
-        deterministic seconds for each of its searches; `params` are CP-SAT parameters."""
-        self._objective(objective, sense)
-        return portfolio.search(self.m, lambda **more: self._solver(time_limit_s, **params, **more), sense, budget)
-
-    def _objective(self, objective, sense: str) -> None:
+    def solve(self, objective, sense: str, time_limit_s: float, *, gap: float = OPTIMAL_GAP,
+              node_limit: int | None = NODE_LIMIT, hint: dict | None = None) -> Run:
+        """Optimise `objective` (None: any feasible point) within `time_limit_s` wall seconds, `node_limit`
+        branch-and-bound nodes and a relative `gap`, starting from `hint` (values of some variables: a
+        placement the solver completes; the previous stage's, or another solve's replica counts)."""
+        mo = self.mo
         if objective is None:
-            self.m.clear_objective()
+            self.m.minimize(0.0)
         elif sense == "max":
             self.m.maximize(objective)
         else:
             self.m.minimize(objective)
+        params = mo.SolveParameters(relative_gap_tolerance=max(gap, OPTIMAL_GAP), random_seed=0,
+                                    time_limit=datetime.timedelta(seconds=max(time_limit_s, 0.1)),
+                                    node_limit=node_limit)
+        hints = [mo.SolutionHint(variable_values={v: float(round(x)) if v.integer else max(x, 0.0) if abs(x) > 1e-12
+                                                  else 0.0 for v, x in hint.items()})] if hint else []
+        try:
+            result = mo.solve(self.m, mo.SolverType.HIGHS, params=params,
+                              model_params=mo.ModelSolveParameters(solution_hints=hints))
+        except Exception:  # noqa: BLE001 (HiGHS 1.12 rejects a few hints with "kError [INTERNAL]")
+            if not hints:
+                raise
+            log.info("HiGHS refused the start placement; solving without it")
+            result = mo.solve(self.m, mo.SolverType.HIGHS, params=params)
+        reason = result.termination.reason
+        if result.termination.limit == mo.Limit.TIME:
+            log.warning("the placement solve stopped at the wall-clock limit (%.1f s), not at its node budget: the "
+                        "plan may differ on a faster or idler machine; raise --time-limit", time_limit_s)
+        if reason in (mo.TerminationReason.INFEASIBLE, mo.TerminationReason.INFEASIBLE_OR_UNBOUNDED):
+            return Run("infeasible", None, math.nan, math.nan, result.termination.detail)
+        if not result.has_primal_feasible_solution():  # out of time or nodes before any placement
+            return Run("none", None, math.nan, math.nan, result.termination.detail)
+        bounds = result.termination.objective_bounds
+        value = result.objective_value()
+        proven = reason == mo.TerminationReason.OPTIMAL and gap <= OPTIMAL_GAP
+        return Run("optimal" if proven else "feasible", result.variable_values(), value,
+                   value if proven else bounds.dual_bound)
 
-    def _run(self, time_limit_s: float, **params):
-        solver = self._solver(time_limit_s, **params)
-        return solver, solver.solve(self.m)
+    def replica_hint(self, replicas: dict[str, int]) -> dict:
+        """A hint of replica counts by option key (those this model has)."""
+        return {self.n[key]: count for key, count in sorted(replicas.items()) if key in self.n}
 
-    def _solver(self, time_limit_s: float, **params):
-        solver = self.cp.CpSolver()
-        solver.parameters.max_time_in_seconds = max(time_limit_s, 0.1)
-        solver.parameters.num_workers = 1
-        solver.parameters.random_seed = 0
-        if self.gap:
-            solver.parameters.relative_gap_limit = self.gap
-        for key, value in params.items():
-            setattr(solver.parameters, key, value)
-        return solver
-
-    def hint_from(self, solver) -> None:
-        """Start the next stage from `solver`'s placement (complete and feasible, so the hint is too)."""
-        self.m.clear_hints()
-        for i in range(len(self.m.Proto().variables)):
-            var = self.m.get_int_var_from_proto_index(i)
-            self.m.add_hint(var, solver.value(var))
-
-    def fix(self, expr, value: int, sense: str) -> None:
-        """Keep an earlier objective's optimum while a later one breaks ties."""
-        self.m.add(expr >= value if sense == "max" else expr <= value)
+    def fix(self, run: Run, expr, sense: str, slack: float = 0.0) -> None:
+        """Keep an earlier objective's optimum (less `slack`, a fraction) while a later one breaks ties; a
+        billionth is given back so that the placement found stays feasible to the solver."""
+        value = run(expr)
+        give = abs(value) * slack + 1e-9 * max(1.0, abs(value))
+        self.m.add_linear_constraint(expr >= value - give if sense == "max" else expr <= value + give)
 
 
 def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float = 60.0,
-          families: Sequence[str] = FAMILIES, tie_break: bool = True,
-          tie_break_budget: float | None = None, explain: bool = True, gap: float = 0.0,
-          ratio_hint: float = 0.0, hint: Solution | None = None, budget: float | None = None,
-          moves: Moves | None = None) -> Solution:
+          families: Sequence[str] = FAMILIES, explain: bool = True,
+          gap: float = OPTIMAL_GAP, ratio_hint: float = 0.0, node_limit: int | None = None,
+          hint: Solution | None = None, moves: Moves | None = None) -> Solution:
     """Solve `inst`. An infeasible instance returns status "infeasible" with the binding families (found by
     re-solving with families dropped; `explain` False skips that and leaves them empty).
 
-    The first stage (the objective) runs a deterministic portfolio of searches
-    ([Note: a deterministic portfolio]); the secondary stages that make the
-    solution unique run single-threaded. `gap` > 0 stops the first stage at that relative gap
-    (status ``feasible``, bound reported): what a sweep of many points affords.
-    `ratio_hint` starts a ratio objective (tokens per watt or per dollar) from a
-    guess of its value, e.g. a neighbouring point's. `hint` starts the search from another solution's replica
-    counts (those of options this instance has), e.g. the plan's own when an efficiency moves; without one it
-    starts from the greedy placement (`compiler.place.greedy`). `budget` is the deterministic seconds of each
-    first-stage search (`PROVE_DETERMINISTIC_S`): what-if solves that stop at a gap afford less. `moves` re-solves
-    from a running placement (`compiler.place.moves`): at most its ``max_moves``, then the fewest moves within its
-    ``slack`` of that optimum (linear objectives; a ratio objective takes no slack).
+    The first stage is the objective; the stages after it make the solution unique ([Note: deterministic
+    tie-breaks]). `gap` > `OPTIMAL_GAP` stops the first stage at that relative gap (status ``feasible``, bound
+    reported): what a sweep of many points affords. `ratio_hint` starts a ratio objective (tokens per watt or
+    per dollar) from a guess of its value, e.g. a neighbouring point's. `node_limit` is the first stage's
+    branch-and-bound budget (`NODE_LIMIT`). `hint` starts the search from another solution's replica counts
+    (those of options this instance has), e.g. the plan's own when an efficiency moves; without one it starts
+    from the greedy placement (`compiler.place.greedy`). `moves` re-solves from a running placement
+    (`compiler.place.moves`): at most its ``max_moves``, then the fewest moves within its ``slack`` of that
+    optimum (linear objectives; a ratio objective takes no slack).
     """
     if objective not in OBJECTIVES:
         raise BadInput(f"--objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
@@ -389,17 +428,13 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     placed = candidates(inst, prune_them="slo" in families and objective != "latency")
     if moves is not None:  # the running plan's options stay candidates, pruned or not ("stay put" is possible)
         placed += [o for o in kept(candidates(inst, prune_them=False), moves) if o.key not in {p.key for p in placed}]
-    inst = inst.with_options(placed)
-    model = PlacementModel(inst, families)
+    model = PlacementModel(inst.with_options(placed), families)
     model.moved = add_moves(model, moves) if moves is not None else None
     model.slack = moves.slack if moves is not None and objective not in RATIO_OBJECTIVES else 0.0
     model.gap, model.ratio_hint = gap, ratio_hint
-    model.budget = PROVE_DETERMINISTIC_S if budget is None else budget
-    for key, count in hint.replicas if hint is not None else sorted(greedy(full, objective).items()):
-        if key in model.n:
-            model.m.add_hint(model.n[key], count)
-    outcome = _solve_model(model, objective, start + time_limit_s, tie_break,
-                           TIE_BREAK_DETERMINISTIC_S if tie_break_budget is None else tie_break_budget)
+    model.node_limit = NODE_LIMIT if node_limit is None else node_limit
+    model.start = model.replica_hint(dict(hint.replicas) if hint is not None else greedy(full, objective))
+    outcome = _solve_model(model, objective, start + time_limit_s)
     if outcome is None:
         binding = binding_families(full, families) if explain else ()
         return Solution("infeasible", Objective(objective, 0.0, 0.0), binding=binding,
@@ -408,17 +443,16 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
 
 
 def feasible(inst: Instance, families: Sequence[str] = FAMILIES) -> bool:
-    """Whether any placement of `inst` meets every constraint of `families`: one search with no objective (tenths
-    of a second where an optimisation takes seconds; ``gimletc pareto`` bisects the fastest TPOT target with it)."""
+    """Whether any placement of `inst` meets every constraint of `families`: one solve with no objective
+    (``gimletc pareto`` bisects the fastest TPOT target with it)."""
     model = PlacementModel(inst.with_options(candidates(inst, prune_them="slo" in families)), families)
-    _solver, status = model.solve(None, "max", FEASIBILITY_LIMIT_S)
-    return status in (model.cp.OPTIMAL, model.cp.FEASIBLE)
+    run = model.solve(None, "min", FEASIBILITY_LIMIT_S)
+    return run.values is not None
 
 
 def binding_families(inst: Instance, families: Sequence[str]) -> tuple[str, ...]:
     """A minimal infeasible set of constraint families, by a deletion filter (`compiler.place.infeasible` words
-    them). CP-SAT's own assumption core is sufficient but neither minimal nor always reported once presolve
-    proves infeasibility: drop each family in turn and keep it dropped if the rest is still infeasible."""
+    them): drop each family in turn and keep it dropped if the rest is still infeasible."""
     binding = [f for f in FAMILIES if f in families]
     for f in list(binding):
         rest = [x for x in binding if x != f]
@@ -427,18 +461,17 @@ def binding_families(inst: Instance, families: Sequence[str]) -> tuple[str, ...]
     return tuple(binding)
 
 
-#: Wall seconds a feasibility search may take; one that runs out counts as infeasible (none has come close).
+#: Wall seconds a feasibility solve may take; one that runs out counts as infeasible (none has come close).
 FEASIBILITY_LIMIT_S = 30.0
 
 
-#: Searches `concurrently` runs at once: two cores here, and each search's portfolio already has two threads.
+#: Solves `concurrently` runs at once: two cores here (HiGHS releases the GIL while it solves).
 SOLVES_AT_ONCE = 2
 
 
 def concurrently(solve_one: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """`solve_one` of each of `items`, `SOLVES_AT_ONCE` at a time, results in the order of `items`. Every search
-    is deterministic on its own ([Note: a deterministic portfolio]), so running several at once changes only the
-    wall time: a portfolio whose first configuration finishes early leaves a core to the next solve."""
+    """`solve_one` of each of `items`, `SOLVES_AT_ONCE` at a time, results in the order of `items`. Every solve
+    is deterministic on its own, so running several at once changes only the wall time."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(SOLVES_AT_ONCE) as pool:
@@ -457,129 +490,92 @@ def _check_prices(inst: Instance, objective: str) -> None:
         raise BadInput(f"{why} needs a price for every device type, and {', '.join(missing)} has none: set "
                        f"price_per_hour (dollars per device-hour) on its entry in the cluster file")
 
-def _solve_model(model: PlacementModel, objective: str, deadline: float, tie_break: bool, budget: float):
-    """Run the lexicographic stages; None if infeasible, else (solver, proven, first-stage value and bound)."""
-    cp = model.cp
+
+def _solve_model(model: PlacementModel, objective: str, deadline: float):
+    """Run the lexicographic stages; None if infeasible, else (the last stage's run, proven, the first stage's
+    value and bound)."""
     stages, solved = _stages(model, objective, deadline)
-    if tie_break:
-        stages = stages + [(model.devices, "min"), (model.order, "min")]
     if model.moved is not None:  # the fewest moves right after the objective ([Note] in `compiler.place.moves`)
         stages = stages[:1] + [(model.moved, "min")] + stages[1:]
-    proven, first = True, (0.0, 0.0)
-    solver = None
+    proven, first, run = True, (0.0, 0.0), None
     for i, (expr, sense) in enumerate(stages):
-        if i == 0:
-            solver, status = solved[:2] if solved else _first_stage(model, expr, sense, deadline)
-        else:  # [Note: deterministic tie-breaks]
-            model.hint_from(solver)
-            tie, status = model.solve(expr, sense, deadline - time.perf_counter(), max_deterministic_time=budget)
-            if status not in (cp.OPTIMAL, cp.FEASIBLE):
-                break  # no better tie-break within its budget: keep the previous stage's placement
-            solver = tie
-        if status == cp.INFEASIBLE:
+        if i == 0 and solved is not None:
+            stage = solved[0]
+        else:
+            stage = model.solve(expr, sense, deadline - time.perf_counter(),
+                                gap=model.gap if i == 0 else max(model.gap, TIE_BREAK_GAP),
+                                node_limit=model.node_limit if i == 0 else TIE_BREAK_NODES,
+                                hint=model.start if i == 0 else run.values)
+        if i > 0 and stage.values is None:
+            break  # no better tie-break within its budget: keep the previous stage's placement
+        if stage.status == "infeasible":
             return None
-        if status not in (cp.OPTIMAL, cp.FEASIBLE):
-            raise Infeasible("the solver found no placement within the time limit; raise --time-limit")
+        if stage.values is None:
+            raise Infeasible(f"the solver found no placement within its limits ({stage.detail}); raise --time-limit")
+        run = stage
         if i == 0:
-            first = solved[2] if solved else (solver.objective_value, solver.best_objective_bound)
-            # a gap limit also reports OPTIMAL; a ratio's status is already its own proof
-            proven = status == cp.OPTIMAL and (solved is not None or abs(first[0] - first[1]) < 1)
+            first = solved[1] if solved is not None else (stage.value, stage.bound)
+            proven = stage.status == "optimal"
             if not proven:
-                break  # out of time (or within the gap asked for): keep the best found so far
-        value = solver.value(expr) * (1 + (model.slack if i == 0 else 0.0) * (-1 if sense == "max" else 1))
-        model.fix(expr, math.floor(value) if sense == "max" else math.ceil(value), sense)
+                break  # out of budget (or within the gap asked for): keep the best found so far
+        model.fix(run, expr, sense, model.slack if i == 0 else 0.0)
     if model.slack:  # the placement kept is within the slack of the first stage's optimum: report its own value
-        first = (solver.value(stages[0][0]), first[1])
-    return solver, proven, first
+        first = (run(stages[0][0]) if solved is None else first[0], first[1])
+    return run, proven, first
 
 
-def _first_stage(model: PlacementModel, expr, sense: str, deadline: float):
-    """The objective: the portfolio's best within `PROVE_DETERMINISTIC_S` (or the model's gap), searched again
-    from it (to `FALLBACK_GAP`, within `FALLBACK_DETERMINISTIC_S`) when that is further than `FALLBACK_GAP` from
-    its bound and the gap asked for is tighter; see [Note: solving to a gap]."""
-    cp = model.cp
-    solver, status = model.search(expr, sense, deadline - time.perf_counter(), model.budget)
-    if status != cp.FEASIBLE or model.gap >= FALLBACK_GAP or deadline - time.perf_counter() <= 0 \
-            or portfolio.relative_gap(solver) <= FALLBACK_GAP:
-        return solver, status
-    model.hint_from(solver)
-    again = model.search(expr, sense, deadline - time.perf_counter(), FALLBACK_DETERMINISTIC_S,
-                         relative_gap_limit=FALLBACK_GAP)
-    return portfolio.best_of([(solver, status), again], sense)
-
-
-#: [Note: solving to a gap] Most instances are proven optimal in well under a
-#: second; a few (large mixes with few big pools, where integer replicas leave
-#: the LP bound a percent or two above any placement) are not proven in
-#: minutes. Stopping such a search at a wall-clock limit would make the plan
-#: depend on the machine and the thread timing. So the first stage gets a
-#: deterministic budget (CP-SAT's count of work, not wall seconds) to prove
-#: the optimum (or reach the gap asked for); if it does not and its best is
-#: further than `FALLBACK_GAP` from the bound, a second round starts from that
-#: best and stops within `FALLBACK_GAP` or at its own budget; the plan reports
-#: the gap ("feasible"). Baselines stop at the gap the plan reached, so a
-#: comparison holds both sides to the same standard ([Note: baselines]).
-#: The cost model's own uncertainty (the sensitivity analysis moves
-#: efficiencies by 20%) dwarfs 2%.
-#:
-#: The portfolio of searches each first stage runs: [Note: a deterministic portfolio] in
-#: `compiler.place.portfolio`.
-PROVE_DETERMINISTIC_S = 1.0
-FALLBACK_GAP = 0.02
-FALLBACK_DETERMINISTIC_S = 2.0
-
-
-#: [Note: deterministic tie-breaks] Stages after the first only choose among
-#: equally good placements (least power, fewest devices, option order). Each
-#: runs single-threaded with a deterministic-time budget (CP-SAT's count of
-#: work, not wall seconds), so the same inputs stop at the same incumbent on
-#: any machine and the plan stays byte-identical even when a tie-break is
-#: not proven optimal; the value it reached is fixed before the next stage.
-TIE_BREAK_DETERMINISTIC_S = 0.5
+#: [Note: deterministic tie-breaks] The stage after the first only chooses among
+#: equally good placements (the least power of the most requests/s; the most
+#: requests/s of the least power or dollars; the least power of the best TPOT).
+#: It keeps the value the first reached (less the solver's tolerance), starts
+#: from the first's placement, and stops within `TIE_BREAK_GAP` or its own node
+#: budget, `TIE_BREAK_NODES`: the same inputs stop at the same placement on any
+#: machine. HiGHS is deterministic, so the plan is byte-identical without
+#: further stages (CP-SAT's parallel search was not, and needed fewest devices,
+#: then option order, to make its optimum unique).
 
 
 def _stages(model: PlacementModel, objective: str, deadline: float) -> tuple[list[tuple], tuple | None]:
     """The lexicographic objectives: the user's first, then what makes its optimum cheapest; and the first
-    stage already solved, where finding it solved it (Dinkelbach: `compiler.place.ratio`), else None."""
+    stage already solved (its run and its (value, bound) in the reported unit), where finding it solved it
+    (Dinkelbach: `compiler.place.ratio`), else None."""
     if objective == "tokens-per-watt":
-        return dinkelbach(model, deadline, model.power, model.watts, model.ratio_hint * RATE_SCALE)
+        return dinkelbach(model, deadline, model.power, model.watts, model.ratio_hint)
     if objective == "tokens-per-dollar":
         return dinkelbach(model, deadline, model.cost, model.prices, model.ratio_hint)
     return {
         "throughput": lambda: [(model.lam, "max"), (model.power, "min")],
         "power": lambda: [(model.power, "min"), (model.lam, "max")],
-        "latency": lambda: [(model.tpot_us, "min"), (model.power, "min")],
+        "latency": lambda: [(model.tpot_ms, "min"), (model.power, "min")],
         "cost": lambda: [(model.cost, "min"), (model.lam, "max")],
     }[objective](), None
 
 
-def _solution(model: PlacementModel, solver, proven: bool, first: tuple[float, float], objective: str,
+def _clean(value: float) -> float:
+    """A flow as the plan reports it: the solver's tolerance read as 0, and nine decimals (a nano-request/s)."""
+    return round(value, 9) if abs(value) >= ZERO_REQUESTS_PER_S else 0.0
+
+
+def _solution(model: PlacementModel, run: Run, proven: bool, first: tuple[float, float], objective: str,
               start: float) -> Solution:
-    replicas = {o.key: solver.value(model.n[o.key]) for o in model.opts}
-    lam, power = solver.value(model.lam), solver.value(model.power)
-    cost = solver.value(model.cost) / COST_SCALE if model.cost is not None else None
-    if objective in ("tokens-per-watt", "tokens-per-dollar"):  # the linearised Dinkelbach value means nothing
-        per = power if objective == "tokens-per-watt" else cost  # to a reader; report the ratio
-        value = lam / RATE_SCALE / per if per else 0.0
-        bound = max(value, first[1] / RATE_SCALE * (1.0 if objective == "tokens-per-watt" else COST_SCALE))
-    else:
-        unit = {"throughput": RATE_SCALE, "power": 1.0, "latency": 1e3, "cost": COST_SCALE}[objective]
-        value, bound = first[0] / unit, first[1] / unit
+    replicas = {o.key: round(run(model.n[o.key])) for o in model.opts}
+    lam, power = _clean(run(model.lam)), run(model.power)
+    cost = run(model.cost) if model.cost is not None else None
     served = {}
     for o in model.opts:
         for c in model.inst.classes:
-            if (c.name, o.key) in model.caps:
-                rate = solver.value(model.flow(c.name, o.key))
+            if (c.name, o.key) in model.open:
+                rate = _clean(run(model.flow(c.name, o.key)))
                 if rate:
-                    served[(c.name, o.key)] = rate / RATE_SCALE
-    proto = model.m.Proto()
+                    served[(c.name, o.key)] = rate
+    flows = ((k, _clean(run(v))) for k, v in model.f.items())
     return Solution(
-        status="optimal" if proven else "feasible", objective=Objective(objective, value, bound),
+        status="optimal" if proven else "feasible", objective=Objective(objective, *first),
         replicas=tuple(sorted((k, n) for k, n in replicas.items() if n)),
-        flows=tuple(sorted((k, solver.value(v) / RATE_SCALE) for k, v in model.f.items() if solver.value(v))),
+        flows=tuple(sorted((k, r) for k, r in flows if r)),
         served=tuple(sorted(served.items())),
-        class_requests_per_s=tuple((c.name, solver.value(model.class_rate[c.name]) / RATE_SCALE)
-                                   for c in model.inst.classes),
-        requests_per_s=lam / RATE_SCALE, power_w=solver.value(model.draw) / DRAW_SCALE, provisioned_w=float(power),
-        cost_per_hour=cost, wall_s=time.perf_counter() - start, variables=len(proto.variables), constraints=len(proto.constraints),
+        class_requests_per_s=tuple((c.name, _clean(run(model.class_rate[c.name]))) for c in model.inst.classes),
+        requests_per_s=lam, power_w=run(model.draw), provisioned_w=round(power, 6),
+        cost_per_hour=None if cost is None else round(cost, 6), wall_s=time.perf_counter() - start,
+        variables=len(list(model.m.variables())), constraints=len(list(model.m.linear_constraints())),
         options=tuple(model.opts))

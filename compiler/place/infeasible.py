@@ -28,7 +28,7 @@ def explain(model_name: str, inst: Instance, sol: Solution) -> str:
             reasons += _slo(inst)
         elif family == "demand" and inst.arrival_rate_per_s is not None:  # when maximising, demand is "serve any"
             free = solve(replace(inst, arrival_rate_per_s=None), "throughput",
-                         families=["inventory", "power", "slo", "link"], tie_break=False)
+                         families=["inventory", "power", "slo", "link"])
             most = free.requests_per_s if free.feasible else 0.0
             reasons.append(f"arrival rate {inst.arrival_rate_per_s:g} req/s > {most:.2f} req/s, the most this "
                            f"cluster serves within its budget and SLOs")
@@ -41,7 +41,7 @@ def explain(model_name: str, inst: Instance, sol: Solution) -> str:
 
 def _power(model_name: str, inst: Instance, sol: Solution) -> str:
     free = solve(replace(inst, arrival_rate_per_s=inst.arrival_rate_per_s or 1e-3), "power",
-                 families=["inventory", "slo", "link", "demand"], tie_break=False)
+                 families=["inventory", "slo", "link", "demand"])
     need = f"{free.provisioned_w / 1e3:.1f} kW" if free.feasible else "more than the fleet has"
     within = " and meet the SLOs" if "slo" in sol.binding else ""
     return (f"power budget {inst.power_budget_w / 1e3:.1f} kW < {need} needed to hold {model_name} weights on the "
@@ -50,7 +50,7 @@ def _power(model_name: str, inst: Instance, sol: Solution) -> str:
 
 def _cost(model_name: str, inst: Instance) -> str:
     free = solve(replace(inst, arrival_rate_per_s=inst.arrival_rate_per_s or 1e-3), "cost",
-                 families=["inventory", "power", "slo", "link", "demand"], tie_break=False)
+                 families=["inventory", "power", "slo", "link", "demand"])
     need = f"${free.cost_per_hour:,.2f}/h" if free.feasible and free.cost_per_hour is not None else \
         "more than the fleet can spend"
     return (f"cost budget ${inst.cost_budget_per_hour:,.2f}/h < {need} needed to serve {model_name} on the "

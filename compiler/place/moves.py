@@ -1,4 +1,4 @@
-"""Replanning from a running placement: the replicas moved against the current plan, as a CP-SAT family.
+"""Replanning from a running placement: the replicas moved against the current plan, as a family of the MILP.
 
 `compiler.place.ilp.solve` takes a `Moves` (``moves=``) and then, beside its own families, models
 
@@ -38,23 +38,23 @@ def base_key(key: str) -> str:
 
 
 def add_moves(model, moves: Moves):
-    """Add ``started``, ``stopped`` and ``moves`` (and ``max_moves``) to a `PlacementModel`; returns ``moves``."""
-    m, current = model.m, dict(moves.current)
+    """Add ``started``, ``stopped`` and ``moves`` (and ``max_moves``) to a `PlacementModel`; returns ``moves``.
+    They are continuous: the replica counts they balance are integers, so the fewest moves are too."""
+    m, mo, current = model.m, model.mo, dict(moves.current)
     shapes = sorted({base_key(o.key) for o in model.opts} | set(current))
-    total = sum(current.values()) + sum(model.ub.values())
     started, stopped = [], []
     for b in shapes:
-        n = sum(model.n[o.key] for o in model.opts if base_key(o.key) == b)
-        up = m.new_int_var(0, total, f"started[{b}]")
-        down = m.new_int_var(0, total, f"stopped[{b}]")
-        m.add(up - down == n - current.get(b, 0))
+        n = mo.fast_sum(model.n[o.key] for o in model.opts if base_key(o.key) == b)
+        up = m.add_variable(lb=0.0, name=f"started[{b}]")
+        down = m.add_variable(lb=0.0, name=f"stopped[{b}]")
+        m.add_linear_constraint(up - down - n == -current.get(b, 0))
         started.append(up)
         stopped.append(down)
-    count = m.new_int_var(0, total, "moves")
-    m.add(count >= sum(started))
-    m.add(count >= sum(stopped))
+    count = m.add_variable(lb=0.0, name="moves")
+    m.add_linear_constraint(count >= mo.fast_sum(started))
+    m.add_linear_constraint(count >= mo.fast_sum(stopped))
     if moves.max_moves is not None:
-        m.add(count <= moves.max_moves)
+        m.add_linear_constraint(count <= moves.max_moves, name="max_moves")
     return count
 
 

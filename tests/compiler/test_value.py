@@ -96,7 +96,6 @@ def test_each_baseline_is_the_brute_force_optimum_of_its_own_restriction(seed):
     enumerated optima."""
     from dataclasses import replace
 
-    from compiler.place.ilp import RATE_SCALE
     from tests.compiler.test_place import brute_force, random_instance
 
     inst = random_instance(seed)
@@ -108,11 +107,11 @@ def test_each_baseline_is_the_brute_force_optimum_of_its_own_restriction(seed):
     for name, restricted in allowed.items():
         want = brute_force(restricted) if restricted.options else -1
         b = by_name[name]
-        if want < 1:
+        if want < 1e-3:  # nothing served (the model asks a request per 1000 s at least)
             assert not b.feasible, (name, seed, b)
             continue
-        assert b.status == "optimal" and round(b.requests_per_s * RATE_SCALE) == want, (name, seed, b)
-        assert gain("max", plan_best, b.requests_per_s * RATE_SCALE) == pytest.approx(plan_best / want, rel=1e-9)
+        assert b.status == "optimal" and b.requests_per_s == pytest.approx(want, rel=1e-6), (name, seed, b)
+        assert gain("max", plan_best, b.requests_per_s) == pytest.approx(plan_best / want, rel=2e-6)
 
 
 def test_islands_route_no_kv_across_types():

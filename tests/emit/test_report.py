@@ -219,31 +219,31 @@ def _graph_of(plan):
     return block_graph(plan.model)
 
 
-def test_a_heuristic_above_an_optimal_plan_is_explained_not_called_beaten_by_an_optimum(compiled):
-    """Greedy on the plan's own inventory may score a little above a plan CP-SAT proves optimal: the model
-    counts a replica's load in whole units and greedy is valued exactly ([Note: solver rounding]). The verdict
-    and the CLI say that, by how much, and never "no baseline beats" beside a higher score; the bound covers
-    the difference (per replica, RATE_SCALE x req/s / LOAD_SCALE, worked here by hand)."""
+def test_no_heuristic_scores_above_an_optimal_plan_beyond_the_solvers_tolerance(compiled):
+    """Greedy, vendor islands and no disaggregation run on the plan's own inventory with placements the solver
+    could choose: against a plan proven optimal none may score above it by more than the solver's floating-point
+    tolerance (the integer model this replaced let greedy win by 0.05-1% through its rounding), and the verdict
+    and the CLI then say "no baseline beats" or call the difference a tie."""
     from compiler.cli.compile import baseline_verdicts
-    from compiler.emit.report.verdict import rounding_bound
+    from compiler.emit.emit_plan import BEATS_TOLERANCE
 
     plan, graph = compiled
-    greedy = next(b for b in plan.baselines if b.name == "greedy")
+    assert plan.solver.status == "optimal"
     verdict = _verdict(build_report(plan, graph).summary_md)
     cli = " ".join(baseline_verdicts(plan))
-    by_hand = max(1000 * p.predicted_requests_per_s / p.replicas / p.predicted_utilisation / 1e9 for p in plan.pools)
-    assert rounding_bound(plan) == pytest.approx(by_hand)
-    if greedy.plan_gain is not None and greedy.plan_gain < 1:
-        assert 1 / greedy.plan_gain - 1 <= by_hand
-        for text in (verdict, cli):
-            assert f"greedy ({greedy.question}) scores {1 / greedy.plan_gain:.4f}x" in text
-            assert "rounds each replica's load up" in text and "No baseline beats" not in text
-    else:
-        assert "No baseline beats the plan" in verdict and "No baseline beats the plan" in cli
+    same_inventory = [b for b in plan.baselines if b.name in ("greedy", "vendor-islands", "no-disaggregation")
+                      and b.plan_gain is not None]
+    assert same_inventory
+    for b in same_inventory:
+        assert 1 / b.plan_gain - 1 <= BEATS_TOLERANCE, b
+        assert not b.beats_plan
+        if b.plan_gain < 1:
+            for text in (verdict, cli):
+                assert f"{b.name} ({b.question}) scores" in text and "a tie, within the solver's" in text
 
 
 def test_zero_rate_rows_are_left_out_and_decode_pools_show_no_ttft(split, tiny_graph):
-    """A KV hand-off at 0.001 req/s (what the solver's milli-request granularity leaves) prints as 0.00: it is
+    """A KV hand-off at 0.001 req/s (a trickle an optimum may route either way) prints as 0.00: it is
     not listed; a decode pool's TTFT column is empty, a prefill pool's is its own."""
     from compiler.emit.emit_plan import NEGLIGIBLE_REQUESTS_PER_S
 

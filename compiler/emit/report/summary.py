@@ -75,8 +75,8 @@ def verdict(plan: Plan) -> str:
     """The plan in one sentence, then `verdict_lines` as a list (a baseline that beats the plan in bold)."""
     pr, s = plan.predicted, plan.solver
     used = sorted(((n, d) for d, n in plan.devices_used.items() if n), key=lambda x: (-x[0], x[1]))
-    solved = (f"CP-SAT {s.status}, within {100 * s.gap:.3f}% of its bound" if s.status == "feasible"
-              else f"CP-SAT {s.status}")
+    solved = (f"MILP {s.status}, within {100 * s.gap:.3f}% of its bound" if s.status == "feasible"
+              else f"MILP {s.status}")
     head = (f"**The plan**: {len(plan.pools)} pools on {sum(n for n, _d in used)} devices "
             f"({', '.join(f'{n} {d}' for n, d in used)}), {pr.output_tokens_per_s:,.0f} output tokens/s "
             f"({pr.requests_per_s:,.2f} req/s) at {_kw(pr.provisioned_power_w)} kW provisioned and {_kw(pr.power_w)} "
@@ -202,7 +202,7 @@ def _baselines(plan: Plan) -> str:
 
 def _solver(plan: Plan) -> str:
     s = plan.solver
-    return (f"CP-SAT **{s.status}**: objective {s.objective} = {s.objective_value:.4g}, bound {s.bound:.4g}, gap "
+    return (f"MILP (HiGHS) **{s.status}**: objective {s.objective} = {s.objective_value:.4g}, bound {s.bound:.4g}, gap "
             f"{100 * s.gap:.3f}%; {s.variables} variables, {s.constraints} constraints, {s.options} pool options.")
 
 

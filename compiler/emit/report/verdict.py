@@ -7,16 +7,9 @@ kinds of beating mean different things:
 - a single device type at equal power or cost (``iso-power:<device>``, ``iso-cost:<device>``) is another
   fleet: it can beat a fixed-fleet plan, and the verdict says by how much;
 - vendor islands, no disaggregation and greedy run on the plan's own inventory with placements the solver
-  could choose too, so they can beat it only by what the plan's solve left open: its gap, or the rounding of
-  its integer model ([Note: solver rounding]). The verdict names which, and never calls the plan optimal
-  beside a heuristic that beats it.
-
-[Note: solver rounding] The placement model counts each replica's load in whole units
-(`compiler.place.candidates.load_units`: `compiler.ir.placement.LOAD_SCALE` units per replica, each milli-request/s of a class
-taking its share rounded up), while greedy is valued in floating point. One milli-request/s of a replica
-that serves r req/s takes about LOAD_SCALE / (RATE_SCALE * r) units, so rounding up costs the model up to
-RATE_SCALE * r / LOAD_SCALE of that replica's capacity: about 1.3% for a tiny model's replica at 13,000
-req/s, far less for a large model's. `rounding_bound` is that bound over the plan's pools.
+  could choose too, so they can beat it only by what the plan's solve left open: its gap (a solve stopped
+  short of its proof), or the solver's floating-point tolerance (`compiler.emit.emit_plan.BEATS_TOLERANCE`).
+  The verdict names which, and never calls the plan optimal beside a heuristic that beats it by more.
 """
 
 from __future__ import annotations
@@ -46,16 +39,6 @@ def objective_words(plan: Plan) -> str:
     return OBJECTIVE_WORDS.get(plan.solver.objective, plan.solver.objective)
 
 
-def rounding_bound(plan: Plan) -> float:
-    """The most the placement model's integer load units can cost a replica of the plan, as a fraction of its
-    capacity ([Note: solver rounding])."""
-    from compiler.ir.placement import LOAD_SCALE, RATE_SCALE
-
-    per_replica = [p.predicted_requests_per_s / max(p.replicas, 1) / max(p.predicted_utilisation, 1e-9)
-                   for p in plan.pools if p.predicted_requests_per_s > 0]
-    return max((RATE_SCALE * r / LOAD_SCALE for r in per_replica), default=0.0)
-
-
 def _budget_kind(b: Baseline) -> str | None:
     """``power`` or ``cost`` for a single device type at an equal budget, else None."""
     return BUDGETS.get(b.name.split(":", 1)[0])
@@ -83,20 +66,19 @@ def _single_type(b: Baseline, plan: Plan, words: str) -> str:
 
 def _same_inventory(b: Baseline, plan: Plan, words: str) -> str:
     """A baseline the solver could have chosen beats the plan: say what the plan's solve left open."""
+    from compiler.emit.emit_plan import BEATS_TOLERANCE
+
     edge = _better(b) - 1.0
-    gap, rounding = plan.solver.gap if plan.solver.status == "feasible" else 0.0, rounding_bound(plan)
-    head = (f"{b.name} ({b.question}) scores {_better(b):.4f}x the plan's {words} ({_tokens(b, plan)}), a "
+    gap = plan.solver.gap if plan.solver.status == "feasible" else 0.0
+    head = (f"{b.name} ({b.question}) scores {_better(b):.6f}x the plan's {words} ({_tokens(b, plan)}), a "
             f"placement the solver could have chosen: ")
     if edge <= gap:
-        return head + (f"within the {100 * gap:.2f}% gap at which the plan's solve stopped (CP-SAT feasible, "
-                       "not proven optimal); a longer --time-limit closes it.")
-    if edge <= gap + rounding:
-        return head + (f"the solver's integer model rounds each replica's load up (up to {100 * rounding:.2f}% of "
-                       f"a replica here) where {b.name} is valued exactly, so the plan is CP-SAT {plan.solver.status}"
-                       " only within that rounding.")
-    return head + (f"{100 * edge:.2f}% more than the plan's gap ({100 * gap:.2f}%) and the model's rounding "
-                   f"({100 * rounding:.2f}%) allow. That is a bug in gimletc's placement; please report it with "
-                   "this plan.json.")
+        return head + (f"within the {100 * gap:.2f}% gap at which the plan's solve stopped (feasible, not proven "
+                       "optimal); a longer --time-limit closes it.")
+    if edge <= BEATS_TOLERANCE:
+        return head + f"a tie, within the solver's floating-point tolerance ({BEATS_TOLERANCE:g})."
+    return head + (f"{100 * edge:.3f}% more than the plan's gap ({100 * gap:.3f}%) and the solver's tolerance "
+                   "allow. That is a bug in gimletc's placement; please report it with this plan.json.")
 
 
 def verdict_lines(plan: Plan) -> list[Line]:
@@ -122,4 +104,4 @@ def verdict_lines(plan: Plan) -> list[Line]:
     return out
 
 
-__all__ = ["Line", "OBJECTIVE_WORDS", "objective_words", "rounding_bound", "verdict_lines"]
+__all__ = ["Line", "OBJECTIVE_WORDS", "objective_words", "verdict_lines"]
