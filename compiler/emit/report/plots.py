@@ -160,12 +160,19 @@ def frontier_figure(rows: Sequence[dict], title: str, objective: str = "tokens-p
 
 
 def _plain_ticks(axis) -> None:
-    """Tick labels of a log axis as plain numbers (300, not 3 x 10^2)."""
+    """Tick labels of a log axis as plain numbers (300, not 3 x 10^2); minor ticks labelled only where they do not
+    crowd: 2, 3 and 5 x 10^k over about a decade, 2 and 5 over two or three, none over more."""
     from matplotlib.ticker import FuncFormatter
 
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    axis.set_major_formatter(plain)
-    axis.set_minor_formatter(plain)
+    def minor(value: float, _pos) -> str:
+        lo, hi = sorted(axis.get_view_interval())
+        decades = math.log10(hi / lo) if lo > 0 else math.inf
+        keep = {2, 3, 5} if decades < 1.3 else {2, 5} if decades < 2.6 else set()
+        lead = round(value / 10 ** math.floor(math.log10(value))) if value > 0 else 0
+        return f"{value:g}" if lead in keep else ""
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(FuncFormatter(minor))
 
 
 def _dropout_marks(ax, dropouts: Sequence[dict]) -> None:
