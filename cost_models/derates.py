@@ -67,9 +67,12 @@ class Derate:
 #: `tools/fidelity.py --family cerebras --fit --loo` (the other fields are assumed: see its entry in `DERATES`).
 CEREBRAS_BLOCK_S, CEREBRAS_STEP_S, CEREBRAS_LOO = 2.844e-6, 2.049e-5, 15.3
 
-_FIT = ("fitted by `tools/fidelity.py --fit` on ../shared/reference/measurements.csv "
+#: Provenance a user reads (``estimate``'s footer, plan.json): public sources only, no path of the team's own
+#: reference files (../shared/reference/measurements.csv holds these rows, each with its source URL).
+_PUBLISHED = "published benchmark results (vendor performance pages and papers)"
+_FIT = ("fitted by `tools/fidelity.py --fit` on " + _PUBLISHED + " "
         "(coordinate descent over a plausible grid; {rows} rows: {ids})")
-_FIT_DATA = ("fitted by `tools/fidelity.py --fit` on ../shared/reference/measurements.csv and "
+_FIT_DATA = ("fitted by `tools/fidelity.py --fit` on " + _PUBLISHED + " and "
              "cost_models/data/measurements_{family}.csv (bounded grid + Nelder-Mead, weak pull to the generic prior; "
              "{rows} rows: {ids}; leave-one-out median APE {loo}%{caveat})")
 
@@ -126,9 +129,9 @@ DERATES: dict[str, Derate] = {
 GENERIC = Derate(compute_eff=0.5, mem_eff=0.7, block_overhead_s=20e-6, step_overhead_s=1.5e-3, link_eff=0.7,
                  provenance="assumption: generic derate for a family without measurements")
 
-_SWEEP_KERNELS = ("fitted by `tools/fidelity_sweeps.py --fit` on the {device} rows of "
-                  "../shared/reference/serving_sweeps.csv (TensorRT-LLM, vLLM, SGLang; every engine on this device runs "
-                  "at them, [Note: one efficiency per device])")
+_SWEEP_KERNELS = ("fitted by `tools/fidelity_sweeps.py --fit` on the {device} rows of aiconfigurator's measured "
+                  "serving sweeps (systems/silicon_sample.csv of aiconfigurator-core 0.12.0 on PyPI; TensorRT-LLM, "
+                  "vLLM, SGLang; every engine on this device runs at them, [Note: one efficiency per device])")
 
 #: [Note: one efficiency per device] A device's kernels reach one share of its peaks whoever serves it: where the
 #: device's own serving measurements pin them down, these replace its family's `compute_eff`, `mem_eff` and

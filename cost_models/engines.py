@@ -68,8 +68,8 @@ OPTIMUM_HABANA_KV = ("https://github.com/huggingface/optimum-habana/blob/1d8504c
                      "the batch x (input + max_new_tokens) tokens, calculated_max_length) and models/llama/"
                      "modeling_llama.py#L528-L533 (cache_shape = (batch_size, kv_heads, max_seq_len, head_dim)): exactly "
                      "what the static batch needs, no share of free memory held back")
-SWEEP_FIT = ("fitted by `tools/fidelity_sweeps.py --fit` on ../shared/reference/serving_sweeps.csv "
-             "(aiconfigurator silicon_sample.csv, agg mode): {rows}")
+SWEEP_FIT = ("fitted by `tools/fidelity_sweeps.py --fit` on aiconfigurator's measured serving sweeps "
+             "(systems/silicon_sample.csv of aiconfigurator-core 0.12.0 on PyPI, agg mode): {rows}")
 
 
 @dataclass(frozen=True, slots=True)
