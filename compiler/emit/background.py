@@ -3,8 +3,9 @@
 [Note: artifacts in the background] The artifacts (stage programs, weight shards, ``model/``, ONNX) depend only on
 the plan's pools and transfers, which the placement fixes; the baselines, the sensitivity analysis and the report
 that follow it change neither. So ``gimletc compile`` starts them as soon as the placement is solved: where the
-platform forks (Linux) and the process runs one thread (a fork copies no other thread, nor the locks it may hold,
-as in [Note: concurrent phases]), a child forked then writes them, on the second core, while the parent solves
+platform forks (Linux) and the process runs no other Python thread (a fork copies no other thread, nor the locks
+it may hold, as in [Note: concurrent phases]; the placement solver, HiGHS, keeps one idle native worker, which
+holds nothing the child touches: the child runs no solve), a child forked then writes them, on the second core, while the parent solves
 the baselines and writes the report. The child sends back `Staged` as JSON over a pipe (no pickle, no code run on
 loading) and the log records it made, which the parent logs as its own (status.json keeps its warnings). A child
 that cannot start, dies or fails otherwise costs only the time: the parent writes the artifacts itself; a child's
@@ -28,6 +29,11 @@ from compiler.ir.errors import BadInput, UnsupportedModel
 log = logging.getLogger(__name__)
 
 _ERRORS = {"UnsupportedModel": UnsupportedModel, "BadInput": BadInput}
+
+
+#: Seconds the parent waits for the child's answer before it stops it and writes the artifacts itself: a child that
+#: hangs (a fork's inherited state gone wrong) costs time, never the compile.
+CHILD_LIMIT_S = 900.0
 
 
 class Artifacts:
@@ -80,7 +86,9 @@ class Artifacts:
     def _received(self) -> Staged | None:
         message = None
         try:
-            while message is None and (self.receive.poll(1.0) or self.child.is_alive()):
+            waited = 0.0
+            while message is None and (self.receive.poll(1.0) or self.child.is_alive()) and waited < CHILD_LIMIT_S:
+                waited += 1.0
                 if self.receive.poll(0):
                     message = json.loads(self.receive.recv_bytes())
         except (EOFError, OSError):
