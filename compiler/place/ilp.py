@@ -563,12 +563,14 @@ def _solution(model: PlacementModel, run: Run, proven: bool, first: tuple[float,
     cost = run(model.cost) if model.cost is not None else None
     served = {}
     for o in model.opts:
+        if not replicas[o.key]:
+            continue  # the solver's tolerance may leave a trickle on an option with no replica: not traffic
         for c in model.inst.classes:
             if (c.name, o.key) in model.open:
                 rate = _clean(run(model.flow(c.name, o.key)))
                 if rate:
                     served[(c.name, o.key)] = rate
-    flows = ((k, _clean(run(v))) for k, v in model.f.items())
+    flows = ((k, _clean(run(v))) for k, v in model.f.items() if replicas[k[1]])
     return Solution(
         status="optimal" if proven else "feasible", objective=Objective(objective, *first),
         replicas=tuple(sorted((k, n) for k, n in replicas.items() if n)),
