@@ -496,7 +496,9 @@ def _solve_model(model: PlacementModel, objective: str, deadline: float):
     value and bound)."""
     stages, solved = _stages(model, objective, deadline)
     if model.moved is not None:  # the fewest moves right after the objective ([Note] in `compiler.place.moves`)
-        stages = stages[:1] + [(model.moved, "min")] + stages[1:]
+        # with a slack, the objective again at those moves: the best of the placements that move least, not the
+        # cheapest of those within the slack
+        stages = stages[:1] + [(model.moved, "min")] + (stages[:1] if model.slack else []) + stages[1:]
     proven, first, run = True, (0.0, 0.0), None
     for i, (expr, sense) in enumerate(stages):
         if i == 0 and solved is not None:
@@ -564,11 +566,11 @@ def _solution(model: PlacementModel, run: Run, proven: bool, first: tuple[float,
     served = {}
     for o in model.opts:
         for c in model.inst.classes:
-            if (c.name, o.key) in model.open:
+            if (c.name, o.key) in model.open and replicas[o.key]:  # a flow on no replica is the solver's tolerance
                 rate = _clean(run(model.flow(c.name, o.key)))
                 if rate:
                     served[(c.name, o.key)] = rate
-    flows = ((k, _clean(run(v))) for k, v in model.f.items())
+    flows = ((k, _clean(run(v))) for k, v in model.f.items() if replicas[k[1]])
     return Solution(
         status="optimal" if proven else "feasible", objective=Objective(objective, *first),
         replicas=tuple(sorted((k, n) for k, n in replicas.items() if n)),
