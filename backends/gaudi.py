@@ -22,6 +22,14 @@ GAUDI3_PAPER = ("https://www.intel.com/content/www/us/en/content-details/817486/
                 "intel-gaudi-3-ai-accelerator-white-paper.html")
 GAUDI_NETWORK = "https://docs.habana.ai/en/latest/Management_and_Monitoring/Network_Configuration/index.html"
 ACCEL_TABLE = "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md"
+# What the runtime reports as the card's memory: hl-smi prints 98304 MiB for the Gaudi 2 (HL-225) and 131072 MiB for
+# the Gaudi 3 (HL-325L), i.e. 96 and 128 GiB (103.1 and 137.4 GB); the white papers' "96 GB" and "128 GB" are those
+# binary sizes ([Note: KV memory] in cost_models/serving.py).
+HL_SMI_GAUDI2 = ("https://github.com/vdwarakn/scripts-and-utils/blob/09b2cfa7752b4ed1bcd258e490d2dc983c5a5c7b/gaudi/"
+                 "README.md (hl-smi 1.21.1 on 8x HL-225: 98304MiB each)")
+HL_SMI_GAUDI3 = ("https://github.com/ibm-cloud-docs/openshift/blob/e8eca99b34681055b93eb9fd4bea938238fcd759/"
+                 "openshift_app_deploy.md (hl-smi 1.21.0 on 8x HL-325L: 131072MiB each)")
+GIB = 1 << 30
 NETWORK_TABLE = "https://github.com/stas00/ml-engineering/blob/master/network/README.md"
 
 # [Note: product node labels] The Intel Gaudi base operator's feature discovery labels nodes
@@ -42,8 +50,8 @@ def _gaudi(id: str, product: str, tflops: dict[str, float], hbm: tuple[float, fl
     """One OAM chip with 24 RoCE ports of `port_gbit_per_s`: 21 scale up, 3 scale out.
 
     `tflops` are dense TFLOPS; `hbm` is (bytes, bytes/s); `src` gives ``flops``,
-    ``memory``, ``tdp_w``, ``devices_per_node``, ``scale_up`` and ``scale_out``
-    sources.
+    ``memory`` (bandwidth), ``capacity``, ``tdp_w``, ``devices_per_node``, ``scale_up``
+    and ``scale_out`` sources.
     """
     capacity_bytes, bw_bytes_per_s = hbm
     return DeviceSpec(
@@ -61,7 +69,7 @@ def _gaudi(id: str, product: str, tflops: dict[str, float], hbm: tuple[float, fl
         k8s_node_labels=(("habana.ai/product.name", PRODUCT_NAME[id]),), dra_device_class="gaudi.intel.com",
         sources=tuple(sorted({
             **{f"peak_flops_per_s.{k}": src["flops"] for k in tflops},
-            "memory.hbm.capacity_bytes": src["memory"], "memory.hbm.bw_bytes_per_s": src["memory"],
+            "memory.hbm.capacity_bytes": src["capacity"], "memory.hbm.bw_bytes_per_s": src["memory"],
             "tdp_w": src["tdp_w"], "idle_w": IDLE, "devices_per_node": src["devices_per_node"],
             "scale_up.bw_bytes_per_s": src["scale_up"], "scale_up.latency_s": ROCE_SCALE_UP_LATENCY,
             "scale_out.bw_bytes_per_s": src["scale_out"], "scale_out.latency_s": ROCE_LATENCY,
@@ -80,15 +88,17 @@ class GaudiBackend(Backend):
     )
     # Wall power: the HGX host share ([Note: node power shares]); Gaudi's NICs are on the chip, so an upper bound.
     devices = tuple(hgx_node(d) for d in (
-        _gaudi("intel-gaudi2", "Gaudi 2 (HL-225, OAM, 96GB HBM2E)", {"bf16": 432, "fp8": 865}, (96e9, 2.46e12), 600,
-               100, {"flops": GAUDI2_PAPER + " (MME rates)", "memory": GAUDI2_PAPER, "tdp_w": GAUDI2_PAPER,
-                     "devices_per_node": GAUDI2_PAPER,
-                     "scale_up": NETWORK_TABLE + " (21x100GbE = 262.5 GB/s per direction)",
-                     "scale_out": NETWORK_TABLE + " (3x100GbE = 300 Gb/s)"}),
+        _gaudi("intel-gaudi2", "Gaudi 2 (HL-225, OAM, 96GB HBM2E)", {"bf16": 432, "fp8": 865}, (96 * GIB, 2.46e12),
+               600, 100, {"flops": GAUDI2_PAPER + " (MME rates)", "memory": GAUDI2_PAPER, "tdp_w": GAUDI2_PAPER,
+                          "capacity": HL_SMI_GAUDI2 + "; " + GAUDI2_PAPER + " (96 GB)",
+                          "devices_per_node": GAUDI2_PAPER,
+                          "scale_up": NETWORK_TABLE + " (21x100GbE = 262.5 GB/s per direction)",
+                          "scale_out": NETWORK_TABLE + " (3x100GbE = 300 Gb/s)"}),
         _gaudi("intel-gaudi3", "Gaudi 3 (HL-325L, OAM air-cooled, 128GB HBM2e)", {"bf16": 1677, "fp8": 1677},
-               (128e9, 3.67e12), 900, 200,
+               (128 * GIB, 3.67e12), 900, 200,
                {"flops": ACCEL_TABLE + " (1,677 at the shipped 1,600 MHz MME clock; white paper 1,835 at 1,750 MHz)",
-                "memory": GAUDI3_PAPER, "tdp_w": GAUDI3_PAPER + " (air-cooled OAM; 1,200 W liquid-cooled)",
+                "memory": GAUDI3_PAPER, "capacity": HL_SMI_GAUDI3 + "; " + GAUDI3_PAPER + " (128 GB)",
+                "tdp_w": GAUDI3_PAPER + " (air-cooled OAM; 1,200 W liquid-cooled)",
                 "devices_per_node": GAUDI_NETWORK,
                 "scale_up": GAUDI_NETWORK + " (21x200GbE = 525 GB/s per direction)",
                 "scale_out": GAUDI_NETWORK + " (3x200GbE = 600 Gb/s)"}),

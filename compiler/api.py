@@ -233,12 +233,13 @@ class Frontier:
 
     title: str
     points: list[dict]
+    objective: str = "tokens-per-watt"  # what each point maximises
 
     def plot(self, path: str | os.PathLike) -> Path:
-        """Draw the frontier as a PNG (matplotlib)."""
+        """Draw the frontier as a PNG (matplotlib): the non-dominated points of each curve."""
         from compiler.emit.report.plots import plot_frontier
 
-        plot_frontier(self.points, Path(path), self.title, None)
+        plot_frontier(self.points, Path(path), self.title, self.objective)
         return Path(path)
 
 
@@ -255,7 +256,7 @@ def pareto(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, 
                          time_limit_s=time_limit_s, progress=progress,
                          **({"power_budget_w": budget} if budget is not None else {}))
     title, rows = _title_and_rows(result)
-    return Frontier(title, list(rows))
+    return Frontier(title, list(rows), getattr(result, "objective", "tokens-per-watt"))
 
 
 def _title_and_rows(result: Any) -> tuple[str, list[dict]]:
@@ -266,15 +267,16 @@ def _title_and_rows(result: Any) -> tuple[str, list[dict]]:
 
 
 def report_frontier(inputs: CompileInputs, points: int, compilation: Compilation | None = None
-                    ) -> tuple[list[dict] | None, str, str | None]:
-    """(rows, title, note) of the frontier the report draws: `points` TPOT targets of `compiler.driver.pareto`
-    (None and a note saying why when skipped or infeasible). With the `compilation` the plan came from, its
-    costed options and fleets are swept (no second trace or costing)."""
+                    ) -> tuple[list[dict] | None, str, str | None, str]:
+    """(rows, title, note, objective) of the frontier the report draws: `points` TPOT targets of
+    `compiler.driver.pareto` (None and a note saying why when skipped or infeasible), each maximising `objective`
+    (the plan's own where the frontier can). With the `compilation` the plan came from, its costed options and
+    fleets are swept (no second trace or costing)."""
     from compiler.driver import PARETO_OBJECTIVES, frontier, pareto as pareto_pass
     from compiler.ir.errors import Infeasible
 
     if points <= 0:
-        return None, "", "Not computed (--report-points 0); `gimletc pareto` draws it."
+        return None, "", "Not computed (--report-points 0); `gimletc pareto` draws it.", ""
     limit = min(inputs.time_limit_s, REPORT_SOLVE_LIMIT_S)
     try:
         with repeat_warnings_muted():
@@ -287,9 +289,9 @@ def report_frontier(inputs: CompileInputs, points: int, compilation: Compilation
                 result = pareto_pass(inputs.model, inputs.cluster, inputs.workload, precision=inputs.precision(),
                                      points=points, time_limit_s=limit, **inputs.budgets())
     except Infeasible as e:
-        return None, "", f"No frontier: {e}"
+        return None, "", f"No frontier: {e}", ""
     title, rows = _title_and_rows(result)
-    return rows, title, None
+    return rows, title, None, getattr(result, "objective", "tokens-per-watt")
 
 
 def _strongest(compilation: Compilation) -> tuple[str, ...]:
@@ -313,11 +315,12 @@ def write_report(document: PlanDocument, out: str | os.PathLike, *, graph: Block
     folder = Path(out) / REPORT_DIR
     if inputs is not None:
         (progress or (lambda _m: None))(f"report: the frontier at {points} TPOT targets")
-        rows, title, note = report_frontier(inputs, points, compilation)
+        rows, title, note, objective = report_frontier(inputs, points, compilation)
     else:
-        rows, title, note = None, "", "Not computed: the plan's compile inputs are unknown."
+        rows, title, note, objective = None, "", "Not computed: the plan's compile inputs are unknown.", ""
     graph = graph if graph is not None else block_graph(inputs.model if inputs else document.model)
-    report = build_report(document, graph, frontier=rows, frontier_title=title, frontier_note=note)
+    report = build_report(document, graph, frontier=rows, frontier_title=title, frontier_note=note,
+                          frontier_objective=objective or "tokens-per-watt")
     files = write_files(report, folder)
     if inputs is not None:
         atomic_write_text(folder / INPUTS_FILE, inputs.to_json())

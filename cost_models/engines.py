@@ -24,10 +24,12 @@ where it came from in `provenance`.
 8192
 >>> engine("vllm", "0.12.0").overlap
 False
+>>> engine("optimum-habana").kv_memory_fraction
+1.0
 >>> engine("tgi")
 Traceback (most recent call last):
 ...
-ValueError: unknown serving engine 'tgi'; use one of generic, sglang, trtllm, vllm
+ValueError: unknown serving engine 'tgi'; use one of generic, optimum-habana, sglang, trtllm, vllm
 """
 
 from __future__ import annotations
@@ -56,8 +58,18 @@ TRTLLM_MIXING = ("https://nvidia.github.io/TensorRT-LLM/features/paged-attention
 SGLANG_MIXING = ("https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py "
                  "(enable_mixed_chunk: bool = False; managers/scheduler.py get_next_batch_to_run prefers a new "
                  "prefill batch to the running decode batch)")
-SWEEP_FIT = ("fitted by `tools/fidelity_sweeps.py --fit` on ../shared/reference/serving_sweeps.csv "
-             "(aiconfigurator silicon_sample.csv, agg mode): {rows}")
+#: The KV cache's share of the memory that weights and the runtime reserve leave, for engines that size their cache from
+#: the free memory: vLLM's gpu_memory_utilization and TensorRT-LLM's kv_cache_free_gpu_mem_fraction both default to 0.9.
+KV_MEMORY_FRACTION = 0.9
+KV_MEMORY_SOURCE = ("vLLM's gpu_memory_utilization and TensorRT-LLM's kv_cache_free_gpu_mem_fraction both default to 0.9 "
+                    "(the engines' documented defaults; [Note: KV memory] in cost_models/serving.py)")
+OPTIMUM_HABANA_KV = ("https://github.com/huggingface/optimum-habana/blob/1d8504c6c7666a19d71968dba50976dceaf7c6b6/optimum/"
+                     "habana/transformers/generation/utils.py#L1635-L1643 (with reuse_cache the KV cache is allocated for "
+                     "the batch x (input + max_new_tokens) tokens, calculated_max_length) and models/llama/"
+                     "modeling_llama.py#L528-L533 (cache_shape = (batch_size, kv_heads, max_seq_len, head_dim)): exactly "
+                     "what the static batch needs, no share of free memory held back")
+SWEEP_FIT = ("fitted by `tools/fidelity_sweeps.py --fit` on aiconfigurator's measured serving sweeps "
+             "(systems/silicon_sample.csv of aiconfigurator-core 0.12.0 on PyPI, agg mode): {rows}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +86,7 @@ class Engine:
     admission_fraction: float = 0.0  # closed loop only: share of the time between completions a new request waits
     prefill_budget_tokens: int = 8192  # tokens one step may carry (decodes and prefill chunks together)
     max_batch: int = 2048  # sequences one replica schedules at once
+    kv_memory_fraction: float = KV_MEMORY_FRACTION  # KV cache's share of the memory weights and reserve leave
     overlap: bool = False  # the host prepares step n+1 while the device runs step n ([Note: overlap scheduling])
     mixes_prefill: bool = True  # prompt work shares steps with running decodes ([Note: waves], `wave_share`)
     # Set only by an engine record (`gimletc calibrate --engine`): its kernels' efficiencies as measured on the
@@ -166,6 +179,7 @@ def _fitted(name: str, budget_source: str, overlap_source: str, mixing_source: s
     sources["prefill_budget_tokens"] = budget_source
     sources["overlap"] = overlap_source
     sources["mixes_prefill"] = mixing_source
+    sources["kv_memory_fraction"] = KV_MEMORY_SOURCE
     if mixes_prefill:
         own = {**own, "sync_fraction": MIXED_WAVE_SHARE}
         sources["sync_fraction"] = _MIXED_WAVE_SOURCE
@@ -175,9 +189,17 @@ def _fitted(name: str, budget_source: str, overlap_source: str, mixing_source: s
 
 ENGINES: dict[str, Engine] = {
     "generic": Engine("generic", provenance=(
-        ("step_overhead_s", "the device family's derate (cost_models/derates.py)"),
+        ("kv_memory_fraction", KV_MEMORY_SOURCE), ("step_overhead_s", "the device family's derate (cost_models/derates.py)"),
         ("seq_overhead_s", _GENERIC_SOURCE), ("request_overhead_s", _GENERIC_SOURCE), ("overlap", _GENERIC_SOURCE),
         ("prefill_budget_tokens", "the default all three measured engines share: " + TRTLLM_DEFAULTS))),
+    # Intel's Gaudi model-performance tables (cost_models/data/measurements_gaudi.csv): static batches through
+    # optimum-habana's text-generation example. Its scheduling costs are the Gaudi family's (fitted on those rows);
+    # what it adds is its memory rule: a static KV cache of exactly the batch's tokens ([Note: KV memory]).
+    "optimum-habana": Engine("optimum-habana", kv_memory_fraction=1.0, mixes_prefill=False, provenance=(
+        ("kv_memory_fraction", OPTIMUM_HABANA_KV),
+        ("step_overhead_s", "the device family's derate (cost_models/derates.py, fitted on the Gaudi tables)"),
+        ("prefill_budget_tokens", "not modelled: optimum-habana prefills a static batch in one pass; the budget is "
+                                  "the generic default"))),
     "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1141,
                       admission_fraction=0.01),
     "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.0317,

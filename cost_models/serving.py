@@ -27,12 +27,13 @@ from compiler.ir.device_spec import DeviceSpec
 from compiler.ir.precision import Precision
 from cost_models.comm import all_to_all_s, allreduce_s, p2p_s
 from cost_models.derates import Derate
-from cost_models.engines import GENERIC, Engine
+from cost_models.engines import GENERIC, KV_MEMORY_FRACTION, Engine
 from cost_models.roofline import BlockTime, TierSplit, block_time, step_block_time
 
-#: Share of the memory left after weights and runtime reserve that the KV cache takes
-#: (TensorRT-LLM's kv_cache_free_gpu_mem_fraction and vLLM's gpu_memory_utilization both default to 0.9).
-KV_FREE_FRACTION = 0.9
+#: Share of the memory left after weights and runtime reserve that the KV cache takes, for an engine that sizes its
+#: cache from free memory (TensorRT-LLM's kv_cache_free_gpu_mem_fraction and vLLM's gpu_memory_utilization both
+#: default to 0.9); each engine's own is `Engine.kv_memory_fraction` ([Note: KV memory]).
+KV_FREE_FRACTION = KV_MEMORY_FRACTION
 #: Memory a runtime keeps for its context, workspace and activations, as a share of capacity (assumption).
 RUNTIME_RESERVE_FRACTION = 0.02
 #: Tokens per KV page in a paged cache (vLLM's default block size).
@@ -115,6 +116,14 @@ def memory_plan(graph: BlockGraph, dep: Deployment, kv_bytes_hint: float = 0.0,
     devices of a replica. KV fills the fastest tier's room left after weights,
     then slower tiers; `kv_bytes_hint` (per device) decides the KV tier split.
     A tier that does not serve (`MemoryTier.serves`) holds neither.
+
+    [Note: KV memory] What the KV cache may take is the engine's rule, not the
+    device's: engines that size a paged cache from free memory (vLLM, SGLang,
+    TensorRT-LLM) give it a share of what weights and the runtime reserve leave
+    (0.9 by default, `KV_FREE_FRACTION`); optimum-habana's static generation
+    allocates exactly batch x (input + output) tokens and holds nothing back.
+    `Engine.kv_memory_fraction` carries the rule; the device's capacity is what
+    its runtime reports (the Gaudi cards' hl-smi totals are 96 and 128 GiB).
     """
     if roles is None:
         weights = graph.weight_bytes(dep.precision) / dep.group
@@ -128,7 +137,7 @@ def memory_plan(graph: BlockGraph, dep: Deployment, kv_bytes_hint: float = 0.0,
         used = min(left, cap)
         if used > 0:
             w_frac.append((tier.name, used / weights))
-        room.append((tier.name, KV_FREE_FRACTION * (cap - used)))
+        room.append((tier.name, dep.engine.kv_memory_fraction * (cap - used)))
         left -= used
     kv_left = kv_bytes_hint
     kv_frac = []
@@ -140,7 +149,7 @@ def memory_plan(graph: BlockGraph, dep: Deployment, kv_bytes_hint: float = 0.0,
             kv_frac.append((name, used / kv_bytes_hint))
         kv_left -= used
     kv_tiers = TierSplit(tuple(kv_frac) or ((dep.device.memory[0].name, 1.0),))
-    kv_capacity = KV_FREE_FRACTION * (usable - weights) if left <= 0 else -left
+    kv_capacity = dep.engine.kv_memory_fraction * (usable - weights) if left <= 0 else -left
     return MemoryPlan(weights, usable, kv_capacity, TierSplit(tuple(w_frac)), kv_tiers)
 
 

@@ -6,7 +6,8 @@ Runs `gimletc estimate` (in-process, one BlockGraph per model) on every row of
 and prints per-row predicted vs measured, the absolute percentage error (APE), and
 the median APE overall and per device family.
 
-    .venv/bin/python tools/fidelity.py [--csv PATH ...] [--family F ...] [--fit] [--loo] [--before-after] [--json]
+    .venv/bin/python tools/fidelity.py [--csv PATH ...] [--family F ...] [--fit] [--loo] [--held-out] [--jobs N]
+                                       [--markdown docs/fidelity-published.md] [--before-after] [--json]
     .venv/bin/python tools/fidelity.py --answered [--csv PATH ...]
 
 ``--answered`` counts the rows ``gimletc estimate`` answers and the ones it refuses (with why), over the
@@ -15,7 +16,7 @@ CLI runs it (`compiler.driver.estimate`; `answered` is the function, `tools/fide
 count on its file).
 
 ``--fit`` searches each family's derate (compute_eff, mem_eff,
-block_overhead_s, step_overhead_s) within physically plausible bounds
+block_overhead_s, step_overhead_s; `FITTED_FIELDS` where the rows pin down fewer) within physically plausible bounds
 (`_params`) with the shared derate fitter (`compiler.calibrate.fit`, see
 [Note: derate fit]) to minimise that family's median APE plus 5% of its worst
 row (plus a weak pull towards the generic prior, so fields the rows do not
@@ -26,6 +27,17 @@ family (leave-one-out); a family with no other row falls back to the generic pri
 DERATES on every row, the leave-one-out median APE on the shared file's rows
 alone (before the new data) and on all rows (after), and the in-sample median
 APE of the new fit, with the worst held-out rows.
+
+``--loo`` also reports leave-one-out per device id (rows, median APE and signed error, worst rows); ``--held-out``
+predicts cost_models/data/heldout/ (published rows no fit sees) with each family's derate fitted on the fitting
+rows alone: the fitter refuses a held-out row, and in a leave-one-out fold the row it predicts
+(`refuse_held_out`). ``--jobs N`` fits N folds at once; ``--markdown PATH`` writes both as tables
+(docs/fidelity-published.md).
+
+A row measured under an engine release other than the one its family's derate is fitted at runs at that release's
+published speed (`cost_models.derates.release_speed`, [Note: engine releases]; never read from the row's own
+number); a row with a ``drafter`` decodes speculatively (`cost_models.speculative`, `speculative`); a row whose
+``engine`` is optimum-habana or SGLang runs as that engine (`engine_of`).
 
 Rows with ``batch=max`` use the static-batch mode at the largest batch that fits
 memory (`--batch max`); rows with ``concurrency`` use the closed-loop mode
@@ -38,6 +50,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import statistics
 import sys
 from dataclasses import replace
@@ -50,8 +63,13 @@ sys.path.insert(0, str(REPO))
 SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.is_dir()), REPO.parent / "shared")
 DEFAULT_CSV = SHARED / "reference" / "measurements.csv"
 DATA_DIR = REPO / "cost_models" / "data"
+HELDOUT_DIR = DATA_DIR / "heldout"
 #: What the fit varies; the other `Derate` fields keep their values.
 FITTED = ("compute_eff", "mem_eff", "block_overhead_s", "step_overhead_s")
+#: Families whose rows pin down only some of `FITTED`: every Cerebras row is one user decoding (batch 1), bound by the
+#: per-layer and per-step costs, so its compute_eff and mem_eff are not identifiable (a fit moves them to a bound at
+#: no gain) and stay at the family's assumed values in cost_models/derates.py, where they are `unpinned`.
+FITTED_FIELDS = {"cerebras": ("block_overhead_s", "step_overhead_s")}
 #: Loss (percentage points of median APE) per e-fold a fitted field moves away from the generic prior: a tie-break.
 PRIOR_PULL_PCT = 0.1
 
@@ -78,7 +96,49 @@ def load_rows(paths: list[Path]) -> list[dict]:
     return rows
 
 
-def predict(row: dict, graphs: dict, derates: dict | None = None) -> float:
+#: The engines of cost_models.engines a measurement row's ``engine`` column names (by its first word); any other stack
+#: runs as ``generic`` (the family's own overheads and the usual KV share of free memory). vLLM rows stay generic: the
+#: vllm engine's overheads were fitted on Hopper sweeps, and the AMD family's derate is fitted on its vLLM rows.
+ROW_ENGINES = {"optimum-habana": "optimum-habana", "sglang": "sglang"}
+
+
+def engine_of(row: dict) -> str:
+    """The `cost_models.engines` engine that ran a measurement row: optimum-habana's rows keep its memory rule
+    ([Note: KV memory] in cost_models/serving.py); every other row runs as ``generic``."""
+    words = row.get("engine", "").split()
+    return ROW_ENGINES.get(words[0].lower() if words else "", "generic")
+
+
+def engine_release(row: dict) -> tuple[str, str | None]:
+    """The serving engine a measurement row names and its version where the row states one: ("vllm", "0.10.2") for
+    "vLLM 0.10.2 (rocm/vllm:...)", ("vllm", None) where the version is not stated ([Note: engine releases] in
+    cost_models/derates.py)."""
+    found = re.search(r"\bvLLM\s+(\d+(?:\.\d+)+)", row.get("engine", ""))
+    if found:
+        return "vllm", found[1]
+    return ("vllm" if "vllm" in row.get("engine", "").lower() else engine_of(row)), None
+
+
+def row_derate(row: dict, dep, derates: dict | None = None, exclude: frozenset[str] = frozenset()):
+    """The derate `row` runs at: its family's (fitted, from `derates`, where given), at the speed of the engine
+    release it was measured under (`cost_models.derates.release_speed`, never from a pair of numbers that includes
+    the row itself or a row of `exclude`)."""
+    from cost_models.derates import release_speed
+
+    family = dep.device.family
+    derate = derates[family] if derates and family in derates else dep.derate
+    speed = release_speed(family, *engine_release(row), exclude=exclude | {row["id"]})
+    if speed == 1.0:
+        return derate
+    return replace(derate, compute_eff=derate.compute_eff * speed, mem_eff=derate.mem_eff * speed,
+                   fp8_compute_eff=None if derate.fp8_compute_eff is None else derate.fp8_compute_eff * speed,
+                   provenance=f"{derate.provenance}; x{speed:.3f} kernel speed of {row['engine']}")
+
+
+def predict(row: dict, graphs: dict, derates: dict | None = None, exclude: frozenset[str] = frozenset()) -> float:
+    """`row`'s metric as `gimletc estimate` predicts it, with the family's derate from `derates` where given, at its
+    engine release's speed (`row_derate`); a row that decodes speculatively (``drafter``) through the speculative
+    model (`speculative`)."""
     from compiler.cost.deployment import deployment
     from compiler.cost.estimate import estimate
     from compiler.driver import block_graph
@@ -88,14 +148,47 @@ def predict(row: dict, graphs: dict, derates: dict | None = None) -> float:
     model = row["model"]
     if model not in graphs:
         graphs[model] = block_graph(model)
-    dep = deployment(row["device"], int(row["count"]), int(row["tp"]), int(row["pp"]), Precision.of(row["dtype"]))
-    if derates and dep.device.family in derates:
-        dep = replace(dep, derate=derates[dep.device.family])
+    dep = deployment(row["device"], int(row["count"]), int(row["tp"]), int(row["pp"]), Precision.of(row["dtype"]),
+                     engine_of(row))
+    dep = replace(dep, derate=row_derate(row, dep, derates, exclude))
     concurrency = row.get("concurrency") or None
     r = estimate(graphs[model], dep, input_len=int(row["input_len"]), output_len=int(row["output_len"]),
                  batch=None if concurrency else batch(row["batch"]),
                  concurrency=int(concurrency) if concurrency else None)
+    if row.get("drafter"):
+        return speculative(row, graphs, dep, r)
     return float(getattr(r, row["metric"]))
+
+
+def speculative(row: dict, graphs: dict, dep, plain) -> float:
+    """`row`'s metric when it decodes speculatively: the drafter (``drafter``, a preset) drafts ``draft_tokens``
+    per round with per-token acceptance ``acceptance`` (`cost_models.speculative`, Leviathan et al. 2023) on the
+    target's own devices at the target's parallelism (fused drafting: no transfer between them); TTFT adds the
+    drafter's prefill of the prompt to the plain estimate's (`plain`)."""
+    from compiler.cost.deployment import deployment
+    from compiler.driver import block_graph
+    from compiler.ir.precision import Precision
+    from cost_models.serving import prefill_time
+    from cost_models.speculative import Drafting, speculative_round
+
+    drafter = row["drafter"]
+    if drafter not in graphs:
+        graphs[drafter] = block_graph(drafter)
+    drafter_dep = replace(deployment(row["device"], int(row["count"]), int(row["tp"]), int(row["pp"]),
+                                     Precision.of(row["dtype"]), engine_of(row)), derate=dep.derate)
+    drafting = Drafting(graphs[drafter], drafter_dep, float(row["acceptance"]), int(row["draft_tokens"]),
+                        link_bw_bytes_per_s=math.inf, link_latency_s=0.0)
+    batch = int(row.get("concurrency") or row["batch"])
+    input_len, output_len = int(row["input_len"]), int(row["output_len"])
+    tpot_s = speculative_round(graphs[row["model"]], dep, drafting, batch, input_len + output_len / 2, input_len,
+                               output_len).tpot_s
+    ttft_s = plain.ttft_ms / 1e3 + prefill_time(graphs[drafter], drafter_dep, batch, input_len).time_s
+    values = {"tpot_ms": tpot_s * 1e3, "ttft_ms": ttft_s * 1e3, "tokens_per_s_per_user": 1.0 / tpot_s,
+              "output_tokens_per_s": batch * dep.replicas * output_len / (ttft_s + (output_len - 1) * tpot_s)}
+    if row["metric"] not in values:
+        raise ValueError(f"{row['id']}: metric {row['metric']} is not predicted for a speculative row; "
+                         f"use one of {', '.join(values)}")
+    return values[row["metric"]]
 
 
 SWEEPS_CSV = SHARED / "reference" / "serving_sweeps.csv"
@@ -123,7 +216,7 @@ def estimate_args(row: dict) -> dict:
         return dict(shape, count=tp, tp=tp, batch=None, concurrency=clients(row), engine=ENGINE_OF[row["backend"]])
     concurrency = row.get("concurrency") or None
     return dict(shape, count=int(row["count"]), tp=int(row["tp"]), batch=None if concurrency else batch(row["batch"]),
-                concurrency=int(concurrency) if concurrency else None)
+                concurrency=int(concurrency) if concurrency else None, engine=engine_of(row))
 
 
 def answered(rows: list[dict], graphs: dict) -> list[str]:
@@ -157,12 +250,15 @@ def print_answered(rows: list[dict], graphs: dict) -> None:
             print(f"  refused {row['id'][:60]:60s} {why}")
 
 
-def evaluate_rows(rows: list[dict], graphs: dict, derates: dict | None = None) -> list[dict]:
+def evaluate_rows(rows: list[dict], graphs: dict, derates: dict | None = None,
+                  exclude: frozenset[str] = frozenset()) -> list[dict]:
+    """Each row predicted (`predict`) against its measured value; `exclude`: rows being predicted by a fit that
+    must not see them (no release speed is read from their numbers)."""
     out = []
     for row in rows:
         measured = float(row["value"])
         try:
-            predicted = predict(row, graphs, derates)
+            predicted = predict(row, graphs, derates, exclude)
             ape = abs(predicted - measured) / measured * 100
             error = ""
         except Exception as e:  # report the row, keep going
@@ -171,7 +267,8 @@ def evaluate_rows(rows: list[dict], graphs: dict, derates: dict | None = None) -
                     "family": _family(row["device"]), "count": row["count"], "dtype": row["dtype"],
                     "batch": row.get("concurrency") and f"c{row['concurrency']}" or row["batch"],
                     "in": row["input_len"], "out": row["output_len"], "metric": row["metric"],
-                    "measured": measured, "predicted": predicted, "ape_pct": ape, "error": error})
+                    "measured": measured, "predicted": predicted, "ape_pct": ape,
+                    "err_pct": (predicted - measured) / measured * 100, "error": error})
     return out
 
 
@@ -183,42 +280,89 @@ def medians(results: list[dict], key: str = "ape_pct") -> dict[str, float]:
     return out
 
 
-def fit_family(fam: str, fam_rows: list[dict], graphs: dict):
+def by_device(results: list[dict], key: str = "ape_pct") -> dict[str, dict]:
+    """Per device id: rows, and the median of `key` over the rows that have it."""
+    out = {}
+    for dev in sorted({r["device"] for r in results}):
+        vals = [r[key] for r in results if r["device"] == dev and r[key] == r[key]]
+        out[dev] = {"rows": len(vals), "median": statistics.median(vals) if vals else float("nan")}
+    return out
+
+
+def heldout_files() -> list[Path]:
+    """The held-out published measurements (cost_models/data/heldout/): scored, never fitted."""
+    return sorted(HELDOUT_DIR.glob("measurements_*.csv"))
+
+
+def held_out_ids() -> frozenset[str]:
+    return frozenset(r["id"] for r in load_rows(heldout_files()))
+
+
+def refuse_held_out(fitting: list[dict], predicting: frozenset[str] = frozenset()) -> None:
+    """The fitter refuses a row of the held-out set, and a row it is asked to predict (by id)."""
+    bad = {r["id"] for r in fitting} & (held_out_ids() | predicting)
+    if bad:
+        raise ValueError(f"the fitter refuses rows it is asked to predict or that are held out: {', '.join(sorted(bad))}"
+                         " (cost_models/data/heldout/ is scored, never fitted)")
+
+
+def fit_family(fam: str, fam_rows: list[dict], graphs: dict, predicting: frozenset[str] = frozenset()):
     """The derate of `fam` that best predicts `fam_rows`: median APE plus 5% of the worst row, plus a weak pull
     towards the generic prior (`PRIOR_PULL_PCT` per e-fold) so that a field the rows do not constrain (Cerebras'
     compute_eff when every row is an overhead-bound batch-1 decode) stays at the prior instead of wandering to a
-    bound. The start and the prior are the same for every fit, so a held-out row never shapes its own prediction."""
+    bound. The start and the prior are the same for every fit, so a held-out row never shapes its own prediction.
+    Refuses held-out rows and rows of `predicting` (`refuse_held_out`); nor does any release speed the fit uses
+    come from their numbers."""
     from compiler.calibrate.fit import fit_fields
     from cost_models.derates import DERATES, GENERIC
 
-    prior = replace(DERATES.get(fam, GENERIC), **{k: getattr(GENERIC, k) for k in FITTED})
+    refuse_held_out(fam_rows, predicting)
+    fields = FITTED_FIELDS.get(fam, FITTED)
+    prior = replace(DERATES.get(fam, GENERIC), **{k: getattr(GENERIC, k) for k in fields})
 
     def evaluate(candidate):
-        res = evaluate_rows(fam_rows, graphs, {fam: candidate})
+        res = evaluate_rows(fam_rows, graphs, {fam: candidate}, predicting)
         errs = [r["ape_pct"] for r in res if r["ape_pct"] == r["ape_pct"]]
-        pull = PRIOR_PULL_PCT * sum(abs(math.log(getattr(candidate, k) / getattr(prior, k))) for k in FITTED)
+        pull = PRIOR_PULL_PCT * sum(abs(math.log(getattr(candidate, k) / getattr(prior, k))) for k in fields)
         return (statistics.median(errs) + 0.05 * max(errs) + pull if errs else float("inf")), candidate
 
-    return fit_fields(evaluate, prior, _params(), grid_points=3, restarts=2)
+    return fit_fields(evaluate, prior, tuple(p for p in _params() if p.name in fields), grid_points=3, restarts=2)
 
 
-def fit(rows: list[dict], graphs: dict) -> dict:
+def fit(rows: list[dict], graphs: dict, predicting: frozenset[str] = frozenset()) -> dict:
     """A fitted derate per family present in `rows`."""
-    return {fam: fit_family(fam, [r for r in rows if _family(r["device"]) == fam], graphs)
+    return {fam: fit_family(fam, [r for r in rows if _family(r["device"]) == fam], graphs, predicting)
             for fam in sorted({_family(r["device"]) for r in rows})}
 
 
-def loo(rows: list[dict], graphs: dict) -> list[float]:
-    """Each row's APE predicted with the derate fitted on the other rows of its family."""
+def loo_one(rows: list[dict], i: int, graphs: dict) -> dict:
+    """Row `i` predicted with the derate fitted on the other rows of its family (the fit never sees the row, by
+    index or by id, nor a release speed read from its number)."""
     from cost_models.derates import GENERIC
 
-    out = []
-    for i, row in enumerate(rows):
-        fam = _family(row["device"])
-        others = [r for j, r in enumerate(rows) if j != i and _family(r["device"]) == fam]
-        derate = fit_family(fam, others, graphs) if others else GENERIC
-        out.append(evaluate_rows([row], graphs, {fam: derate})[0]["ape_pct"])
-    return out
+    row = rows[i]
+    fam = _family(row["device"])
+    held = frozenset({row["id"]})
+    others = [r for j, r in enumerate(rows) if j != i and r["id"] != row["id"] and _family(r["device"]) == fam]
+    derate = fit_family(fam, others, graphs, held) if others else GENERIC
+    return evaluate_rows([row], graphs, {fam: derate}, held)[0]
+
+
+def loo(rows: list[dict], graphs: dict) -> list[float]:
+    """Each row's leave-one-out APE (`loo_one`)."""
+    return [loo_one(rows, i, graphs)["ape_pct"] for i in range(len(rows))]
+
+
+def held_out(fitting: list[dict], held: list[dict], graphs: dict) -> list[dict]:
+    """The held-out rows predicted with each family's derate fitted on `fitting` alone (families without fitting rows
+    at the generic prior)."""
+    from cost_models.derates import GENERIC
+
+    ids = frozenset(r["id"] for r in held)
+    families = sorted({_family(r["device"]) for r in held})
+    derates = {fam: fit_family(fam, rows, graphs, ids) if rows else GENERIC
+               for fam in families for rows in [[r for r in fitting if _family(r["device"]) == fam]]}
+    return evaluate_rows(held, graphs, derates, ids)
 
 
 def before_after(shared: list[dict], new: list[dict], graphs: dict) -> dict:
@@ -287,6 +431,79 @@ def _print_before_after(report: dict) -> None:
         print("fitted " + _derate_line(fam, f["derate"]))
 
 
+def loo_rows(rows: list[dict], graphs: dict, jobs: int = 1) -> list[dict]:
+    """Every row's `loo_one`, with `jobs` folds fitted at once in forked processes."""
+    if jobs <= 1:
+        return [loo_one(rows, i, graphs) for i in range(len(rows))]
+    import multiprocessing
+
+    global _FORKED
+    _FORKED = (rows, graphs)
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        return pool.map(_forked_loo, range(len(rows)))
+
+
+_FORKED: tuple = ()
+
+
+def _forked_loo(i: int) -> dict:
+    return loo_one(*_FORKED[:1], i, _FORKED[1])
+
+
+def device_table(results: list[dict], key: str) -> list[dict]:
+    """Per device id: its family, rows, median APE of `key` and median signed error, worst rows."""
+    out = []
+    for dev in sorted({r["device"] for r in results}):
+        rows = [r for r in results if r["device"] == dev and r[key] == r[key]]
+        signed = "loo_err_pct" if key == "loo_ape_pct" else "err_pct"
+        worst = sorted(rows, key=lambda r: -r[key])[:3]
+        out.append({"device": dev, "family": _family(dev), "rows": len(rows),
+                    "median_ape_pct": statistics.median(r[key] for r in rows) if rows else float("nan"),
+                    "median_err_pct": statistics.median(r[signed] for r in rows) if rows else float("nan"),
+                    "worst": [(r["id"], round(r[key], 1)) for r in worst]})
+    return out
+
+
+#: Leave-one-out is reported per device where a device has at least this many rows; fewer, and its factors are
+#: moved by the plan's sensitivity instead (`cost_models.derates.Derate.assumed`).
+MIN_DEVICE_ROWS = 3
+
+
+def markdown(argv: list[str], loo_table: list[dict] | None, heldout: list[dict] | None) -> str:
+    """docs/fidelity-published.md: leave-one-out per non-NVIDIA device and the held-out set's predictions."""
+    def table(head: list[str], body: list[list[str]]) -> list[str]:
+        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
+
+    out = ["# Fidelity against published measurements, per device", "",
+           "Regenerate with one command:", "", "    .venv/bin/python tools/fidelity.py " + " ".join(argv), "",
+           "Every figure is `gimletc estimate` against a published number of ../shared/reference/measurements.csv and "
+           "cost_models/data/ (sources, conditions and assumptions in each row's `notes`; cost_models/data/README.md). "
+           "*APE* is the absolute percentage error, the signed *error* (predicted - measured) / measured. Each family's "
+           "derate (cost_models/derates.py) is fitted on its rows; rows measured under another engine release run at "
+           "that release's published speed ([Note: engine releases]); rows that decode speculatively through the "
+           "speculative model (their `drafter` columns).", ""]
+    if loo_table is not None:
+        out += ["## Leave one row out, per device", "",
+                "Each row predicted with its family's derate fitted on the family's other rows only (the fitter "
+                f"refuses the row it predicts). Devices with fewer than {MIN_DEVICE_ROWS} rows are listed but not "
+                "judged: their factors are assumed, and the plan's sensitivity moves them.", ""]
+        out += table(["device", "family", "rows", "median APE", "median error", "worst rows (APE %)", "judged"],
+                     [[t["device"], t["family"], str(t["rows"]), f"{t['median_ape_pct']:.1f}%",
+                       f"{t['median_err_pct']:+.1f}%", ", ".join(f"{i} {e}" for i, e in t["worst"]),
+                       "yes" if t["rows"] >= MIN_DEVICE_ROWS else "no (fewer rows)"] for t in loo_table]) + [""]
+    if heldout is not None:
+        out += ["## Held-out published rows", "",
+                "cost_models/data/heldout/: published rows no fit ever sees (`tools/fidelity.py` refuses them as "
+                "fitting rows). Each is predicted with its family's derate fitted on all the family's fitting rows.", ""]
+        out += table(["device", "rows", "median APE", "median error"],
+                     [[t["device"], str(t["rows"]), f"{t['median_ape_pct']:.1f}%", f"{t['median_err_pct']:+.1f}%"]
+                      for t in device_table(heldout, "ape_pct")]) + [""]
+        out += table(["id", "model", "device", "metric", "measured", "predicted", "error"],
+                     [[r["id"], r["model"], r["device"], r["metric"], f"{r['measured']:.4g}", f"{r['predicted']:.4g}",
+                       f"{r['err_pct']:+.1f}%"] for r in heldout]) + [""]
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--csv", type=Path, action="append",
@@ -295,10 +512,15 @@ def main() -> None:
     parser.add_argument("--fit", action="store_true", help="fit per-family derates on the rows")
     parser.add_argument("--loo", action="store_true",
                         help="leave-one-out: predict each row with derates fitted on the other rows of its family")
+    parser.add_argument("--held-out", action="store_true",
+                        help="predict cost_models/data/heldout/ with derates fitted on the fitting rows alone")
     parser.add_argument("--before-after", action="store_true",
                         help="committed derates, LOO on the shared file alone and on all rows, and the new fit")
     parser.add_argument("--answered", action="store_true",
                         help="count the rows `gimletc estimate` answers and refuses (with the sweeps file)")
+    parser.add_argument("--jobs", type=int, default=1, help="leave-one-out folds fitted at once (processes)")
+    parser.add_argument("--markdown", type=Path, metavar="PATH",
+                        help="with --loo and/or --held-out: write the per-device tables (docs/fidelity-published.md)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.answered:
@@ -319,21 +541,38 @@ def main() -> None:
     rows = shared + new
     derates = fit(rows, graphs) if args.fit else None
     results = evaluate_rows(rows, graphs, derates)
+    report: dict = {}
     if args.loo:
-        for r, held in zip(results, loo(rows, graphs)):
-            r["loo_ape_pct"] = held
+        for r, held in zip(results, loo_rows(rows, graphs, args.jobs)):
+            r["loo_ape_pct"], r["loo_err_pct"], r["loo_predicted"] = held["ape_pct"], held["err_pct"], held["predicted"]
+        report["loo_by_device"] = device_table(results, "loo_ape_pct")
+    if args.held_out:
+        held = keep(load_rows(heldout_files()))
+        report["held_out"] = held_out(rows, held, graphs)
+        report["held_out_by_device"] = device_table(report["held_out"], "ape_pct")
     summary = {"median_ape_pct": medians(results)}
     if args.loo:
         summary["loo_median_ape_pct"] = medians(results, "loo_ape_pct")
+    if args.markdown:
+        args.markdown.write_text(markdown(sys.argv[1:], report.get("loo_by_device"), report.get("held_out")))
     if args.json:
         fitted = {fam: {k: getattr(d, k) for k in FITTED} for fam, d in (derates or {}).items()}
-        print(json.dumps({"rows": results, **summary, "fitted": fitted}, indent=1))
+        print(json.dumps({"rows": results, **summary, "fitted": fitted, **report}, indent=1))
         return
     for fam, d in (derates or {}).items():
         print(_derate_line(fam, {k: getattr(d, k) for k in FITTED}))
     _print_rows(results)
     for key, values in summary.items():
         print(f"{key}: " + ", ".join(f"{k} {v:.1f}" for k, v in values.items()))
+    for t in report.get("loo_by_device", []):
+        print(f"loo {t['device']:22s} {t['rows']:3d} rows  median APE {t['median_ape_pct']:6.1f}%  "
+              f"error {t['median_err_pct']:+6.1f}%  worst " + ", ".join(f"{i} {e}%" for i, e in t["worst"]))
+    if "held_out" in report:
+        print("held-out rows (fitted on the fitting rows only):")
+        _print_rows(report["held_out"])
+        for t in report["held_out_by_device"]:
+            print(f"held-out {t['device']:22s} {t['rows']:3d} rows  median APE {t['median_ape_pct']:6.1f}%  "
+                  f"error {t['median_err_pct']:+6.1f}%")
 
 
 if __name__ == "__main__":

@@ -432,7 +432,7 @@ def main() -> None:
     for key in (["group"] if args.loo else []) + keys:
         report[f"leave_one_{key}_out"] = summary(held_out(rows, grid, HOLD_OUT[key], args.jobs))
     if args.markdown:
-        args.markdown.write_text(markdown(report, sys.argv[1:]))
+        args.markdown.write_text(markdown(report, sys.argv[1:]) + kept_below(args.markdown))
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
         return
@@ -462,6 +462,15 @@ def main() -> None:
 
 VIEWS = ("in_sample", *(f"leave_one_{k}_out" for k in HOLD_OUT))
 
+#: The line below which a --markdown file is written by hand: regenerating the tables keeps everything after it.
+HAND_WRITTEN = "<!-- Written by hand below this line: tools/fidelity_sweeps.py --markdown keeps it. -->"
+
+
+def kept_below(path: Path) -> str:
+    """What `path` holds from the `HAND_WRITTEN` line on (the line included), or just that line."""
+    old = path.read_text() if path.is_file() else ""
+    return old[old.index(HAND_WRITTEN):] if HAND_WRITTEN in old else "\n" + HAND_WRITTEN + "\n"
+
 
 def judge(report: dict, keys: list[str]) -> tuple[str, dict] | None:
     """The worst of the leave-one-model/device/engine-out views (TTFT plus TPOT median APE)."""
@@ -481,8 +490,8 @@ def markdown(report: dict, argv: list[str]) -> str:
 
     head = ["rows", "TTFT median APE", "TTFT median error", "TPOT median APE", "TPOT median error"]
     out = ["# Serving-model fidelity: predictions against measured serving sweeps", "",
-           "Regenerate with one command (about 30 minutes with `--jobs 4` on two shared cores: 36 kernel sets "
-           "costed per row, then 19 held-out fits):", "",
+           "Regenerate with one command (36 kernel sets costed per row, then 19 held-out fits: about 30 minutes on "
+           "two shared cores with `--jobs 4`, under an hour with `--jobs 1`):", "",
            "    .venv/bin/python tools/fidelity_sweeps.py " + " ".join(a for a in argv), "",
            "Every figure is the closed-loop serving model (`gimletc estimate --concurrency C`) against the 842 rows of "
            "../shared/reference/serving_sweeps.csv. *APE* is the absolute percentage error; the signed *error* is "

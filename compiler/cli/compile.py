@@ -72,25 +72,36 @@ def run(args: argparse.Namespace) -> int:
     clear(out, OUTPUTS)
     timings, wrote, kept = Timings(), [], set()
     started = time.perf_counter()
+    artifacts = []
 
     def placed(plan) -> None:  # [Note: plan first]
+        from compiler.emit.background import Artifacts
+
         atomic_write_text(out / "plan.json", plan.dumps())
         timings.marks["plan.json written"] = time.perf_counter() - started
         kept.add("plan.json")
+        # stage programs, shards, model/, ONNX: written while the baselines and the report are ([Note: artifacts in
+        # the background] in compiler/emit/background.py)
+        artifacts.append(Artifacts.start(plan, args.model, out, run_command.artifact_options(args)))
 
     with recorded(out, "compile", timings, wrote, OUTPUTS, keep=kept):
-        result = compile(args.model, args.cluster, args.workload, power_budget_w=args.power_budget,
-                         objective=args.objective, slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms,
-                         precision=options.precision_of(args), time_limit_s=args.time_limit,
-                         analyse=not args.no_sensitivity, cost_budget_per_hour=args.cost_budget,
-                         progress=progress_for(args), timings=timings, deployable=args.deployable, on_placed=placed)
-        with timings.step("write"):
-            from compiler.emit.artifacts import write_plan_dir  # plan.json, stage programs, shards, manifest
+        try:
+            result = compile(args.model, args.cluster, args.workload, power_budget_w=args.power_budget,
+                             objective=args.objective, slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms,
+                             precision=options.precision_of(args), time_limit_s=args.time_limit,
+                             analyse=not args.no_sensitivity, cost_budget_per_hour=args.cost_budget,
+                             progress=progress_for(args), timings=timings, deployable=args.deployable,
+                             on_placed=placed)
+            wrote += report.write(result.plan, result, args, out, timings, progress_for(args))  # reads no artifact
+            with timings.step("write"):
+                from compiler.emit.artifacts import finish_plan_dir  # plan.json and the manifest over the artifacts
 
-            final = write_plan_dir(result.plan, args.model, out, run_command.artifact_options(args))
-            wrote.append("plan.json")
-            wrote += _write(final, result.prepared, out, args.manifests)
-        wrote += report.write(final, result, args, out, timings, progress_for(args))
+                final = finish_plan_dir(result.plan, artifacts[0].result(result.plan), out)
+                wrote.append("plan.json")
+                wrote += _write(final, result.prepared, out, args.manifests)
+        finally:
+            for job in artifacts:
+                job.cancel()  # a no-op once its result is in; else the child stops before outputs are removed
         timings.marks["everything written"] = time.perf_counter() - started
     if args.json:
         sys.stdout.write(final.dumps())
@@ -115,7 +126,8 @@ def render(result, out: Path) -> None:
 
     plan, sol = result.plan, result.solution
     console = Console()
-    budget = f"{plan.power_budget_w / 1e3:.0f}kW budget" if plan.power_budget_w else "no power budget"
+    budget = f"{f'{plan.power_budget_w / 1e3:,.1f}'.removesuffix('.0')}kW budget" if plan.power_budget_w else \
+        "no power budget"  # 1.5kW, 200kW
     if plan.cost_budget_per_hour:
         budget += f", ${plan.cost_budget_per_hour:,.0f}/h budget"
     console.print(f"[bold]{plan.model}[/bold] on [bold]{plan.cluster}[/bold] ({budget}) for workload "

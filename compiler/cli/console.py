@@ -44,8 +44,10 @@ def progress_printer(enabled: bool) -> Callable[[str], None] | None:
 
 
 def progress_for(args: argparse.Namespace) -> Callable[[str], None] | None:
-    """Progress unless ``--json`` or ``-q`` was given (and only on a terminal)."""
-    return progress_printer(not getattr(args, "json", False) and not getattr(args, "quiet", False))
+    """Progress unless ``--json``, ``-q`` or ``-v`` was given (and only on a terminal): under ``-v`` the passes log
+    the same lines, with each step's time."""
+    return progress_printer(not getattr(args, "json", False) and not getattr(args, "quiet", False)
+                            and not getattr(args, "verbose", False))
 
 
 def si(value: float, unit: str = "") -> str:

@@ -30,15 +30,17 @@ def register(sub) -> None:
     p.add_argument("--tp", type=options.positive_int, default=None, help="tensor-parallel degree (default: --count / --pp)")
     p.add_argument("--pp", type=options.positive_int, default=1, help="pipeline stages (default 1)")
     options.add_precision(p)
-    p.add_argument("--input-len", type=options.positive_int, default=1024, metavar="S", help="prompt tokens (default 1024)")
-    p.add_argument("--output-len", type=options.positive_int, default=256, metavar="O", help="output tokens (default 256)")
+    p.add_argument("--input-len", type=options.positive_int, default=None, metavar="S",
+                   help="prompt tokens (default 1024; scaled down with --output-len's to fit a shorter context)")
+    p.add_argument("--output-len", type=options.positive_int, default=None, metavar="O",
+                   help="output tokens (default 256, or what the model's context leaves)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--batch", metavar="B|max", help="static batch of B requests, or max: the largest that fits")
     mode.add_argument("--concurrency", type=options.positive_int, metavar="C",
                       help="C closed-loop clients, each sending its next request when the previous one ends (what "
                            "serving benchmarks measure)")
-    p.add_argument("--engine", choices=("generic", "trtllm", "vllm", "sglang"), default="generic",
-                   help="serving engine whose scheduler costs apply (default generic)")
+    p.add_argument("--engine", choices=("generic", "trtllm", "vllm", "sglang", "optimum-habana"), default="generic",
+                   help="serving engine whose scheduler costs and KV memory rule apply (default generic)")
     p.add_argument("--scenarios", metavar="FILE.csv", help="evaluate every row of a CSV (columns named like the flags)")
     p.add_argument("--out", metavar="FILE.csv", help="with --scenarios: write predictions here (default: stdout)")
     options.add_json(p, "the prediction (with --scenarios: the rows)")
@@ -57,10 +59,34 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("estimate: give MODEL and --device ID (or --scenarios FILE.csv); `gimletc backends` lists devices")
     if args.batch is None and args.concurrency is None:
         raise BadInput("estimate: give --batch B, --batch max or --concurrency C")
+    input_len, output_len = default_lengths(args.model, args.input_len, args.output_len)
     result = estimate(args.model, device=args.device, count=args.count, tp=args.tp, pp=args.pp,
-                      precision=options.precision_of(args), input_len=args.input_len, output_len=args.output_len,
+                      precision=options.precision_of(args), input_len=input_len, output_len=output_len,
                       batch=batch(args.batch), concurrency=args.concurrency, engine=args.engine)
     return output(result.to_json(), args.json, render)
+
+
+#: The request ``estimate`` costs when no length is given.
+DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN = 1024, 256
+
+
+def default_lengths(model: str, input_len: int | None, output_len: int | None) -> tuple[int, int]:
+    """The lengths to cost: the flags given, the defaults for the others. Defaults fit the model's context: both
+    scaled by the same factor when neither is given, else the output what the given prompt leaves (a length
+    given beyond the context is `compiler.driver.check_lengths`' error)."""
+    from compiler.driver import context_len
+
+    limit = context_len(model) or 1 << 62
+    if input_len is None and output_len is None:
+        scale = min(1.0, limit / (DEFAULT_INPUT_LEN + DEFAULT_OUTPUT_LEN))
+        return max(1, int(DEFAULT_INPUT_LEN * scale)), max(1, int(DEFAULT_OUTPUT_LEN * scale))
+    if output_len is None:  # a prompt beyond the context keeps the default, for check_lengths to name
+        room = limit - input_len
+        return input_len, min(DEFAULT_OUTPUT_LEN, room) if room >= 1 else DEFAULT_OUTPUT_LEN
+    if input_len is None:
+        room = limit - output_len
+        return (min(DEFAULT_INPUT_LEN, room) if room >= 1 else DEFAULT_INPUT_LEN), output_len
+    return input_len, output_len
 
 
 def _scenarios(path: str, out_path: str | None, as_json: bool) -> int:

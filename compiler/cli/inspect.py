@@ -21,8 +21,8 @@ def register(sub) -> None:
     p.add_argument("--list", action="store_true", help="list the preset models and exit")
     p.add_argument("--phase", choices=("prefill", "decode", "both"), default="both", help="phases to report")
     p.add_argument("--batch", type=options.positive_int, default=1, metavar="B", help="sequences per step (default 1)")
-    p.add_argument("--prompt-len", type=options.positive_int, default=1024, metavar="S",
-                   help="prompt tokens of a prefill step (default 1024)")
+    p.add_argument("--prompt-len", type=options.positive_int, default=None, metavar="S",
+                   help="prompt tokens of a prefill step (default 1024, or the model's context if shorter)")
     p.add_argument("--context-len", type=options.nonneg_int, default=None, metavar="L",
                    help="cached tokens seen by a decode step (default: the prompt length)")
     options.add_precision(p)
@@ -44,14 +44,33 @@ def run(args: argparse.Namespace) -> int:
     from compiler.driver import Timings, block_graph, stored_precision
     from compiler.trace.summarize import summarize
 
+    prompt_len, context_len = _lengths(args.model, args.prompt_len, args.context_len)
     phases = ("prefill", "decode") if args.phase == "both" else (args.phase,)
     timings = Timings()
     graph = block_graph(args.model, phases=("prefill", "decode"), use_cache=not args.no_cache, timings=timings,
                         progress=progress_for(args))
     report = summarize(graph, precision=stored_precision(args.model, options.precision_of(args)), batch=args.batch,
-                       prompt_len=args.prompt_len, context_len=args.context_len, phases=phases)
+                       prompt_len=prompt_len, context_len=context_len, phases=phases)
     report["timings_s"] = timings.as_dict()
     return output(report, args.json, lambda r: render(r, phases, args.layers))
+
+
+def _lengths(model: str, prompt_len: int | None, context_len: int | None) -> tuple[int, int | None]:
+    """The prompt and context lengths to report: the defaults within the model's context, a flag beyond it
+    `BadInput` (checked before any tracing)."""
+    from compiler.driver import LONG_CONTEXT_HINT, context_len as context_of
+
+    limit = context_of(model)
+    if prompt_len is None:
+        prompt_len = min(1024, limit or 1024)
+    elif limit and prompt_len > limit:
+        raise BadInput(f"--prompt-len {prompt_len:,}: beyond {model}'s context of {limit:,} tokens "
+                       f"(max_position_embeddings); give at most {limit:,}, or {LONG_CONTEXT_HINT}")
+    if limit and context_len is not None and context_len >= limit:
+        raise BadInput(f"--context-len {context_len:,}: a decode step after {context_len:,} cached tokens is beyond "
+                       f"{model}'s context of {limit:,} tokens (max_position_embeddings); give at most "
+                       f"{limit - 1:,}, or {LONG_CONTEXT_HINT}")
+    return prompt_len, context_len
 
 
 def _dtypes(r: dict[str, Any]) -> str:
@@ -61,7 +80,8 @@ def _dtypes(r: dict[str, Any]) -> str:
 
 def render(r: dict[str, Any], phases: Sequence[str], per_block: bool) -> None:
     from rich.console import Console
-    from rich.table import Table
+
+    from compiler.cli.console import fitted_tables
 
     console = Console()
     console.print(
@@ -75,20 +95,22 @@ def render(r: dict[str, Any], phases: Sequence[str], per_block: bool) -> None:
             continue
         ph = r[phase]
         shape = f"B={r['batch']}, S={r['prompt_len']}" if phase == "prefill" else f"B={r['batch']}, L={r['context_len']}"
-        table = Table(title=f"{phase} ({shape}): {si(ph['flops'], 'FLOP')}, {si(ph['bytes'], 'B')} moved, "
-                            f"{si(ph['flops_per_token'], 'FLOP')}/token, intensity {ph['arithmetic_intensity']:.1f} FLOP/B",
-                      title_justify="left")
+        title = (f"{phase} ({shape}): {si(ph['flops'], 'FLOP')}, {si(ph['bytes'], 'B')} moved, "
+                 f"{si(ph['flops_per_token'], 'FLOP')}/token, intensity {ph['arithmetic_intensity']:.1f} FLOP/B")
         first = "block" if per_block else "role"
-        for col in (first, "n" if not per_block else "kind", "weights", "FLOPs", "moved", "w.read", "KV", "act",
-                    "FLOP/B"):
-            table.add_column(col, justify="left" if col in (first, "kind") else "right")
+        columns = [(col, "left" if col in (first, "kind") else "right")
+                   for col in (first, "n" if not per_block else "kind", "weights", "FLOPs", "moved", "w.read", "KV",
+                               "act", "FLOP/B")]
+        rows = []
         for row in (ph["blocks"] if per_block else ph["roles"]):
             label = row["name"] if per_block else row["role"]
             second = (row.get("attention") or row["role"]) if per_block else str(row["blocks"])
-            table.add_row(label, second, si(row["weight_bytes"], "B"), si(row["flops"]), si(row["bytes"], "B"),
-                          si(row["weight_read_bytes"], "B"), si(row["kv_bytes"], "B"), si(row["act_bytes"], "B"),
-                          f"{row['arithmetic_intensity']:.1f}")
-        console.print(table)
+            rows.append([label, second, si(row["weight_bytes"], "B"), si(row["flops"]), si(row["bytes"], "B"),
+                         si(row["weight_read_bytes"], "B"), si(row["kv_bytes"], "B"), si(row["act_bytes"], "B"),
+                         f"{row['arithmetic_intensity']:.1f}"])
+        console.print(title)
+        for table in fitted_tables(f"{phase} {first}s", columns, rows, console.width):  # cells whole: split if wide
+            console.print(table)
     if r["unaccounted"]:
         ops = sorted({f"{u['op']} ({u['phase']})" for u in r["unaccounted"]})
         console.print(f"[yellow]unaccounted ops (no cost rule, not counted): {', '.join(ops)}[/yellow]")

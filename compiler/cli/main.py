@@ -41,8 +41,16 @@ def _add_verbosity(p: argparse.ArgumentParser, default) -> None:
                        help="print only results and errors: no progress, no warnings")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a flag's error on one line like every other error (no usage block), exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        command = self.prog.removeprefix("gimletc").strip()
+        self.exit(2, f"gimletc: error: {command + ': ' if command else ''}{message}; see `{self.prog} --help`\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gimletc", description="Heterogeneous multi-silicon placement compiler for LLM inference.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gimletc {gimletc_version()}")
@@ -63,13 +71,19 @@ class _Formatter(logging.Formatter):
         return f"gimletc: {record.levelname.lower()}: {record.getMessage()}"
 
 
+#: The packages whose INFO lines ``-v`` shows (each step and what it does); other libraries stay at warnings.
+OWN_LOGGERS = ("compiler", "backends", "cost_models")
+
+
 def _configure_logging(args: argparse.Namespace) -> None:
     level = logging.INFO if args.verbose else logging.ERROR if args.quiet else logging.WARNING
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter() if not args.verbose else logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
+    root.setLevel(max(level, logging.WARNING))  # onnxscript, uvicorn and the like log their INFO lines at length
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(level)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,5 +111,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def entry() -> None:
+    """The ``gimletc`` console script (and ``python -m compiler.cli``): `main`, then a quick exit.
+
+    [Note: quick exit] A compile leaves half a million Python objects (traced graphs' symbols, solver models,
+    imported modules); the interpreter's teardown frees them one by one, about 2 s on two busy cores, after the
+    command is done. Once the output is flushed and no child process of ours runs, nothing is left to do, so the
+    process ends at once (``os._exit``). `main` itself returns normally: tests and the Python API call it in-process.
+    """
+    import multiprocessing
+    import os
+
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):  # the reader left: nothing more to say
+        pass
+    logging.shutdown()
+    if multiprocessing.active_children():  # let the normal exit wait for them
+        sys.exit(code)
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -31,6 +31,18 @@ positive_int = int_at_least(1)
 nonneg_int = int_at_least(0)
 
 
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 1 to 65535.
+
+    >>> port("8000")
+    8000
+    """
+    value = int_at_least(1)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port; give one from 1 to 65535, e.g. 8000")
+    return value
+
+
 def positive_float(text: str) -> float:
     """An argparse type: a number > 0 (argparse names the flag in the error, and exits 2)."""
     try:
@@ -43,21 +55,26 @@ def positive_float(text: str) -> float:
 
 
 def power_w(text: str) -> float:
-    """``200kW`` / ``1.5MW`` / ``50000W`` -> watts. The unit is required: cluster files speak kW, so a bare
-    ``200`` would be ambiguous.
+    """``200kW`` / ``1.5MW`` / ``50000W`` / ``2e5W`` -> watts. The unit is required: cluster files speak kW, so a
+    bare ``200`` would be ambiguous.
 
-    >>> power_w("200kW"), power_w("1.5MW"), power_w("800 W")
-    (200000.0, 1500000.0, 800.0)
+    >>> power_w("200kW"), power_w("1.5MW"), power_w("800 W"), power_w("2e5W")
+    (200000.0, 1500000.0, 800.0, 200000.0)
     """
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(mw|kw|w)?\s*", text.lower())
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(gw|mw|kw|w)?\s*", text.lower())
     if not m:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a power with its unit, e.g. 200kW, 1.5MW or 800W")
     if m.group(2) is None:
         raise argparse.ArgumentTypeError(f"{text!r} has no unit; write {m.group(1)}kW (as cluster files use) "
                                          f"or {m.group(1)}W")
-    value = float(m.group(1)) * {"mw": 1e6, "kw": 1e3, "w": 1.0}[m.group(2)]
+    value = float(m.group(1)) * {"gw": 1e9, "mw": 1e6, "kw": 1e3, "w": 1.0}[m.group(2)]
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be positive")
+    from compiler.inputs.cluster import MAX_POWER_BUDGET_W
+
+    if value > MAX_POWER_BUDGET_W:
+        raise argparse.ArgumentTypeError(f"{text!r} is {value:.3g} W, beyond any site (the largest AI campuses "
+                                         f"draw a few GW); give at most {MAX_POWER_BUDGET_W / 1e9:.0f}GW, e.g. 200kW")
     return value
 
 

@@ -19,21 +19,25 @@ from compiler.cli.console import check_out_dir, progress_for, timings_line
 OUTPUTS = ("pareto.csv", "pareto.json", "pareto.png")
 COLUMNS = ["curve", "tpot_target_ms", "tokens_per_s_per_user", "worst_tpot_ms", "output_tokens_per_s",
            "provisioned_power_w", "power_w", "output_tokens_per_s_per_mw", "cost_per_hour",
-           "output_tokens_per_dollar", "devices", "status", "prediction"]
+           "output_tokens_per_dollar", "devices", "status", "on_frontier", "prediction"]
 OBJECTIVES = ("tokens-per-watt", "tokens-per-dollar", "throughput")
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "pareto", help="sweep TPOT targets: tokens/s per user vs tokens/s per MW and per $, plan and baselines",
+        "pareto", help="sweep TPOT targets: tokens/s per user vs output tokens/s per MW (and per $), plan and "
+                       "baselines",
         description="Solve the placement for a sweep of TPOT targets, from relaxed to the fastest any pool "
-                    "reaches, and write the frontier of tokens/s per user against output tokens/s per MW "
-                    "provisioned (and per dollar, when every device has a price) for the heterogeneous plan and "
-                    "each baseline: every device type alone within the budget (iso-power, iso-cost), vendor "
-                    "islands, no disaggregation and greedy, marking where each drops out. Writes DIR/pareto.png, "
-                    ".csv and .json (and DIR/status.json). Pool options are costed once for the whole sweep. "
-                    "Predictions of the cost model. Exits 3 naming the failing TPOT targets when any point of "
-                    "the plan fails, writing no frontier.")
+                    "reaches, and write the frontier of tokens/s per user against what each point maximises: "
+                    "output tokens/s per MW provisioned (--objective tokens-per-watt, the default), output tokens/s "
+                    "(throughput) or output tokens per dollar, and per dollar beside it when every device has a "
+                    "price, for the heterogeneous plan and each baseline, named: every device type alone within "
+                    "the budget (iso-power, iso-cost), vendor islands, no disaggregation and greedy, marking where "
+                    "each drops out. The picture draws each curve's non-dominated points only; the CSV and JSON "
+                    "keep every row, with on_frontier. Writes DIR/pareto.png, .csv and .json (and "
+                    "DIR/status.json). Pool options are costed once for the whole sweep. Predictions of the cost "
+                    "model. Exits 3 naming the failing TPOT targets when any point of the plan fails, writing no "
+                    "frontier.")
     options.add_placement_inputs(p)
     p.add_argument("--points", type=options.positive_int, default=8, help="TPOT targets in the sweep (default 8)")
     p.add_argument("--objective", choices=OBJECTIVES, default="tokens-per-watt",
@@ -71,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def as_json(frontier) -> dict:
-    return {"title": frontier.title, "objective": frontier.objective, "points": frontier.rows,
+    return {"title": frontier.title, "objective": frontier.objective, "points": with_frontier_flags(frontier),
             "dropouts": frontier.dropouts, "tpot_targets_ms": frontier.targets_ms}
 
 
@@ -82,55 +86,21 @@ def write(frontier, out: Path) -> None:
     with open(out / "pareto.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
-        w.writerows(frontier.rows)
+        w.writerows(with_frontier_flags(frontier))
     (out / "pareto.json").write_text(json.dumps(as_json(frontier), indent=1, sort_keys=True) + "\n")
     _plot(frontier, out / "pareto.png")
 
 
-def curves(rows: list[dict]) -> dict[str, list[dict]]:
-    """Rows grouped by curve, each in order of tokens/s per user; the plan first."""
-    out: dict[str, list[dict]] = {}
-    for r in sorted(rows, key=lambda r: (r["curve"] != "heterogeneous", r["curve"], r["tokens_per_s_per_user"])):
-        out.setdefault(r["curve"], []).append(r)
-    return out
+def with_frontier_flags(frontier) -> list[dict]:
+    """The rows, each with ``on_frontier``: whether it is drawn, on its curve's frontier in what the sweep
+    maximised ([Note: frontier points] in compiler/emit/report/plots.py)."""
+    from compiler.emit.report.plots import FRONTIER_METRICS, on_frontier
+
+    flags = on_frontier(frontier.rows, FRONTIER_METRICS[frontier.objective][0])
+    return [{**r, "on_frontier": flag} for r, flag in zip(frontier.rows, flags)]
 
 
 def _plot(frontier, path: Path) -> None:
-    import matplotlib
+    from compiler.emit.report.plots import plot_frontier
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by_curve = curves(frontier.rows)
-    priced = all(r["output_tokens_per_dollar"] for r in frontier.rows)
-    panels = [("output_tokens_per_s_per_mw", 1e3, "output tokens/s per kW provisioned")]
-    if priced:
-        panels.append(("output_tokens_per_dollar", 1.0, "output tokens per dollar"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels) + 2.5, 5), dpi=110, squeeze=False)
-    for ax, (key, scale, label) in zip(axes[0], panels):
-        for name, pts in by_curve.items():
-            style = dict(marker="o", linewidth=2.4, color="black") if name == "heterogeneous" else \
-                dict(marker="s" if name.startswith("iso-") else "^", linewidth=1, linestyle="--", alpha=0.8)
-            ax.plot([r["tokens_per_s_per_user"] for r in pts], [r[key] / scale for r in pts],
-                    label="heterogeneous (gimletc plan)" if name == "heterogeneous" else name, **style)
-        marks: dict[float, list[str]] = {}
-        for d in frontier.dropouts:
-            if d["posed"]:
-                marks.setdefault(1e3 / d["tpot_target_ms"], []).append(d["where"])
-        for x, names in sorted(marks.items()):
-            ax.axvline(x, color="grey", linewidth=0.6, linestyle=":")
-            out = "out: " + ", ".join(n.replace("iso-power:", "").replace("iso-cost:", "$") for n in names)
-            ax.annotate(out if len(out) <= 70 else out[:69] + "…", (x, 0.02), xycoords=("data", "axes fraction"),
-                        rotation=90, fontsize=5.5, color="grey", ha="right", va="bottom", annotation_clip=True)
-        ax.set_xlabel("tokens/s per user (1000 / TPOT target ms)")
-        ax.set_ylabel(label)
-        ax.set_xscale("log")
-        if all(r[key] and r[key] > 0 for r in frontier.rows):
-            ax.set_yscale("log")  # throughput per kW spans orders of magnitude across the sweep
-        ax.grid(True, alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.suptitle(f"Predicted interactivity frontier ({frontier.objective})\n{frontier.title}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
+    plot_frontier(frontier.rows, path, frontier.title, frontier.objective, dropouts=frontier.dropouts)

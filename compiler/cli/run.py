@@ -83,25 +83,42 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r}: give a number") from None
 
 
-def _checked(requests: list, where: str) -> list:
-    """Refuse, before any worker starts, a request whose generation parameters cannot run (`Request.problems`)."""
+def _checked(requests: list, where: str, limits: tuple[int, int]) -> list:
+    """Refuse, before any worker starts, a request that cannot run: its generation parameters, its token ids
+    against the model's vocabulary and its length against the model's context (`Request.problems`)."""
     for i, r in enumerate(requests):
-        problems = r.problems()
+        problems = r.problems(*limits)
         if problems:
             raise BadInput(f"{where}" + (f", request {i + 1}" if len(requests) > 1 else "") + ": " + "; ".join(problems))
     return requests
 
 
+def _limits(plan: str) -> tuple[int, int]:
+    """The plan's model's vocabulary size and context, from ``DIR/model/config.json`` (no worker needed)."""
+    from compiler.runtime.engine import model_limits
+
+    path = Path(plan) / "model" / "config.json"
+    try:
+        return model_limits(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError) as e:
+        from compiler.runtime.plan_dir import open_plan_dir
+
+        open_plan_dir(plan)  # says what is wrong with the plan directory, if that is it
+        raise BadInput(f"{plan}: cannot read the model's config ({path}: {type(e).__name__}: {e}); recompile the "
+                       "plan with gimletc compile --out DIR") from None
+
+
 def _requests(args: argparse.Namespace) -> list:
     from compiler.runtime.engine import Request
 
+    limits = _limits(args.plan)
     common = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
     if args.prompt_ids is not None:
         try:
             ids = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
         except ValueError:
             raise BadInput(f"--prompt-ids {args.prompt_ids!r}: give comma-separated integers, e.g. 1,2,3") from None
-        return _checked([Request(ids, seed=args.seed, **common)], "--prompt-ids")
+        return _checked([Request(ids, seed=args.seed, **common)], "--prompt-ids", limits)
     out = []
     path = Path(args.requests)
     try:
@@ -122,7 +139,7 @@ def _requests(args: argparse.Namespace) -> list:
                            f"{{\"prompt_ids\": [1, 2, 3]}} and optional max_new_tokens, temperature, top_p, seed") from None
     if not out:
         raise BadInput(f"--requests {path}: no requests in the file")
-    return _checked(out, f"--requests {path}")
+    return _checked(out, f"--requests {path}", limits)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
 
 def render(report: dict) -> None:
     from rich.console import Console
-    from rich.table import Table
+
+    from compiler.cli.console import fitted_tables
 
     console = Console()
     for line in report["execution"]:
@@ -154,23 +172,23 @@ def render(report: dict) -> None:
     for r in report["requests"]:
         console.print(f"{r['id']}: prompt {r['prompt_tokens']} tokens -> {r['tokens']} ({r['finish_reason']}, "
                       f"TTFT {r['ttft_ms']:.1f} ms)")
-    table = Table(title="stages: measured wall time here vs the plan's prediction", title_justify="left")
-    for col in ("stage", "role", "device", "execution", "prefill s", "decode s", "steps",
-                "predicted TTFT ms", "predicted TPOT ms"):
-        table.add_column(col, justify="left" if col in ("stage", "role", "device", "execution") else "right")
-    for s in report["stages"]:
-        table.add_row(s["stage"], s["role"], s["device"], s["execution"], f"{s['compute_s'].get('prefill', 0):.4f}",
-                      f"{s['compute_s'].get('decode', 0):.4f}", str(s["steps"]),
-                      "-" if s["predicted_ttft_ms"] is None else f"{s['predicted_ttft_ms']:.1f}",
-                      "-" if s["predicted_tpot_ms"] is None else f"{s['predicted_tpot_ms']:.1f}")
-    console.print(table)
-    bt = Table(title="transfers: measured bytes vs the plan's prediction", title_justify="left")
-    for col in ("kind", "measured bytes", "predicted bytes", "how predicted"):
-        bt.add_column(col, justify="left" if col in ("kind", "how predicted") else "right")
-    for t in report["transfers"]:
-        bt.add_row(t["kind"], f"{t['measured_bytes']:,}", "-" if t["predicted_bytes"] is None else
-                   f"{t['predicted_bytes']:,}", t["how"])
-    console.print(bt)
+    # Cells are never cut (stage names tell the stages apart): a table too wide is split (`fitted_tables`).
+    left = ("stage", "role", "device", "execution")
+    columns = [(c, "left" if c in left else "right") for c in (*left, "prefill s", "decode s", "steps",
+                                                               "predicted TTFT ms", "predicted TPOT ms")]
+    rows = [[s["stage"], s["role"], s["device"], s["execution"], f"{s['compute_s'].get('prefill', 0):.4f}",
+             f"{s['compute_s'].get('decode', 0):.4f}", str(s["steps"]),
+             "-" if s["predicted_ttft_ms"] is None else f"{s['predicted_ttft_ms']:.1f}",
+             "-" if s["predicted_tpot_ms"] is None else f"{s['predicted_tpot_ms']:.1f}"] for s in report["stages"]]
+    for table in fitted_tables("stages: measured wall time here vs the plan's prediction", columns, rows,
+                               console.width):
+        console.print(table)
+    columns = [(c, "left" if c in ("kind", "how predicted") else "right")
+               for c in ("kind", "measured bytes", "predicted bytes", "how predicted")]
+    rows = [[t["kind"], f"{t['measured_bytes']:,}", "-" if t["predicted_bytes"] is None else
+             f"{t['predicted_bytes']:,}", t["how"]] for t in report["transfers"]]
+    for table in fitted_tables("transfers: measured bytes vs the plan's prediction", columns, rows, console.width):
+        console.print(table)
     if report["speculative"]:
         render_speculative(console, report["speculative"])
     m = report["measured"]
@@ -179,19 +197,17 @@ def render(report: dict) -> None:
 
 
 def render_speculative(console, rows: list[dict]) -> None:
-    from rich.table import Table
-
-    table = Table(title="speculative decoding: measured here vs the plan's assumed acceptance (a prediction)",
-                  title_justify="left")
-    for col in ("unit", "drafter", "k", "verifications", "acceptance", "tokens/verification", "predicted acceptance",
-                "predicted tokens/verification"):
-        table.add_column(col, justify="left" if col in ("unit", "drafter") else "right")
+    from compiler.cli.console import fitted_tables
 
     def num(x, fmt):
         return "-" if x is None else format(x, fmt)
 
-    for s in rows:
-        table.add_row(s["unit"], s["drafter"], str(s["k"]), str(s["verifications"]), num(s["acceptance_rate"], ".2f"),
-                      num(s["tokens_per_verification"], ".2f"), num(s["predicted_acceptance_rate"], ".2f"),
-                      num(s["predicted_tokens_per_verification"], ".2f"))
-    console.print(table)
+    names = ("unit", "drafter", "k", "verifications", "acceptance", "tokens/verification", "predicted acceptance",
+             "predicted tokens/verification")
+    columns = [(c, "left" if c in ("unit", "drafter") else "right") for c in names]
+    cells = [[s["unit"], s["drafter"], str(s["k"]), str(s["verifications"]), num(s["acceptance_rate"], ".2f"),
+              num(s["tokens_per_verification"], ".2f"), num(s["predicted_acceptance_rate"], ".2f"),
+              num(s["predicted_tokens_per_verification"], ".2f")] for s in rows]
+    for table in fitted_tables("speculative decoding: measured here vs the plan's assumed acceptance (a prediction)",
+                               columns, cells, console.width):
+        console.print(table)

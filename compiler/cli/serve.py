@@ -39,7 +39,7 @@ def register(sub) -> None:
                                    "/metrics (Prometheus).")
     p.add_argument("plan", metavar="DIR", help="plan directory written by gimletc compile --out DIR")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=options.positive_int, default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=options.port, default=8000, help="port, 1 to 65535 (default 8000)")
     add_worker_options(p)
     p.set_defaults(func=run)
 

@@ -50,7 +50,8 @@ def af_options(graph: BlockGraph, cluster: Cluster, precision: Precision, classe
 
 def worth_placing(af: list[PoolOption], others: list[PoolOption]) -> list[PoolOption]:
     """The attention/FFN options that beat, for some class they serve, every plain decode option on their
-    device types: more requests/s per provisioned watt, or a lower TPOT at the same load.
+    device types: more requests/s per provisioned watt (on the budget's footing, as the options arrive), or a
+    lower TPOT at the same load.
 
     [Note: attention/FFN options worth placing] An M:N search leaves about ten
     options per pair of device types and most of them, on dense models above

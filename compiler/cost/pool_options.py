@@ -31,7 +31,7 @@ placement draws between idle and full in proportion to the load it routes
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Sequence
 
 from backends.registry import device
 from compiler.cost.af_options import af_options, worth_placing
@@ -59,12 +59,14 @@ log = logging.getLogger(__name__)
 
 def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload, precision: Precision, *,
                       only: set[str] | None = None, adjust: Callable[[Derate], Derate] | None = None,
-                      draft: DraftModel | None = None) -> tuple[list[PoolOption], list[str]]:
+                      draft: DraftModel | None = None, rivals: Sequence[PoolOption] = ()
+                      ) -> tuple[list[PoolOption], list[str]]:
     """All candidate pools for `graph` on `cluster` under `workload`; also the reasons types were skipped.
 
     `only` restricts the costing to options touching those device types, whose derates `adjust` changes
-    (what the sensitivity analysis re-costs). `draft` (the workload's drafter, traced) adds decode options
-    with a drafter pool (`compiler.cost.drafted`).
+    (what the sensitivity analysis re-costs); `rivals` are the other types' options, already costed, against
+    which an attention/FFN option must be worth placing (`worth_placing`), as in a full costing. `draft` (the
+    workload's drafter, traced) adds decode options with a drafter pool (`compiler.cost.drafted`).
     """
     classes = class_demands(graph, workload, precision)
     pool = drafters(draft, cluster, precision) if draft is not None else []
@@ -84,8 +86,10 @@ def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload, p
         for tp, pp in shapes:
             dep = deployment(dev_id, tp * pp, tp, pp, precision, cluster.engine(dev_id), adjust)
             options += _replica_options(graph, dep, classes, draft, pool, cluster)
-    options += worth_placing(af_options(graph, cluster, precision, classes, only, adjust), options)
-    options = [on_basis(o, cluster.power_basis, cluster.pue_factor) for o in options]
+    basis = lambda o: on_basis(o, cluster.power_basis, cluster.pue_factor)  # noqa: E731
+    options = [basis(o) for o in options]  # attention/FFN options are judged on the budget's footing too
+    options += worth_placing([basis(o) for o in af_options(graph, cluster, precision, classes, only, adjust)],
+                             [*options, *rivals])
     if not options:
         raise BadInput(f"no device type in the cluster can hold {graph.model} at {precision.weights}: "
                        + "; ".join(skipped))

@@ -16,12 +16,19 @@ Weights, ``model/`` and ONNX are written only when the run-dtype weights fit in
 programs and transfers, not 280 GB of random numbers. A model family without
 templates gets a plan whose manifest says ``runnable: false`` and why.
 Replicas of a pool share one set of files. The same inputs give the same bytes.
+
+[Note: one ONNX export per stage program] A stage program is a function of the model, its blocks, tp and the
+rank; only its title (the pool's name and device, in the docstring) differs between pools that run the same
+blocks, and the ONNX graph does not carry it. So the export (seconds each: torch.export, decompositions, the
+optimizer, whatever the model's size) runs once per (model, blocks, tp, rank) and other pools copy its bytes:
+two colocated pools of a tiny model on two device types export once, not twice.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +108,38 @@ def _config(model: str, weights_dir: str | None) -> tuple[dict[str, Any], float]
 
 def write_plan_dir(plan: Plan, model: str, out: str | Path, options: Options = Options()) -> Plan:
     """Write every artifact of `plan` under `out`; return the plan as written to ``out/plan.json``."""
+    return finish_plan_dir(plan, stage_artifacts(plan, model, out, options), out)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What `stage_artifacts` wrote: the pools and transfers with their execution details (None where the plan
+    cannot run here), and whether the directory runs (and why not)."""
+
+    pools: list[Pool] | None
+    transfers: list | None
+    runnable: bool
+    reason: str | None
+
+    def to_json(self) -> dict:
+        dump = lambda items: None if items is None else [i.model_dump(mode="json") for i in items]  # noqa: E731
+        return {"pools": dump(self.pools), "transfers": dump(self.transfers), "runnable": self.runnable,
+                "reason": self.reason}
+
+    @staticmethod
+    def from_json(data: dict) -> "Staged":
+        from compiler.emit.plan import Transfer
+
+        pools = None if data["pools"] is None else [Pool.model_validate(p) for p in data["pools"]]
+        transfers = None if data["transfers"] is None else [Transfer.model_validate(t) for t in data["transfers"]]
+        return Staged(pools, transfers, data["runnable"], data["reason"])
+
+
+def stage_artifacts(plan: Plan, model: str, out: str | Path, options: Options = Options()) -> Staged:
+    """Write `plan`'s stage programs, weight shards, ``model/`` and ONNX under `out` (not plan.json nor the
+    manifest: `finish_plan_dir`); return the pools and transfers with their execution details. Depends only on
+    the plan's pools and transfers, so it can run while the baselines are solved
+    (`compiler.emit.background`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     models = _models(plan, model)
@@ -112,9 +151,7 @@ def write_plan_dir(plan: Plan, model: str, out: str | Path, options: Options = O
             check_pool(shapes[models[pool.name]], pool.tp, [_block_names(s) for s in pool.stages])
     except UnsupportedModel as e:  # the plan stands; it just cannot run here
         log.warning("the plan cannot run on the reference runtime: %s", e)
-        atomic_write_text(out / "plan.json", plan.dumps())
-        write_manifest(out, runnable=False, reason=str(e))
-        return plan
+        return Staged(None, None, False, str(e))
     config, shape = configs[("", model)][0], shapes[("", model)]
     _check_vocab(configs, config)
     with_weights = (options.weights_dir is not None
@@ -123,19 +160,28 @@ def write_plan_dir(plan: Plan, model: str, out: str | Path, options: Options = O
     built = {key: _weights(key[1], out / (f"drafts/{key[0]}" if key[0] else "model"), configs[key][1],
                            options.draft_weights_dir if key[0] else options.weights_dir, options.seed, with_weights)
              for key in configs}
+    exported: dict[tuple, Path] = {}  # [Note: one ONNX export per stage program]
     pools = [_pool(pool, configs[models[pool.name]][0], shapes[models[pool.name]], out, *built[models[pool.name]],
-                   options) for pool in plan.pools]
+                   options, exported, models[pool.name]) for pool in plan.pools]
     staged = plan.model_copy(update={"pools": pools})
     transfers = [t.model_copy(update={"detail": detail(staged, t, layers=shape.layers, kv_heads=shape.kv_heads,
                                                        head_dim=shape.head_dim, hidden=shape.hidden,
                                                        allow_conversion=options.allow_kv_conversion)})
                  for t in plan.transfers]
-    final = staged.model_copy(update={"transfers": transfers})
-    validate_transfers(final)
-    atomic_write_text(out / "plan.json", final.dumps())
+    validate_transfers(staged.model_copy(update={"transfers": transfers}))
     reason = None if with_weights else (f"weights not written: {shape.layers}-layer model over the "
                                         f"{options.max_weight_bytes / 1e9:.0f} GB limit; pass --weights DIR")
-    write_manifest(out, runnable=with_weights, reason=reason)
+    return Staged(pools, transfers, with_weights, reason)
+
+
+def finish_plan_dir(plan: Plan, staged: Staged, out: str | Path) -> Plan:
+    """`plan` with `staged`'s execution details, written to ``out/plan.json``, and ``out/manifest.json`` over it and
+    the artifacts; returns the plan as written."""
+    out = Path(out)
+    final = plan if staged.pools is None else \
+        plan.model_copy(update={"pools": staged.pools, "transfers": staged.transfers})
+    atomic_write_text(out / "plan.json", final.dumps())
+    write_manifest(out, runnable=staged.runnable, reason=staged.reason)
     return final
 
 
@@ -184,11 +230,13 @@ def _weights(model: str, model_dir: Path, scaling: float, weights_dir: str | Non
     return state, scaling
 
 
-def _pool(pool: Pool, config: dict, shape: Shape, out: Path, state, scaling: float, options: Options) -> Pool:
+def _pool(pool: Pool, config: dict, shape: Shape, out: Path, state, scaling: float, options: Options,
+          exported: dict[tuple, Path], model_key: tuple[str, str]) -> Pool:
     stages = []
     for stage in pool.stages:
         blocks = _block_names(stage)
-        ranks = [_rank(pool, stage, blocks, t, config, shape, out, state, scaling, options) for t in range(pool.tp)]
+        ranks = [_rank(pool, stage, blocks, t, config, shape, out, state, scaling, options,
+                       exported, (model_key, tuple(blocks), pool.tp, t)) for t in range(pool.tp)]
         execution = StageExec(role=pool.role, layers=_layers(blocks), tp=pool.tp, pp=pool.pp,
                               dtype=options.run_dtype, kv_dtype=options.run_dtype, kv_block_size=KV_BLOCK_SIZE,
                               ranks=ranks)
@@ -197,7 +245,7 @@ def _pool(pool: Pool, config: dict, shape: Shape, out: Path, state, scaling: flo
 
 
 def _rank(pool: Pool, stage: Stage, blocks: list[str], t: int, config: dict, shape: Shape, out: Path, state,
-          scaling: float, options: Options) -> RankExec:
+          scaling: float, options: Options, exported: dict[tuple, Path], key: tuple) -> RankExec:
     stem = f"{pool.name}/s{stage.index}_tp{t}"
     program = stage_program(config, blocks, tp=pool.tp, rank=t, rope_scaling=scaling,
                             title=f"{pool.name} stage {stage.index} ({pool.role}, {stage.device})")
@@ -212,11 +260,16 @@ def _rank(pool: Pool, stage: Stage, blocks: list[str], t: int, config: dict, sha
         rel_w = f"weights/{stem}.safetensors"
         save_shard(out / rel_w, shard)
         if options.onnx and program.blocks and program.onnx:
-            from compiler.emit.onnx_export import export_stage
-
             rel_onnx = f"onnx/{stem}.onnx"
-            fp32 = cut_shard(state, program.weights, "fp32")
-            export_stage(program.source, fp32, shape.hidden, out / rel_onnx)
+            if key in exported:  # the same program and weights: the same bytes ([Note: one ONNX export per ...])
+                (out / rel_onnx).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(exported[key], out / rel_onnx)
+            else:
+                from compiler.emit.onnx_export import export_stage
+
+                fp32 = cut_shard(state, program.weights, "fp32")
+                export_stage(program.source, fp32, shape.hidden, out / rel_onnx)
+                exported[key] = out / rel_onnx
     sl = program.slice
     return RankExec(tp_rank=t, q_heads=list(sl.q_heads), kv_heads=list(sl.kv_heads), ffn_slice=list(sl.ffn),
                     program=rel_prog, weights=rel_w, onnx=rel_onnx)

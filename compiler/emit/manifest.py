@@ -5,8 +5,9 @@
     {"schema_version": 1, "runnable": true, "reason": null,
      "files": {"plan.json": {"bytes": 1234, "sha256": "..."}, "stages/pool0/s0_tp0.py": {...}, ...}}
 
-`write_manifest` hashes every file under the directory except the manifest
-and ``status.json`` (sorted paths, so equal directories give equal bytes). `verify_manifest`
+`write_manifest` hashes every file a run loads (`HASHED`: plan.json, stages, weights, onnx, model, drafts; not the
+report, the Kubernetes manifests, ``status.json`` or itself), sorted by path, so equal directories give equal
+bytes. `verify_manifest`
 re-hashes each listed file and raises `BadInput` naming the first file that is
 missing or changed, and the fix; a plan whose generated Python or weights were
 edited after compile therefore never executes. Standard library only.
@@ -21,8 +22,9 @@ from pathlib import Path
 from compiler.ir.errors import BadInput
 
 MANIFEST = "manifest.json"
-#: Files that change after compile by design (the CLI's run record), so they are not hashed.
-UNHASHED = (MANIFEST, "status.json")
+#: What the manifest covers: what a run loads. The report and the Kubernetes manifests are written beside it, in
+#: any order, and are not hashed (a run reads neither).
+HASHED = ("plan.json", "stages", "weights", "onnx", "model", "drafts")
 
 
 def sha256_of(path: Path) -> str:
@@ -35,7 +37,7 @@ def sha256_of(path: Path) -> str:
 
 def write_manifest(root: Path, *, runnable: bool, reason: str | None) -> dict:
     files = {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).as_posix() not in UNHASHED):
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] in HASHED):
         rel = path.relative_to(root).as_posix()
         files[rel] = {"bytes": path.stat().st_size, "sha256": sha256_of(path)}
     manifest = {"schema_version": 1, "runnable": runnable, "reason": reason, "files": files}

@@ -72,7 +72,15 @@ def write_model_dir(model, out: Path, weights_dir: str | None) -> list[Path]:
     """Write ``out`` (``DIR/model``); return the files written."""
     out.mkdir(parents=True, exist_ok=True)
     if weights_dir is None:
-        model.save_pretrained(str(out), safe_serialization=True)
+        from transformers.utils import logging as hf_logging
+
+        shown = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # its "Writing model shards" bar is not ours to print (the CLI owns stderr)
+        try:
+            model.save_pretrained(str(out), safe_serialization=True)
+        finally:
+            if shown:
+                hf_logging.enable_progress_bar()
         return sorted(p for p in out.iterdir() if p.is_file())
     folder = Path(weights_dir).resolve()
     (out / "config.json").write_bytes((folder / "config.json").read_bytes())
@@ -104,7 +112,9 @@ def save_shard(path: Path, tensors: dict[str, Any]) -> None:
     from safetensors.torch import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path), metadata={"format": "pt", "producer": "gimletc"})
+    # One metadata key: safetensors writes them from a hash map whose order changes from process to process, so
+    # two keys made the same shard differ in bytes between runs (and between a compile and its background child).
+    save_file(tensors, str(path), metadata={"format": "pt"})
 
 
 def load_shard(path: Path) -> dict[str, Any]:

@@ -43,6 +43,13 @@ from compiler.ir.errors import BadInput
 
 GB = 1e9  # the files' GB/s are decimal gigabytes, as vendors quote them
 
+#: The most devices one entry may count, and the most a ``count: any`` entry may buy: a million, five times the
+#: largest fleet announced (xAI's Colossus, 200,000 GPUs). A count beyond it is a typo, not a fleet to cost (the
+#: link queues' Erlang recursion walks every NIC of the pool).
+MAX_DEVICES = 1_000_000
+#: The largest power budget, 10 GW: a few times the largest AI campuses announced (a few GW each).
+MAX_POWER_BUDGET_W = 1e10
+
 # Kubernetes label syntax (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set)
 _LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _LABEL_KEY = re.compile(rf"([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}")
@@ -97,6 +104,10 @@ class Inventory(Frozen):
                              "choose within the budget")
         if isinstance(value, (int, float)) and value < 1:  # worded as pydantic words its own bounds
             raise PydanticCustomError("greater_than_equal", "Input should be greater than or equal to 1")
+        if isinstance(value, (int, float)) and value > MAX_DEVICES:
+            raise ValueError(f"{value:,.0f} devices in one pool is beyond any fleet (the largest has about 200,000); "
+                             f"give the devices this pool has (at most {MAX_DEVICES:,}), or `any` to let the solver "
+                             "choose within the budget")
         return value
 
     @field_validator("engine")
@@ -203,6 +214,14 @@ class Cluster(Frozen):
     default_link: LinkSpeed = Field(
         default_factory=LinkSpeed, description="network between pools not listed in links")
 
+    @field_validator("power_budget_kw")
+    @classmethod
+    def _sane_power_budget(cls, value: float | None) -> float | None:
+        if value is not None and value * 1e3 > MAX_POWER_BUDGET_W:
+            raise ValueError(f"{value:.3g} kW is beyond any site (the largest AI campuses draw a few GW); give the "
+                             f"site's budget in kW, at most {MAX_POWER_BUDGET_W / 1e3:.0f} (10 GW)")
+        return value
+
     @field_validator("devices")
     @classmethod
     def _each_device_once(cls, devices: tuple[Inventory, ...]) -> tuple[Inventory, ...]:
@@ -257,7 +276,8 @@ class Cluster(Frozen):
 
     def budget_bound(self, device_id: str) -> int:
         """The most devices of `device_id` the budgets buy: power budget / the device's rated power on the
-        budget's footing (`device_w`) and cost budget / price, whichever is smaller ([Note: fleet design])."""
+        budget's footing (`device_w`) and cost budget / price, whichever is smaller ([Note: fleet design]), and
+        at most `MAX_DEVICES`."""
         bounds = []
         if self.power_budget_w is not None:
             bounds.append(self.power_budget_w / self.device_w(device_id))
@@ -269,7 +289,7 @@ class Cluster(Frozen):
             raise BadInput(f"cluster {self.name!r}: devices[{i}].count: `any` needs a budget to bound it; set "
                            "power_budget_kw (or --power-budget), or cost_budget_per_hour with a price for "
                            f"{device_id}")
-        return int(math.floor(min(bounds) + 1e-9))
+        return min(MAX_DEVICES, int(math.floor(min(bounds) + 1e-9)))
 
     def device_w(self, device_id: str) -> float:
         """What one device of `device_id` counts against the power budget on its footing ([Note: power basis])."""
@@ -306,6 +326,9 @@ class Cluster(Frozen):
         """The same fleet with the budgets a command line overrides (None keeps the file's)."""
         update: dict[str, float] = {}
         if power_budget_w is not None:
+            if power_budget_w > MAX_POWER_BUDGET_W:
+                raise BadInput(f"power budget {power_budget_w:.3g} W is beyond any site (the largest AI campuses "
+                               f"draw a few GW); give at most {MAX_POWER_BUDGET_W / 1e9:.0f}GW, e.g. 200kW")
             update["power_budget_kw"] = power_budget_w / 1e3
         if cost_budget_per_hour is not None:
             update["cost_budget_per_hour"] = cost_budget_per_hour

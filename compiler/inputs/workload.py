@@ -96,11 +96,16 @@ class Slo(Frozen):
 DEFAULT_PERCENTILE = 90.0
 
 
+#: How far fractional shares may sum from 1 (rounded thirds, 0.33 x 3, are 1% short) before they are a mistake.
+SHARE_SUM_TOLERANCE = 0.011
+
+
 class RequestClass(Frozen):
     """One kind of request: its share of traffic, lengths, prefix-cache reuse and, optionally, its own SLO."""
 
     name: str
-    share: float = Field(gt=0, description="relative weight; shares are normalised to sum to 1")
+    share: float = Field(gt=0, description="fraction of the traffic (the classes' shares sum to 1), or a whole-number "
+                                           "weight (3 and 1: three quarters and one quarter)")
     input_len: Length = Field(description="prompt tokens: an integer, or {mean, max}")
     output_len: Length = Field(description="generated tokens: an integer, or {mean, max}")
     shared_prefix_len: int = Field(default=0, ge=0, description="tokens of a prefix shared across requests")
@@ -145,8 +150,9 @@ class Speculative(Frozen):
 class Workload(Frozen):
     """The traffic to serve: request classes, arrival rate and SLOs.
 
-    Class shares are normalised on load, so ``share`` values in a loaded
-    workload sum to 1.
+    Class shares are fractions that sum to 1 (within `SHARE_SUM_TOLERANCE`) or whole-number weights; either is
+    normalised on load, so ``share`` values in a loaded workload sum to 1. Fractions that sum to something else
+    (0.4 and 0.2) are an error: a class is likely missing.
     """
 
     name: str
@@ -181,6 +187,10 @@ class Workload(Frozen):
         if dupes:
             raise ValueError(f"class names must be unique; {', '.join(repr(n) for n in dupes)} repeats")
         total = sum(c.share for c in classes)
+        if not all(float(c.share).is_integer() for c in classes) and abs(total - 1) > SHARE_SUM_TOLERANCE:
+            listed = " + ".join(f"{c.share:g} ({c.name})" for c in classes)
+            raise ValueError(f"share: {listed} = {total:.3g}; fractions of the traffic must sum to 1 (is a class "
+                             "missing?): make them sum to 1, or give whole-number weights (e.g. 2 and 1)")
         return tuple(c.model_copy(update={"share": c.share / total}) for c in classes)
 
     @field_validator("arrival_rate_per_s", mode="before")

@@ -565,8 +565,10 @@ def _solution(model: PlacementModel, run: Run, proven: bool, first: tuple[float,
     cost = run(model.cost) if model.cost is not None else None
     served = {}
     for o in model.opts:
+        if not replicas[o.key]:
+            continue  # the solver's tolerance may leave a trickle on an option with no replica: not traffic
         for c in model.inst.classes:
-            if (c.name, o.key) in model.open and replicas[o.key]:  # a flow on no replica is the solver's tolerance
+            if (c.name, o.key) in model.open:
                 rate = _clean(run(model.flow(c.name, o.key)))
                 if rate:
                     served[(c.name, o.key)] = rate

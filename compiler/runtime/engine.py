@@ -76,14 +76,33 @@ class Request:
         """Position of the next token fed to decode (the last sampled one)."""
         return len(self.prompt) + len(self.tokens) - 1
 
-    def problems(self) -> list[str]:
-        """What is wrong with its generation parameters, one line each; empty when it can run (`Engine.submit`
-        refuses it, ``gimletc run`` checks before any worker starts)."""
+    def problems(self, vocab: int | None = None, context: int | None = None) -> list[str]:
+        """What is wrong with it, one line each; empty when it can run (`Engine.submit` refuses it, ``gimletc run``
+        checks before any worker starts). Given the model's `vocab` size and `context` length
+        (``max_position_embeddings``), its token ids and its length are checked against them too."""
         problems = sampling_problems(temperature=self.temperature, top_p=self.top_p)
         n = self.max_new_tokens
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             problems.append(f"max_new_tokens {n}: give at least 1")
+            n = 1
+        if not self.prompt:
+            problems.append("empty prompt; give at least one token id")
+        if vocab is not None:
+            outside = [t for t in self.prompt if not 0 <= t < vocab]
+            if outside:
+                problems.append(f"token id {outside[0]} is outside the model's vocabulary; token ids must lie in "
+                                f"[0, {vocab}) (its vocab_size)")
+        if context is not None and len(self.prompt) + n > context:
+            room = context - len(self.prompt)
+            problems.append(f"{len(self.prompt)} prompt + {n} new tokens exceed the model's context of {context} "
+                            f"tokens (max_position_embeddings); " + (f"ask for at most {room} new tokens" if room > 0
+                                                                     else "shorten the prompt"))
         return problems
+
+
+def model_limits(config: dict) -> tuple[int, int]:
+    """(vocabulary size, context length) of a plan's model from its ``config.json``."""
+    return int(config["vocab_size"]), int(config.get("max_position_embeddings", 1 << 30))
 
 
 #: How long local workers may take to import torch and load their plan before the rendezvous (a loaded 2-core
@@ -103,8 +122,7 @@ class Engine:
         self.plan = self.pd.plan
         self.units = units(self.plan)
         self.table = {w.rank: w for w in worker_table(self.plan)}
-        self.vocab = int(self.pd.config["vocab_size"])
-        self.max_len = int(self.pd.config.get("max_position_embeddings", 1 << 30))
+        self.vocab, self.max_len = model_limits(self.pd.config)
         self.timeout_s = stage_timeout_s
         self.waiting: deque[Request] = deque()
         self.running: dict[str, list[Request]] = {u.name: [] for u in self.units}
@@ -123,11 +141,15 @@ class Engine:
         workers = tuple(self.table.values())
         self.workers = (ExternalWorkers(workers) if external else
                         LocalWorkers(self.pd.root, workers, port=store.port, log_dir=log_dir))
+        started = time.monotonic()
+        log.info("starting %d stage workers (%s; logs: %s)", len(workers), "external" if external else "local",
+                 self.workers.log_dir)
         self.workers.start()
         torch.set_num_threads(1)
         try:
             with self._guard("starting", None):
                 self.workers.wait_ready(store, start_s)
+                log.info("workers ready after %.2f s", time.monotonic() - started)
                 if self.workers.dead is not None:  # died while starting: say so now, not after a rendezvous timeout
                     raise self._failure("starting", None, None)
                 dist.init_process_group("gloo", store=store, rank=0, world_size=world,
@@ -208,16 +230,9 @@ class Engine:
     def submit(self, req: Request) -> Request:
         import torch
 
-        if not req.prompt:
-            raise BadInput("request: empty prompt; give at least one token id")
-        problems = req.problems()
+        problems = req.problems(self.vocab, self.max_len)
         if problems:
             raise BadInput("request: " + "; ".join(problems))
-        if any(not 0 <= t < self.vocab for t in req.prompt):
-            raise BadInput(f"request: token ids must lie in [0, {self.vocab}) (the model's vocab_size)")
-        if len(req.prompt) + req.max_new_tokens > self.max_len:
-            raise BadInput(f"request: {len(req.prompt)} prompt + {req.max_new_tokens} new tokens exceed the "
-                           f"model's max_position_embeddings ({self.max_len})")
         req.id = req.id or f"req-{next(self.ids)}"
         req.arrived_s = time.perf_counter()
         req.generator = torch.Generator().manual_seed(req.seed)
@@ -235,10 +250,12 @@ class Engine:
                 self._decode(unit)
 
     def run(self, requests: list[Request]) -> list[Request]:
+        started = time.monotonic()
         for r in requests:
             self.submit(r)
         while self.busy():
             self.step()
+        log.info("ran %d requests in %.2f s", len(requests), time.monotonic() - started)
         return requests
 
     def _admit(self) -> None:
@@ -391,11 +408,13 @@ class Engine:
         if self.closed:
             return
         self.workers.stopping = True  # workers leaving after ``stop`` are not deaths for the watchdog
+        stopped = False
         try:
             self._command(list(self.table), {"op": "stop"})
+            stopped = True
         finally:
             self.closed = True
-            self.workers.stop()
+            self.workers.stop(keep_logs=not stopped)  # a failed stop's error names the logs
             import torch.distributed as dist
 
             if dist.is_initialized():

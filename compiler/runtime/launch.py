@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -141,7 +142,7 @@ class _Workers:
     def kill_all(self) -> None:
         pass
 
-    def stop(self, grace_s: float = 5.0) -> None:
+    def stop(self, grace_s: float = 5.0, *, keep_logs: bool = False) -> None:
         self.stopping = True
 
     def pids(self) -> list[int]:
@@ -163,6 +164,7 @@ class LocalWorkers(_Workers):
         self.root = plan_root
         self.port = port
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="gimletc-run-"))
+        self.own_log_dir = log_dir is None  # a folder of our own making goes after a clean stop
         self.procs: dict[int, subprocess.Popen] = {}
         self._watch = threading.Thread(target=self._watchdog, name="gimletc-watchdog", daemon=True)
 
@@ -216,8 +218,9 @@ class LocalWorkers(_Workers):
             except subprocess.TimeoutExpired:
                 pass
 
-    def stop(self, grace_s: float = 5.0) -> None:
-        """After a clean ``stop`` command: wait for the workers to leave, then kill any that stay."""
+    def stop(self, grace_s: float = 5.0, *, keep_logs: bool = False) -> None:
+        """After a ``stop`` command: wait for the workers to leave, then kill any that stay. Their logs go too,
+        unless the caller chose the folder, a worker died or `keep_logs` (the error that names them)."""
         self.stopping = True
         deadline = time.monotonic() + grace_s
         for proc in self.procs.values():
@@ -226,6 +229,8 @@ class LocalWorkers(_Workers):
             except subprocess.TimeoutExpired:
                 pass
         self.kill_all()
+        if self.own_log_dir and self.dead is None and not keep_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs.values()]

@@ -427,7 +427,12 @@ def serve(root: str | Path, *, host: str = "127.0.0.1", port: int = 8000, **engi
     timeouts, external)."""
     import uvicorn
 
-    loop = ServingLoop(root, **engine_options)
+    sock = listening_socket(host, port)  # before any worker starts: a port in use is bad input, said at once
+    try:
+        loop = ServingLoop(root, **engine_options)
+    except BaseException:
+        sock.close()
+        raise
     app = build_app(loop, Path(root), loop.engine.plan.model)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                            timeout_graceful_shutdown=DRAIN_S))
@@ -439,7 +444,33 @@ def serve(root: str | Path, *, host: str = "127.0.0.1", port: int = 8000, **engi
 
     threading.Thread(target=watch, name="gimletc-engine-watch", daemon=True).start()
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
         loop.close()
+        sock.close()
     return 4 if loop.failure is not None else 0
+
+
+def listening_socket(host: str, port: int):
+    """A TCP socket bound to `host`:`port` for the server (uvicorn listens on it); `BadInput` naming the flag when
+    the address does not resolve, the port is taken or binding is refused."""
+    import errno
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise BadInput(f"--host {host}: cannot resolve it ({getattr(e, 'strerror', None) or e}); give an address "
+                       "such as 127.0.0.1 or 0.0.0.0") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a just-closed port is free
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise BadInput(f"--port {port}: {host}:{port} is already in use (another server is listening there); "
+                           "stop it or pick another --port") from None
+        raise BadInput(f"--host {host} --port {port}: cannot listen there ({e.strerror or e}); pick another "
+                       "--host or --port") from None
+    return sock

@@ -105,6 +105,7 @@ def test_infeasible_power_budget_is_reported_before_any_solve(tmp_path):
     assert "power budget 0.2 kW < 1.3 kW needed" in proc.stderr and "before any solve" in proc.stderr
     status = json.loads((tmp_path / "status.json").read_text())
     assert status["exit_code"] == 3 and "place" not in status["timings_s"]
+    assert "cost" not in status["timings_s"]  # one H100 is already over the budget: no costing ([Note: power floor])
 
 
 def test_pareto_with_an_impossible_budget_stops_before_the_sweep(tmp_path):

@@ -112,6 +112,26 @@ def test_a_compile_writes_plan_manifests_and_status(tmp_path):
     assert "times: " in proc.stdout and "{'" not in proc.stdout and "req/s, bound" in proc.stdout
     assert "nvidia-h100-sxm" in proc.stdout and "…" not in proc.stdout
     assert "… " not in proc.stderr  # no progress lines when stderr is not a terminal
+    assert "Writing model shards" not in proc.stderr  # nor transformers' progress bar (issue 22)
+    _same_artifacts_written_here(out, tmp_path / "here")
+
+
+def _same_artifacts_written_here(out, here):
+    """The compile wrote its artifacts in a child process ([Note: artifacts in the background]); writing the same
+    plan in this process gives the same bytes, file for file, manifest included."""
+    from compiler.emit.artifacts import write_plan_dir
+    from compiler.emit.plan_checks import load_plan
+
+    plan = load_plan(out)
+    bare = plan.model_copy(update={
+        "pools": [p.model_copy(update={"stages": [s.model_copy(update={"execution": None}) for s in p.stages]})
+                  for p in plan.pools],
+        "transfers": [t.model_copy(update={"detail": None}) for t in plan.transfers]})
+    write_plan_dir(bare, "llama-tiny", here)
+    written = sorted(p.relative_to(here).as_posix() for p in here.rglob("*") if p.is_file())
+    assert "manifest.json" in written and any(name.startswith("onnx/") for name in written)
+    for name in written:
+        assert (out / name).read_bytes() == (here / name).read_bytes(), name
 
 
 # --------------------------------------------------------------------------------------- estimate
@@ -121,7 +141,7 @@ def test_a_compile_writes_plan_manifests_and_status(tmp_path):
     (["--count", "8", "--tp", "8"], ["--tp 8", "4 attention heads"]),
     (["--count", "3", "--tp", "3", "--engine", "vllm"], ["--tp 3", "vLLM splits attention heads evenly"]),
     (["--count", "4", "--pp", "4", "--tp", "1"], ["--pp 4", "2 layers"]),
-    (["--batch", "1000000", "--input-len", "100000"], ["--batch 1000000", "GB per cpu-host", "at most"]),
+    (["--batch", "1000000", "--input-len", "400"], ["--batch 1000000", "GB per cpu-host", "at most"]),
 ])
 def test_estimate_refuses_impossible_shapes(flags, needles):
     extra = [] if "--batch" in flags else ["--batch", "1"]
@@ -165,3 +185,212 @@ def test_pareto_with_no_feasible_point_exits_3_and_writes_no_frontier(tmp_path):
     assert "TTFT SLO 0.001 ms <" in proc.stderr  # a lower bound shows it before the sweep ([Note: placement bounds])
     assert not any((tmp_path / f).exists() for f in ("pareto.csv", "pareto.json", "pareto.png"))
     assert json.loads((tmp_path / "status.json").read_text())["exit_code"] == 3
+
+
+# ------------------------------------------------------------------------- issue 22: a new user's rough edges
+
+
+TINY_CLUSTER = str(REPO / "examples" / "tiny_split" / "cluster.yaml")
+
+
+def _listening_port():
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock, sock.getsockname()[1]
+
+
+def test_serve_on_a_port_in_use_is_bad_input_before_any_worker_starts(tmp_path):
+    """It used to start the workers, then exit 3 ("infeasible", uvicorn's startup failure) 12.8 s in. The port is
+    bound first: the plan directory is not even read (this one does not exist)."""
+    sock, port = _listening_port()
+    with sock:
+        proc = run_cli("serve", str(tmp_path / "no-plan"), "--port", str(port))
+    assert_one_line_error(proc, f"--port {port}", "already in use", "pick another --port")
+
+
+def test_serve_port_out_of_range_is_one_line_not_a_traceback(tmp_path):
+    assert_one_line_error(run_cli("serve", str(tmp_path), "--port", "70000"), "--port", "70000", "1 to 65535")
+
+
+def _plan_with_config(tmp_path, **config):
+    """A plan directory as far as `run` reads it before starting workers: its model's config."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    return str(tmp_path)
+
+
+def test_run_checks_token_ids_against_the_vocabulary_before_starting_workers(tmp_path):
+    """No manifest, no stage programs: had `run` started workers (as it did, 11 s in), this would fail on those."""
+    plan = _plan_with_config(tmp_path, vocab_size=512, max_position_embeddings=512)
+    assert_one_line_error(run_cli("run", plan, "--prompt-ids", "1,99999"), "--prompt-ids", "99999", "[0, 512)")
+
+
+def test_run_checks_the_length_against_the_context_before_starting_workers(tmp_path):
+    plan = _plan_with_config(tmp_path, vocab_size=512, max_position_embeddings=512)
+    # 3 prompt tokens + 600 new > 512; at most 512 - 3 = 509 new tokens fit
+    assert_one_line_error(run_cli("run", plan, "--prompt-ids", "1,2,3", "--max-new-tokens", "600"),
+                          "--prompt-ids", "context of 512", "at most 509 new tokens")
+
+
+def test_estimate_beyond_the_context_is_bad_input():
+    """Llama-3.1-8B's context is 131,072 tokens (its config.json); 1,000,000 + 256 is beyond it, on any count."""
+    proc = run_cli("estimate", "llama-3.1-8b", "--device", "nvidia-h100-sxm", "--count", "8", "--batch", "1",
+                   "--input-len", "1000000")
+    assert_one_line_error(proc, "--input-len 1000000", "131,072", "qwen2.5-7b-instruct-1m")
+
+
+def test_estimate_defaults_fit_a_short_context():
+    """llama-tiny's context is 512: the default 1024 + 256 scaled by 512 / 1280 is 409 + 102."""
+    proc = run_cli("estimate", "llama-tiny", "--device", "cpu-host", "--batch", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert (r["input_len"], r["output_len"]) == (409, 102)
+
+
+@pytest.mark.parametrize("flags,needles", [
+    (["--context-len", "10000000"], ["--context-len 10,000,000", "131,072", "at most 131,071"]),
+    (["--prompt-len", "200000"], ["--prompt-len 200,000", "131,072"]),
+])
+def test_inspect_beyond_the_context_is_bad_input(flags, needles):
+    assert_one_line_error(run_cli("inspect", "llama-3.1-8b", *flags), *needles)
+
+
+def test_fractional_shares_that_miss_traffic_are_bad_input(tmp_path):
+    """0.4 + 0.2 = 0.6: a class is likely missing; it used to be renormalised to 2/3 and 1/3 without a word."""
+    workload = tmp_path / "w.yaml"
+    workload.write_text("name: w\nclasses:\n  - {name: a, share: 0.4, input_len: 100, output_len: 10}\n"
+                        "  - {name: b, share: 0.2, input_len: 100, output_len: 10}\n")
+    proc = run_cli("compile", "llama-tiny", "--cluster", TINY_CLUSTER, "--workload", str(workload), "--out",
+                   str(tmp_path / "out"))
+    assert_one_line_error(proc, str(workload), "share", "= 0.6", "sum to 1")
+
+
+def test_whole_number_shares_are_weights():
+    from compiler.inputs.workload import Workload
+
+    w = Workload(name="w", classes=[{"name": "a", "share": 3, "input_len": 100, "output_len": 10},
+                                    {"name": "b", "share": 1, "input_len": 100, "output_len": 10}])
+    assert [c.share for c in w.classes] == [0.75, 0.25]
+
+
+@pytest.mark.parametrize("count", ["10000000000", "1.0e+10"])
+def test_an_absurd_count_is_bad_input_naming_the_field(tmp_path, count):
+    """It used to reach the solver (or loop for minutes in the link queues' Erlang recursion)."""
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(f"name: x\npower_budget_kw: 10\ndevices:\n  - {{device: nvidia-h100-sxm, count: {count}}}\n")
+    proc = run_cli("compile", "llama-tiny", "--cluster", str(cluster), "--workload", TINY_CHAT, "--out",
+                   str(tmp_path / "out"))
+    assert_one_line_error(proc, str(cluster), "devices[0].count", "at most 1,000,000")
+    assert "time-limit" not in proc.stderr
+
+
+def test_an_absurd_power_budget_is_named_as_such(tmp_path):
+    """1e30kW has its unit; it used to get "expected a power with its unit"."""
+    proc = run_cli("compile", "llama-tiny", "--cluster", TINY_CLUSTER, "--workload", TINY_CHAT, "--power-budget",
+                   "1e30kW", "--out", str(tmp_path))
+    assert_one_line_error(proc, "--power-budget", "1e30kW", "beyond any site", "10GW")
+    assert "expected a power with its unit" not in proc.stderr
+
+
+def test_count_any_buys_at_most_the_largest_count():
+    from compiler.inputs.cluster import MAX_DEVICES, Cluster
+
+    c = Cluster(name="x", power_budget_kw=9e6, devices=[{"device": "nvidia-h100-sxm", "count": "any"}])
+    assert c.inventory() == {"nvidia-h100-sxm": MAX_DEVICES}  # 9 GW / 1,275 W would be 7 million
+
+
+def test_no_spurious_too_short_problem_when_the_only_device_is_wrong(tmp_path):
+    """`devices` has min_length 1; its one failing entry used to add "(and 1 more problem: devices: Tuple should have
+    at least 1 item ...)"."""
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("name: x\npower_budget_kw: 10\ndevices:\n  - {device: nvidia-h100-sxm, count: 0}\n")
+    proc = run_cli("compile", "llama-tiny", "--cluster", str(cluster), "--workload", TINY_CHAT, "--out",
+                   str(tmp_path / "out"))
+    assert_one_line_error(proc, "devices[0].count")
+    assert "more problem" not in proc.stderr and "at least 1 item" not in proc.stderr
+
+
+def test_verbose_logs_each_step():
+    proc = run_cli("-v", "inspect", "llama-tiny", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "INFO compiler.driver: resolve ..." in proc.stderr and "INFO compiler.driver: resolve:" in proc.stderr
+
+
+def test_run_stage_table_keeps_stage_names_whole(capsys):
+    """On an 80-column stdout (not a terminal) the table used to cut cells: "pool0…", "nvidi…"."""
+    from compiler.cli.run import render
+
+    stage = {"role": "colocated", "device": "nvidia-h100-sxm", "execution": "emulated on the host CPU",
+             "compute_s": {"prefill": 0.01, "decode": 0.02}, "steps": 8, "predicted_ttft_ms": 13.0,
+             "predicted_tpot_ms": 4.1}
+    render({"execution": [], "requests": [], "speculative": [],
+            "stages": [{**stage, "stage": f"pool{i}/r0/s0/tp0"} for i in range(2)],
+            "transfers": [{"kind": "kv_pages", "measured_bytes": 0, "predicted_bytes": 0,
+                           "how": "prompt tokens x plan bytes_per_token"}],
+            "measured": {"output_tokens": 8, "wall_s": 0.1, "output_tokens_per_s": 80.0}})
+    out = capsys.readouterr().out
+    for whole in ("pool0/r0/s0/tp0", "pool1/r0/s0/tp0", "nvidia-h100-sxm", "emulated on the host CPU",
+                  "predicted TTFT ms", "prompt tokens x plan bytes_per_token"):
+        assert whole in out, whole
+    assert "…" not in out
+
+
+def test_a_clean_stop_leaves_no_log_folder_and_a_failure_keeps_it(tmp_path):
+    """Every run and serve used to leave a gimletc-run-* folder in the temp folder, successful ones included."""
+    from compiler.runtime.launch import LocalWorkers
+
+    clean = LocalWorkers(tmp_path, (), port=0)
+    clean.start()
+    clean.stop()
+    assert not clean.log_dir.exists()
+    failed = LocalWorkers(tmp_path, (), port=0)
+    failed.start()
+    failed.stop(keep_logs=True)  # the failure's message names the logs
+    assert failed.log_dir.is_dir()
+    chosen = LocalWorkers(tmp_path, (), port=0, log_dir=tmp_path / "logs")
+    chosen.start()
+    chosen.stop()
+    assert (tmp_path / "logs").is_dir()  # the caller's folder is the caller's
+
+
+def test_derate_provenance_cites_no_file_a_user_lacks():
+    """The estimate footer cited ../shared/reference/measurements.csv, which is not in the repository."""
+    from backends import registry
+    from cost_models import engines
+    from cost_models.derates import derate_for
+
+    texts = [derate_for(d.family, device_id=d.id).provenance for d in registry.all_devices()]
+    texts += [source for engine in engines.ENGINES.values() for _, source in engine.provenance]
+    assert texts and not [t for t in texts if "../" in t or "shared/reference" in t]
+
+
+def test_a_bad_plan_fails_the_same_in_the_artifacts_child(tmp_path):
+    """A child's BadInput is the parent's own, with the child's message (a fresh interpreter: one thread, so it
+    forks)."""
+    import subprocess
+    import sys
+
+    code = f"""
+from compiler.driver import block_graph
+from compiler.emit.artifacts import Options
+from compiler.emit.background import Artifacts
+from compiler.emit.handmade import PoolShape, handmade_plan
+from compiler.emit.plan import Draft
+from compiler.ir.errors import BadInput
+
+plan = handmade_plan(block_graph("llama-tiny"), [PoolShape("a", "colocated"), PoolShape("b", "colocated")])
+draft = Draft(pool="b", model="llama-tiny-draft", model_sha256="0", k=3)
+bad = plan.model_copy(update={{"pools": [plan.pools[0].model_copy(update={{"draft": draft}}), plan.pools[1]]}})
+job = Artifacts.start(bad, "llama-tiny", {str(tmp_path)!r}, Options(onnx=False))
+assert job.child is not None
+try:
+    job.result(bad)
+except BadInput as e:
+    print("BadInput:", e)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "BadInput: plan: pool a: draft.pool 'b' is not a pool with role drafter" in proc.stdout

@@ -51,3 +51,11 @@ def test_what_pins_each_constant_down_names_the_groups():
     assert len(pins["nvidia-h100-sxm compute_eff, mem_eff"]) == 2
     assert pins["nvidia-h200-sxm fp8_compute_eff"] == []
     assert pins["sync_fraction"] == ["llama-3.1-8b / nvidia-h100-sxm / vllm", "qwen3-32b / nvidia-h100-sxm / vllm"]
+
+
+def test_regenerating_the_tables_keeps_what_is_written_by_hand(tmp_path):
+    """`--markdown PATH` rewrites the generated tables and keeps PATH's text from the hand-written marker on."""
+    doc = tmp_path / "fidelity.md"
+    assert fs.kept_below(doc) == "\n" + fs.HAND_WRITTEN + "\n"  # a new file gets the marker
+    doc.write_text("# old tables\n| a |\n" + fs.HAND_WRITTEN + "\n\n## Notes\nkept\n")
+    assert fs.kept_below(doc) == fs.HAND_WRITTEN + "\n\n## Notes\nkept\n"

@@ -23,7 +23,7 @@ from compiler.ir.precision import WEIGHT_DTYPES
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "cost_models" / "data"
 COLUMNS = ("id", "model", "device", "count", "tp", "pp", "dtype", "batch", "concurrency", "input_len", "output_len",
-           "metric", "value", "engine", "scenario", "source", "notes")
+           "metric", "value", "engine", "drafter", "draft_tokens", "acceptance", "scenario", "source", "notes")
 METRICS = {"output_tokens_per_s", "ttft_ms", "tpot_ms"}
 FAMILIES = {"amd", "trainium", "gaudi", "cerebras"}  # each needs at least 8 rows (issue 9)
 
@@ -32,9 +32,13 @@ def _files() -> list[Path]:
     return sorted(DATA.glob("measurements_*.csv"))
 
 
-def _rows() -> list[tuple[str, dict]]:
+def _heldout_files() -> list[Path]:
+    return sorted((DATA / "heldout").glob("measurements_*.csv"))
+
+
+def _rows(files=None) -> list[tuple[str, dict]]:
     out = []
-    for path in _files():
+    for path in files if files is not None else _files():
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
             assert tuple(reader.fieldnames or ()) == COLUMNS, f"{path.name}: columns must be {COLUMNS}"
@@ -43,6 +47,7 @@ def _rows() -> list[tuple[str, dict]]:
 
 
 ROWS = _rows()
+HELDOUT = _rows(_heldout_files())
 
 
 def test_every_non_nvidia_family_has_a_file_with_enough_rows():
@@ -54,11 +59,11 @@ def test_every_non_nvidia_family_has_a_file_with_enough_rows():
 
 
 def test_ids_are_unique():
-    ids = [row["id"] for _name, row in ROWS]
+    ids = [row["id"] for _name, row in ROWS + HELDOUT]
     assert len(ids) == len(set(ids))
 
 
-@pytest.mark.parametrize("name,row", ROWS, ids=[row["id"] for _name, row in ROWS])
+@pytest.mark.parametrize("name,row", ROWS + HELDOUT, ids=[row["id"] for _name, row in ROWS + HELDOUT])
 def test_row_is_sourced_complete_and_names_a_known_preset_and_device(name, row):
     assert row["source"].startswith(("https://", "http://")), "every row needs the URL it was read from"
     assert row["notes"].strip() and row["engine"].strip() and row["scenario"].strip()
@@ -74,6 +79,12 @@ def test_row_is_sourced_complete_and_names_a_known_preset_and_device(name, row):
     assert row["batch"] == "max" or int(row["batch"] or row["concurrency"]) >= 1
     value = float(row["value"])
     assert math.isfinite(value) and value > 0
+    drafting = (row["drafter"], row["draft_tokens"], row["acceptance"])
+    assert all(drafting) or not any(drafting), "a speculative row gives drafter, draft_tokens and acceptance"
+    if row["drafter"]:
+        assert row["drafter"] in preset_names() and int(row["draft_tokens"]) >= 1
+        assert 0 < float(row["acceptance"]) < 1
+        assert "acceptance" in row["notes"], "the notes say where the acceptance comes from (or that it is assumed)"
 
 
 def test_readme_explains_every_column():
@@ -82,19 +93,22 @@ def test_readme_explains_every_column():
         assert f"`{column}`" in readme, column
 
 
-def test_fidelity_tool_fits_and_reports_leave_one_out_as_json(tmp_path):
-    rows = [dict(zip(COLUMNS, values)) for values in (
-        ("T-1", "llama-tiny", "amd-mi300x", "1", "1", "1", "bf16", "4", "", "64", "32", "tpot_ms", "0.5", "e", "s",
-         "https://example.org", "n"),
-        ("T-2", "llama-tiny", "amd-mi300x", "1", "1", "1", "bf16", "1", "", "512", "1", "ttft_ms", "0.8", "e", "s",
-         "https://example.org", "n"),
+def _tiny_rows() -> list[dict]:
+    return [dict(zip(COLUMNS, values)) for values in (
+        ("T-1", "llama-tiny", "amd-mi300x", "1", "1", "1", "bf16", "4", "", "64", "32", "tpot_ms", "0.5", "e", "", "",
+         "", "s", "https://example.org", "n"),
+        ("T-2", "llama-tiny", "amd-mi300x", "1", "1", "1", "bf16", "1", "", "512", "1", "ttft_ms", "0.8", "e", "", "",
+         "", "s", "https://example.org", "n"),
         ("T-3", "llama-tiny", "amd-mi300x", "1", "1", "1", "bf16", "", "8", "64", "32", "output_tokens_per_s", "500",
-         "e", "s", "https://example.org", "n"))]
+         "e", "", "", "", "s", "https://example.org", "n"))]
+
+
+def test_fidelity_tool_fits_and_reports_leave_one_out_as_json(tmp_path):
     path = tmp_path / "rows.csv"
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(_tiny_rows())
     done = subprocess.run([sys.executable, str(REPO / "tools" / "fidelity.py"), "--csv", str(path), "--fit", "--loo",
                            "--json"], capture_output=True, text=True, timeout=300, env=dict(os.environ), cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -102,8 +116,72 @@ def test_fidelity_tool_fits_and_reports_leave_one_out_as_json(tmp_path):
     assert [r["id"] for r in report["rows"]] == ["T-1", "T-2", "T-3"]
     assert all(math.isfinite(r["predicted"]) and math.isfinite(r["loo_ape_pct"]) for r in report["rows"])
     assert set(report["loo_median_ape_pct"]) == {"overall", "amd"}
+    assert [t["device"] for t in report["loo_by_device"]] == ["amd-mi300x"] and report["loo_by_device"][0]["rows"] == 3
     fitted = report["fitted"]["amd"]
     assert 0.3 <= fitted["compute_eff"] <= 0.8 and 0.4 <= fitted["mem_eff"] <= 0.9
+
+
+def _fidelity():
+    sys.path.insert(0, str(REPO / "tools"))
+    import fidelity
+
+    return fidelity
+
+
+def test_the_fitter_refuses_held_out_rows_and_the_row_it_predicts():
+    """No held-out row of cost_models/data/heldout/ is fitted on, and no fold fits the row it predicts."""
+    fidelity = _fidelity()
+    held = [row for _name, row in HELDOUT]
+    assert held, "the held-out set has rows"
+    with pytest.raises(ValueError, match="refuses rows it is asked to predict or that are held out"):
+        fidelity.fit_family(fidelity._family(held[0]["device"]), [held[0]], {})
+    tiny = _tiny_rows()
+    with pytest.raises(ValueError, match=tiny[0]["id"]):
+        fidelity.fit_family("amd", tiny, {}, frozenset({tiny[0]["id"]}))
+    # the held-out files are not among the fitting files
+    assert not set(fidelity.data_files()) & set(fidelity.heldout_files())
+    assert {r["id"] for r in fidelity.load_rows(fidelity.data_files())}.isdisjoint(fidelity.held_out_ids())
+
+
+def test_amd_rows_name_their_engine_and_version():
+    """Every AMD row names vLLM and, where the source states one, its version ([Note: engine releases])."""
+    fidelity = _fidelity()
+    for _name, row in ROWS + HELDOUT:
+        if device(row["device"]).family != "amd" or "SGLang" in row["engine"]:
+            continue
+        engine, version = fidelity.engine_release(row)
+        assert engine == "vllm", row["id"]
+        assert version is not None or "version not stated" in row["engine"], row["id"]
+    assert fidelity.engine_release({"engine": "vLLM 0.10.2 (rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006)"}) == \
+        ("vllm", "0.10.2")
+
+
+def test_a_release_runs_at_the_median_speed_of_its_published_pairs():
+    """The October 2025 container's speed over July's, from AMD's four published pairs (latency 17.236 -> 15.882 s
+    and 18.057 -> 17.934 s, throughput 12638.9 -> 13212.5 and 3912.8 -> 4201.7 tokens/s): speeds 1.0853, 1.0069,
+    1.0454, 1.0738, median 1.0596; predicting AMD-03 leaves its own pair out: median of the other three, 1.0454."""
+    from cost_models.derates import release_speed
+
+    assert release_speed("amd", "vllm", "0.10.2") == pytest.approx((1.04538 + 1.07384) / 2, abs=2e-4)
+    assert release_speed("amd", "vllm", "0.10.2", {"AMD-03"}) == pytest.approx(1.04538, abs=2e-4)
+    assert release_speed("amd", "vllm", "0.9.1") == 1.0 and release_speed("amd", "vllm", None) == 1.0
+    assert release_speed("gaudi", "vllm", "0.10.2") == 1.0
+
+
+def test_a_speculative_row_is_predicted_with_the_speculative_model():
+    """CER-02 decodes speculatively: with a drafter that never misses (acceptance near 1) a round yields k + 1
+    tokens for k draft steps and one verification (which reads the weights once, as a plain step does), so TPOT
+    falls below the plain decode step but not below a (k + 1)-th of it; at acceptance near 0 it yields one token
+    for the same work, so TPOT rises above the plain step."""
+    fidelity = _fidelity()
+    row = next(r for _n, r in ROWS if r["id"] == "CER-02")
+    assert row["drafter"] == "llama-3.2-1b"
+    graphs: dict = {}
+    plain = fidelity.predict(dict(row, drafter="", draft_tokens="", acceptance=""), graphs)
+    sure = fidelity.predict(dict(row, acceptance="0.999"), graphs)
+    never = fidelity.predict(dict(row, acceptance="0.001"), graphs)
+    k = int(row["draft_tokens"])
+    assert plain / (k + 1) < sure < plain < never
 
 
 def _shared(name: str) -> Path | None:
@@ -134,3 +212,21 @@ def test_measurements_are_counted_per_device_as_the_files_hold_them():
     assert derate_for("amd").measurements == 11 and not derate_for("amd").assumed
     assert derate_for("amd", device_id="amd-mi300x").measurements == 11
     assert derate_for("amd", device_id="amd-mi355x").assumed and derate_for("nvidia", device_id="nvidia-b200").assumed
+
+
+def test_rows_run_as_the_engine_that_measured_them():
+    """optimum-habana's and SGLang's rows run as those engines (their memory rule and front end); vLLM and the other
+    stacks as generic (the family's own overheads, fitted on those rows)."""
+    fidelity = _fidelity()
+    assert fidelity.engine_of({"engine": "optimum-habana (Intel Gaudi software 1.18.0, PyTorch 2.4.0)"}) == \
+        "optimum-habana"
+    assert fidelity.engine_of({"engine": "SGLang 0.5.9 (lmsysorg/sglang:v0.5.9-rocm700-mi35x)"}) == "sglang"
+    assert fidelity.engine_of({"engine": "vLLM 0.9.1 (benchmark_latency)"}) == "generic"
+    assert {fidelity.engine_of(row) for _name, row in ROWS if row["device"].startswith("intel-gaudi")} == \
+        {"optimum-habana"}
+
+
+def test_every_held_out_row_is_answered():
+    """`gimletc estimate` answers each held-out row the way the CLI runs it (no refusal)."""
+    fidelity = _fidelity()
+    assert fidelity.answered([row for _name, row in HELDOUT], {}) == [""] * len(HELDOUT)

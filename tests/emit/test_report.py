@@ -260,3 +260,104 @@ def test_zero_rate_rows_are_left_out_and_decode_pools_show_no_ttft(split, tiny_g
             .splitlines() if line.startswith("| ") and not line.startswith("| pool |")}
     for p in plan.pools:
         assert (rows[p.name][9] == "99") == ("prefill" in p.phases), (p.name, p.phases, rows[p.name])
+
+
+# ------------------------------------------------------------------------------- pictures (issue 22, item 4)
+
+
+def _roofline_point(i: int, intensity: float, flops: float, device: str = "nvidia-h100-sxm", phase: str = "decode"):
+    from compiler.emit.report.roofline import RooflinePoint
+
+    return RooflinePoint(f"pool{i % 4}", device, phase, f"L{i}.attn", "attn", 1, (("B", 8.0),), flops,
+                         flops / intensity, 1.0, "memory")
+
+
+def test_roofline_numbers_never_overlap_and_the_table_names_every_block():
+    """40 blocks crowded onto two spots and a diagonal (as many pools of one model land): every marker number is
+    drawn apart from every other, and each block is named in exactly one table row."""
+    import random
+
+    from compiler.emit.report.plots import roofline_figure
+    from compiler.emit.report.roofline import Ceiling
+
+    rng = random.Random(7)
+    points = [_roofline_point(i, 10 * (1 + 0.01 * rng.random()), 1e13 * (1 + 0.01 * rng.random())) for i in range(15)]
+    points += [_roofline_point(15 + i, 0.5 * (1.3 ** i), 3e11 * (1.25 ** i), "amd-mi300x", "prefill")
+               for i in range(25)]
+    ceils = [Ceiling("nvidia-h100-sxm", "bf16", 989e12, 3.35e12, 0.7, 0.9),
+             Ceiling("nvidia-h200-sxm", "bf16", 989e12, 3.36e12, 0.7, 0.9),  # within 3%: drawn once
+             Ceiling("amd-mi300x", "bf16", 1307e12, 5.3e12, 0.3, 0.48)]
+    fig = roofline_figure(ceils, points, "t")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    numbers = [t for t in ax.texts if t.get_text().isdigit()]
+    boxes = [t.get_window_extent(renderer) for t in numbers]
+    assert len(numbers) >= 2
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b)
+    rows: list[str] = []
+    for line in "\n".join(t.get_text() for t in fig.texts).splitlines()[1:]:  # a long row continues indented
+        rows.append(line) if line[:1].isdigit() else rows.__setitem__(-1, rows[-1] + " " + line.strip())
+    assert len(rows) == len(numbers)
+    for p in points:  # each block's pool and device are in its mark's row; the 15 crowded ones share one row
+        assert any(f"{p.pool} {p.phase}" in row for row in rows)
+    assert [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")] == \
+        ["nvidia-h100-sxm, nvidia-h200-sxm (bf16 peak)", "amd-mi300x (bf16 peak)"]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def _front(curve: str, target_ms: float, per_mw: float, tokens_per_s: float) -> dict:
+    return {"curve": curve, "tpot_target_ms": target_ms, "tokens_per_s_per_user": 1e3 / target_ms,
+            "output_tokens_per_s_per_mw": per_mw, "output_tokens_per_s": tokens_per_s}
+
+
+def test_frontier_draws_only_non_dominated_points_names_each_baseline_and_puts_the_plan_on_its_curve():
+    """Solved for throughput: at 20 ms the plan's 1,000 tokens/s beats the 40 ms point's 900, which is dominated
+    (slower and no better) and not drawn; the iso-power curve is named, not "best baseline"."""
+    from compiler.emit.report.plots import frontier_figure
+
+    rows = [_front("heterogeneous", 40.0, 5e5, 900.0), _front("heterogeneous", 10.0, 6e5, 800.0),
+            _front("heterogeneous", 5.0, 1e5, 100.0), _front("iso-power:nvidia-b200", 10.0, 7e5, 700.0),
+            _front("iso-power:nvidia-b200", 20.0, 6e5, 600.0)]
+    plan = {**_front("plan", 20.0, 4e5, 1000.0), "on_curve": True, "label": "this plan"}
+    fig = frontier_figure(rows, "t", "throughput", plan=plan)
+    ax = fig.axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    het = lines["heterogeneous (the gimletc plan's fleet)"]
+    assert list(het.get_xdata()) == [50.0, 100.0, 200.0] and list(het.get_ydata()) == [1000.0, 800.0, 100.0]
+    iso = lines["iso-power:nvidia-b200 (nvidia-b200 alone, same power budget)"]
+    assert list(iso.get_xdata()) == [100.0]  # its 20 ms point (600) is below its 10 ms point (700)
+    assert "this plan" in lines and not any("best baseline" in label for label in lines)
+    assert ax.get_ylabel() == "output tokens/s"
+    per_mw = frontier_figure(rows, "t", "tokens-per-watt")
+    assert per_mw.axes[0].get_ylabel() == "output tokens/s per MW provisioned"
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    plt.close(per_mw)
+
+
+def test_frontier_units_agree_in_help_plot_and_readme():
+    """Per MW provisioned everywhere (the CSV column is output_tokens_per_s_per_mw); the axis once said per kW."""
+    from compiler.cli.main import build_parser
+    from compiler.emit.report.plots import FRONTIER_METRICS
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    help_text = sub.choices["pareto"].format_help()
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## `gimletc pareto`", 1)[1].split("\n## ", 1)[0]
+    assert FRONTIER_METRICS["tokens-per-watt"][1] == "output tokens/s per MW provisioned"
+    for text in (" ".join(help_text.split()), " ".join(section.split())):
+        assert "per MW" in text and "per kW" not in text
+
+
+def test_the_plan_point_is_at_its_tpot_target(compiled):
+    plan, graph = compiled
+    point = build_report(plan, graph, frontier_objective=plan.solver.objective).plan_point()
+    target = min(c.slo_tpot_ms for c in plan.classes if c.slo_tpot_ms)
+    assert point["tokens_per_s_per_user"] == pytest.approx(1e3 / target) and point["on_curve"]
+    assert point["output_tokens_per_s"] == plan.predicted.output_tokens_per_s

@@ -54,30 +54,45 @@ class Report:
     timeline: dict
     frontier: tuple[dict, ...] | None  # rows of `compiler.driver.pareto`, or None when not computed
     frontier_title: str = ""
+    frontier_objective: str = "tokens-per-watt"  # what each frontier point maximised
 
     @property
     def title(self) -> str:
         return f"{self.plan.model} on {self.plan.cluster}, workload {self.plan.workload}"
 
-    def plan_point(self) -> tuple[float, float] | None:
-        """This plan on the frontier's axes: (tokens/s per user, output tokens/s per MW provisioned)."""
+    def plan_point(self) -> dict | None:
+        """This plan as a frontier row (`compiler.emit.report.plots.plot_frontier`): tokens/s per user at its TPOT
+        target (the strictest class's; its predicted worst TPOT where it has none), and what each frontier
+        objective measures. ``on_curve`` when the frontier maximised what the plan's own solve did: the plan is
+        then the heterogeneous curve's point at its target."""
         pr = self.plan.predicted
-        if not pr.worst_tpot_ms or not pr.provisioned_power_w:
+        targets = [c.slo_tpot_ms for c in self.plan.classes if c.slo_tpot_ms] or \
+            ([self.plan.slo_tpot_ms] if self.plan.slo_tpot_ms else [])
+        tpot_ms = min(targets) if targets else pr.worst_tpot_ms
+        if not tpot_ms or not pr.provisioned_power_w:
             return None
-        return 1e3 / pr.worst_tpot_ms, pr.output_tokens_per_s / (pr.provisioned_power_w / 1e6)
+        worst = f"; predicted worst {pr.worst_tpot_ms:.3g} ms" if pr.worst_tpot_ms else ""
+        return {"curve": "plan", "tokens_per_s_per_user": 1e3 / tpot_ms, "tpot_target_ms": tpot_ms,
+                "worst_tpot_ms": pr.worst_tpot_ms, "output_tokens_per_s": pr.output_tokens_per_s,
+                "output_tokens_per_s_per_mw": pr.output_tokens_per_s / (pr.provisioned_power_w / 1e6),
+                "output_tokens_per_dollar": pr.output_tokens_per_dollar,
+                "on_curve": self.plan.solver.objective == self.frontier_objective,
+                "label": f"this plan ({self.plan.solver.objective}; TPOT target {tpot_ms:.3g} ms{worst})",
+                "prediction": True}
 
     def to_json(self) -> dict:
         return {"prediction": True, "power": self.power.to_json(),
                 "roofline": roofline_json(list(self.ceilings), list(self.roofline)),
-                "frontier": {"title": self.frontier_title, "points": list(self.frontier)}
+                "frontier": {"title": self.frontier_title, "objective": self.frontier_objective,
+                             "points": list(self.frontier)}
                 if self.frontier is not None else None,
                 "plan_point": self.plan_point()}
 
 
 def build_report(plan: Plan, graph: BlockGraph, *, frontier: Sequence[dict] | None = None, frontier_title: str = "",
-                 frontier_note: str | None = None) -> Report:
+                 frontier_note: str | None = None, frontier_objective: str = "tokens-per-watt") -> Report:
     """The report of `plan` (compiled from `graph`); `frontier` are `compiler.driver.pareto` rows, if computed,
-    and `frontier_note` says why there are none."""
+    each maximising `frontier_objective`, and `frontier_note` says why there are none."""
     power = power_breakdown(plan)
     files = [(name, what) for name, what in FILES if name != "pareto.png" or frontier]
     if frontier:
@@ -88,7 +103,8 @@ def build_report(plan: Plan, graph: BlockGraph, *, frontier: Sequence[dict] | No
             "`gimletc pareto` sweeps every baseline.")
     md = summary_markdown(plan, power, files=files, frontier_note=frontier_note)
     return Report(plan, md, power, tuple(ceilings(plan)), tuple(roofline_points(plan, graph)),
-                  pipeline_trace(plan, graph), tuple(frontier) if frontier else None, frontier_title)
+                  pipeline_trace(plan, graph), tuple(frontier) if frontier else None, frontier_title,
+                  frontier_objective)
 
 
 def write_report(report: Report, folder: str | Path) -> list[Path]:
@@ -108,7 +124,7 @@ def write_report(report: Report, folder: str | Path) -> list[Path]:
     out += [folder / "roofline.png", folder / "power.png"]
     if report.frontier:
         plot_frontier(report.frontier, folder / "pareto.png", report.frontier_title or report.title,
-                      report.plan_point())
+                      report.frontier_objective, plan=report.plan_point())
         out.append(folder / "pareto.png")
     return sorted(out)
 

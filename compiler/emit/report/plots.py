@@ -1,15 +1,19 @@
-"""The report's pictures (matplotlib, loaded only when a picture is drawn; Agg, no display needed).
+"""The report's pictures and ``gimletc pareto``'s (matplotlib, loaded only when a picture is drawn; Agg).
 
-- `plot_frontier`: tokens/s per user against output tokens/s per kW provisioned, the heterogeneous frontier, the
-  best baseline curve at each TPOT target, and the plan itself;
-- `plot_roofline`: each device's ceilings and the plan's blocks on them;
+- `plot_frontier`: tokens/s per user (1000 / TPOT target) against what the sweep maximised (output tokens/s per
+  MW provisioned, output tokens/s, or output tokens per dollar), each curve by name, only its non-dominated
+  points ([Note: frontier points]), and the plan itself on the heterogeneous curve;
+- `plot_roofline`: each device's ceilings (near-identical ones drawn once) and the plan's blocks on them,
+  numbered, with a table naming each number ([Note: roofline labels]);
 - `plot_power`: provisioned and drawn kW per pool against the budget.
 
-All three are titled as predictions.
+All are titled as predictions; the same inputs give the same bytes.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -41,65 +45,286 @@ def _save(fig, path: Path, margins: dict | None = None) -> None:
 _LOG_MARGINS = {"left": 0.11, "right": 0.97, "bottom": 0.12, "top": 0.87}
 
 
-def plot_frontier(rows: Sequence[dict], path: Path, title: str, plan_point: tuple[float, float] | None) -> None:
-    """`rows` as `compiler.driver.pareto` returns them; `plan_point` (tokens/s per user, tokens/s per MW)."""
+#: What each frontier objective maximises, as a row key of `compiler.driver.pareto` and its axis label. Per MW
+#: throughout: ``gimletc pareto``'s help, the CSV's column and README say the same.
+FRONTIER_METRICS = {
+    "tokens-per-watt": ("output_tokens_per_s_per_mw", "output tokens/s per MW provisioned"),
+    "throughput": ("output_tokens_per_s", "output tokens/s"),
+    "tokens-per-dollar": ("output_tokens_per_dollar", "output tokens per dollar"),
+}
+SPEED = "tokens_per_s_per_user"
+HETEROGENEOUS = "heterogeneous"
+
+
+def curve_label(name: str) -> str:
+    """A frontier curve's legend entry: its name and what it is.
+
+    >>> curve_label("iso-power:nvidia-b200"), curve_label("greedy")
+    ('iso-power:nvidia-b200 (nvidia-b200 alone, same power budget)', 'greedy (greedy heuristic, same inventory)')
+    """
+    if name == HETEROGENEOUS:
+        return "heterogeneous (the gimletc plan's fleet)"
+    kind, _, device = name.partition(":")
+    words = {"iso-power": f"{device} alone, same power budget", "iso-cost": f"{device} alone, same cost budget",
+             "vendor-islands": "each type alone, no traffic across", "no-disaggregation": "colocated pools only",
+             "greedy": "greedy heuristic, same inventory"}.get(kind)
+    return f"{name} ({words})" if words else name
+
+
+def non_dominated(rows: Sequence[dict], key: str) -> list[dict]:
+    """The rows no other row beats on both speed and `key`, fastest first.
+
+    [Note: frontier points] A frontier is the best the fleet does at each speed: a point slower than another and
+    no better in what the sweep maximises is not on it (a looser TPOT target solved for throughput can land
+    below a tighter one in per-MW terms, and a solve stopped within its gap can land below its neighbour).
+    Such rows stay in pareto.csv / pareto.json (``on_frontier`` false) and are not drawn. A row without a
+    positive value of `key` is not a point.
+
+    >>> pts = [{"tokens_per_s_per_user": x, "y": y} for x, y in ((10, 5.0), (20, 7.0), (40, 3.0), (30, 2.0))]
+    >>> [(r["tokens_per_s_per_user"], r["y"]) for r in non_dominated(pts, "y")]
+    [(40, 3.0), (20, 7.0)]
+    """
+    out, best = [], -math.inf
+    for r in sorted((r for r in rows if (r.get(key) or 0) > 0), key=lambda r: (-r[SPEED], -r[key])):
+        if r[key] > best:
+            out.append(r)
+            best = r[key]
+    return out
+
+
+def on_frontier(rows: Sequence[dict], key: str) -> list[bool]:
+    """For each row, whether it is on its curve's frontier in `key` (`non_dominated` within its curve)."""
+    kept = set()
+    for curve in {r.get("curve") for r in rows}:
+        kept |= {id(r) for r in non_dominated([r for r in rows if r.get("curve") == curve], key)}
+    return [id(r) in kept for r in rows]
+
+
+def plot_frontier(rows: Sequence[dict], path: Path, title: str, objective: str = "tokens-per-watt", *,
+                  plan: dict | None = None, dropouts: Sequence[dict] = ()) -> None:
+    """`rows` as `compiler.driver.pareto` returns them, solved for `objective`: one panel of what it maximises,
+    and one of output tokens per dollar where every row has a price and that is not already it. `plan` is a row
+    of the same keys for the compiled plan (``tokens_per_s_per_user`` at its TPOT target, and ``label``): drawn
+    as a star and, when the sweep maximised what the plan did (``on_curve``), as a point of the heterogeneous
+    curve. `dropouts` (``gimletc pareto``'s) mark where a baseline or device type leaves the sweep."""
+    fig = frontier_figure(rows, title, objective, plan=plan, dropouts=dropouts)
+    fig.savefig(path, metadata={"Software": None})
+    _pyplot().close(fig)
+
+
+def frontier_figure(rows: Sequence[dict], title: str, objective: str = "tokens-per-watt", *,
+                    plan: dict | None = None, dropouts: Sequence[dict] = ()):
+    """The frontier's matplotlib figure (`plot_frontier` saves it; tests read its lines)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    het = [r for r in rows if r.get("curve") == "heterogeneous"]
-    best: dict[float, dict] = {}
-    for r in rows:  # every other curve is a baseline (a single device type, islands, ...): the best per target
-        if r.get("curve") != "heterogeneous":
-            key = r.get("tpot_target_ms")
-            if key not in best or r["output_tokens_per_s_per_mw"] > best[key]["output_tokens_per_s_per_mw"]:
-                best[key] = r
-    others = [best[k] for k in sorted(best)]
-    for pts, label, style in ((het, "heterogeneous frontier", "o-"), (others, "best baseline", "s--")):
-        pts = sorted(pts, key=lambda r: r["tokens_per_s_per_user"])
-        if pts:
-            ax.plot([r["tokens_per_s_per_user"] for r in pts], [r["output_tokens_per_s_per_mw"] / 1e3 for r in pts],
-                    style, label=label)
-    if plan_point is not None:
-        ax.plot([plan_point[0]], [plan_point[1] / 1e3], "*", markersize=14, label="this plan")
-    ax.set_xlabel("tokens/s per user (1000 / worst TPOT ms)")
-    ax.set_ylabel("output tokens/s per kW provisioned")
-    ax.set_title(f"Predicted Pareto frontier\n{title}", fontsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.set_yscale("log")
-    ax.legend(fontsize=8)
-    _save(fig, path, _LOG_MARGINS)
+    key, label = FRONTIER_METRICS[objective]
+    panels = [(key, label)]
+    if objective != "tokens-per-dollar" and rows and all(r.get("output_tokens_per_dollar") for r in rows):
+        panels.append(FRONTIER_METRICS["tokens-per-dollar"])
+    names = sorted({r["curve"] for r in rows}, key=lambda n: (n != HETEROGENEOUS, n))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels) + 3.2, 4.6), dpi=120, squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (metric, axis_label) in zip(axes[0], panels):
+        drawn: list[float] = []
+        for i, name in enumerate(names):
+            pts = [r for r in rows if r["curve"] == name]
+            if name == HETEROGENEOUS and plan is not None and plan.get("on_curve") and metric == key:
+                pts.append(plan)
+            front = sorted(non_dominated(pts, metric), key=lambda r: r[SPEED])
+            if not front:
+                continue
+            style = dict(marker="o", linewidth=2.2, color="black", zorder=3) if name == HETEROGENEOUS else \
+                dict(marker="s" if name.startswith("iso-") else "^", linewidth=1, linestyle="--",
+                     color=colours[i % len(colours)], alpha=0.85)
+            ax.plot([r[SPEED] for r in front], [r[metric] for r in front], label=curve_label(name), **style)
+            drawn += [r[metric] for r in front]
+        if plan is not None and (plan.get(metric) or 0) > 0:
+            ax.plot([plan[SPEED]], [plan[metric]], "*", markersize=15, color="gold", markeredgecolor="black",
+                    zorder=4, label=plan.get("label", "this plan"))
+            drawn.append(plan[metric])
+        _dropout_marks(ax, dropouts)
+        ax.set_xscale("log")
+        _plain_ticks(ax.xaxis)
+        if drawn and min(drawn) > 0 and max(drawn) / min(drawn) > 20:
+            ax.set_yscale("log")  # a sweep can span orders of magnitude
+        ax.set_xlabel("tokens/s per user (1000 / TPOT target ms)")
+        ax.set_ylabel(axis_label)
+        ax.grid(True, which="both", alpha=0.25)
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    axes[0][-1].legend(handles, ["\n".join(_wrapped([text], 42)) for text in labels], fontsize=7, loc="upper left",
+                       bbox_to_anchor=(1.03, 1.0), borderaxespad=0, labelspacing=0.8)
+    fig.suptitle(f"Predicted Pareto frontier: each point maximises {label} at its TPOT target (dominated points "
+                 f"not drawn)\n{title}", fontsize=9)
+    right = 1 - 3.1 / (5.6 * len(panels) + 3.2)
+    fig.subplots_adjust(left=0.09 / len(panels), right=right, bottom=0.13, top=0.85, wspace=0.3)
+    return fig
+
+
+def _plain_ticks(axis) -> None:
+    """Tick labels of a log axis as plain numbers (300, not 3 x 10^2); minor ticks labelled only where they do not
+    crowd: 2, 3 and 5 x 10^k over about a decade, 2 and 5 over two or three, none over more."""
+    from matplotlib.ticker import FuncFormatter
+
+    def minor(value: float, _pos) -> str:
+        lo, hi = sorted(axis.get_view_interval())
+        decades = math.log10(hi / lo) if lo > 0 else math.inf
+        keep = {2, 3, 5} if decades < 1.3 else {2, 5} if decades < 2.6 else set()
+        lead = round(value / 10 ** math.floor(math.log10(value))) if value > 0 else 0
+        return f"{value:g}" if lead in keep else ""
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(FuncFormatter(minor))
+
+
+def _dropout_marks(ax, dropouts: Sequence[dict]) -> None:
+    """A dotted vertical line where baselines or device types leave the sweep, naming them."""
+    marks: dict[float, list[str]] = {}
+    for d in dropouts:
+        if d.get("posed"):
+            marks.setdefault(1e3 / d["tpot_target_ms"], []).append(d["where"])
+    for x, names in sorted(marks.items()):
+        ax.axvline(x, color="grey", linewidth=0.6, linestyle=":")
+        out = "out: " + ", ".join(n.replace("iso-power:", "").replace("iso-cost:", "$") for n in names)
+        ax.annotate(out if len(out) <= 70 else out[:69] + "…", (x, 0.02), xycoords=("data", "axes fraction"),
+                    rotation=90, fontsize=5.5, color="grey", ha="right", va="bottom", annotation_clip=True)
+
+
+@dataclass(frozen=True)
+class RooflineMark:
+    """One numbered marker of the roofline: the points drawn there (near-coinciding ones share it)."""
+
+    number: int
+    x: float
+    y: float
+    points: tuple[RooflinePoint, ...]
+    colour: str
+    shape: str
+
+    def row(self) -> str:
+        """Its line of the table beside the plot: number, pool, phase, blocks, device."""
+        by_pool: dict[tuple[str, str, str], list[str]] = {}
+        for p in self.points:
+            by_pool.setdefault((p.pool, p.phase, p.device), []).append(f"{p.role}" + (f" x{p.count}" if p.count > 1
+                                                                                      else ""))
+        return "; ".join(f"{pool} {phase} {', '.join(roles)} ({device})" for (pool, phase, device), roles
+                         in by_pool.items())
+
+
+#: Markers closer than this many pixels share one number ([Note: roofline labels]).
+MARK_PX = 20
+
+
+def roofline_marks(points: Sequence[tuple[RooflinePoint, str]], to_px, px: float = MARK_PX) -> list[RooflineMark]:
+    """`points` (each with its colour) grouped into numbered marks, in reading order.
+
+    [Note: roofline labels] Blocks of several pools and layers often sit on the same spot of the roofline (the
+    same block on two pools of one device type, or attention and FFN at one intensity). Each point joins the
+    first mark within `px` pixels of it (`to_px` maps data to pixels), so marks are at least `px` apart and the
+    number drawn inside each one cannot overlap another; the table beside the plot names every block of every
+    mark. Points are taken left to right, so the numbers read along the intensity axis.
+    """
+    groups: list[list] = []
+    for p, colour in sorted(points, key=lambda pc: (pc[0].intensity_flops_per_byte, -pc[0].achieved_flops_per_s,
+                                                    pc[0].pool, pc[0].phase, pc[0].block)):
+        at = to_px(p.intensity_flops_per_byte, p.achieved_flops_per_s)
+        for g in groups:
+            if math.dist(g[0], at) < px:
+                g[1].append((p, colour))
+                break
+        else:
+            groups.append([at, [(p, colour)]])
+    marks = []
+    for n, (_, members) in enumerate(groups, start=1):
+        first = members[0][0]
+        colours = {c for _, c in members}
+        phases = {p.phase for p, _ in members}
+        shape = "s" if phases == {"prefill"} else "o" if phases == {"decode"} else "D"
+        marks.append(RooflineMark(n, first.intensity_flops_per_byte, first.achieved_flops_per_s,
+                                  tuple(p for p, _ in members), colours.pop() if len(colours) == 1 else "lightgrey",
+                                  shape))
+    return marks
+
+
+def roofline_lines(ceilings: Sequence[Ceiling], tolerance: float = 0.03) -> list[tuple[list[str], Ceiling]]:
+    """The ceilings to draw, each with the devices it stands for: devices whose peak, bandwidth and derates are
+    within `tolerance` of an earlier one share its lines (six near-identical lines drawn as one)."""
+    out: list[tuple[list[str], Ceiling]] = []
+
+    def close(a: float, b: float) -> bool:
+        return abs(a - b) <= tolerance * max(abs(a), abs(b))
+
+    for c in ceilings:
+        for devices, first in out:
+            if all(close(getattr(c, f), getattr(first, f)) for f in ("peak_flops_per_s", "mem_bw_bytes_per_s",
+                                                                      "compute_eff", "mem_eff")):
+                devices.append(c.device)
+                break
+        else:
+            out.append(([c.device], c))
+    return out
 
 
 def plot_roofline(ceilings: Sequence[Ceiling], points: Sequence[RooflinePoint], path: Path, title: str) -> None:
     """Log-log FLOP/s against FLOP/byte: each device's peak and bandwidth roof (datasheet, solid; derated,
-    dotted), and each distinct block of each pool at its operating point."""
+    dotted), and each distinct block of each pool at its operating point, numbered and named in a table."""
+    fig = roofline_figure(ceilings, points, title)
+    fig.savefig(path, metadata={"Software": None})
+    _pyplot().close(fig)
+
+
+def roofline_figure(ceilings: Sequence[Ceiling], points: Sequence[RooflinePoint], title: str):
+    """The roofline's matplotlib figure (`plot_roofline` saves it; tests read its texts)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    intensities = [p.intensity_flops_per_byte for p in points if p.intensity_flops_per_byte > 0] or [1.0]
+    lines = roofline_lines(ceilings)
+    colour_of = {d: colours[i % len(colours)] for i, (devices, _) in enumerate(lines) for d in devices}
+    shown = [p for p in points if p.achieved_flops_per_s > 0 and p.intensity_flops_per_byte > 0]
+    intensities = [p.intensity_flops_per_byte for p in shown] or [1.0]
     lo = min(min(intensities), min((c.ridge_flops_per_byte for c in ceilings), default=1.0)) / 4
     hi = max(max(intensities), max((c.ridge_flops_per_byte for c in ceilings), default=1.0)) * 4
-    xs = [lo * (hi / lo) ** (i / 64) for i in range(65)]
-    markers = {"prefill": "^", "decode": "o"}
-    for i, c in enumerate(ceilings):
-        colour = colours[i % len(colours)]
-        ax.plot(xs, [min(c.peak_flops_per_s, c.mem_bw_bytes_per_s * x) for x in xs], "-", color=colour,
-                label=f"{c.device} ({c.dtype} peak)")
-        ax.plot(xs, [min(c.peak_flops_per_s * c.compute_eff, c.mem_bw_bytes_per_s * c.mem_eff * x) for x in xs], ":",
-                color=colour)
-        for p in (p for p in points if p.device == c.device and p.achieved_flops_per_s > 0):
-            ax.plot([p.intensity_flops_per_byte], [p.achieved_flops_per_s], markers.get(p.phase, "o"), color=colour,
-                    markersize=7, markeredgecolor="black")
-            ax.annotate(f"{p.pool} {p.role}", (p.intensity_flops_per_byte, p.achieved_flops_per_s), fontsize=6,
-                        xytext=(3, 3), textcoords="offset points")
+    tops = [c.peak_flops_per_s for c in ceilings] + [p.achieved_flops_per_s for p in shown] or [1.0]
+    bottoms = [p.achieved_flops_per_s for p in shown] + [min(c.peak_flops_per_s, c.mem_bw_bytes_per_s * lo) * 0.5
+                                                         for c in ceilings] or [1.0]
+    rows_guess = max(1, len(shown))
+    height = max(5.0, 1.6 + 0.16 * rows_guess)
+    fig = plt.figure(figsize=(12, height), dpi=120)
+    ax = fig.add_axes((0.07, 0.6 / height, 0.5, 1 - 1.5 / height))
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(min(bottoms) / 3, max(tops) * 3)
+    xs = [lo * (hi / lo) ** (i / 64) for i in range(65)]
+    for devices, c in lines:
+        colour = colour_of[devices[0]]
+        ax.plot(xs, [min(c.peak_flops_per_s, c.mem_bw_bytes_per_s * x) for x in xs], "-", color=colour,
+                label=f"{', '.join(devices)} ({c.dtype} peak)")
+        ax.plot(xs, [min(c.peak_flops_per_s * c.compute_eff, c.mem_bw_bytes_per_s * c.mem_eff * x) for x in xs], ":",
+                color=colour)
+    to_px = lambda x, y: tuple(ax.transData.transform((x, y)))  # noqa: E731 (limits and position are final)
+    marks = roofline_marks([(p, colour_of.get(p.device, "grey")) for p in shown], to_px)
+    for m in marks:
+        ax.plot([m.x], [m.y], m.shape, color=m.colour, markersize=11, markeredgecolor="black", zorder=3)
+        ax.annotate(str(m.number), (m.x, m.y), ha="center", va="center", fontsize=6, zorder=4,
+                    fontweight="bold")
     ax.set_xlabel("arithmetic intensity (FLOP per byte moved, per shard)")
     ax.set_ylabel("FLOP/s (per device)")
-    ax.set_title(f"Predicted roofline: the plan's blocks on their devices (^ prefill, o decode; dotted: derated)\n"
-                 f"{title}", fontsize=9)
     ax.grid(True, which="both", alpha=0.2)
-    ax.legend(fontsize=7)
-    _save(fig, path, _LOG_MARGINS)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("Predicted roofline: the plan's blocks at their pools' operating points\n"
+                 f"(square prefill, circle decode, diamond both; solid datasheet, dotted derated)\n{title}",
+                 fontsize=8)
+    table = ["#   pool, phase: blocks (device)"] + [f"{m.number:<3} {m.row()}" for m in marks]
+    fig.text(0.6, 1 - 0.9 / height, "\n".join(_wrapped(table, 78)), fontsize=6.5, family="monospace", va="top")
+    return fig
+
+
+def _wrapped(lines: list[str], width: int) -> list[str]:
+    """Table lines cut at `width` characters onto indented continuation lines."""
+    import textwrap
+
+    out = []
+    for line in lines:
+        out += textwrap.wrap(line, width, subsequent_indent="    ") or [""]
+    return out
 
 
 def plot_power(power: PowerBreakdown, path: Path, title: str) -> None:
