@@ -43,7 +43,7 @@ from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.placement import OBJECTIVE_SENSE, Instance, Solution
 from compiler.place.moves import Moves, base_key
 from compiler.replan.correct import PoolFactors, Factors, corrected, fit, with_corrected_predictions
-from compiler.replan.forecast import holt
+from compiler.replan.forecast import ALPHA, BETA, errors, holt
 from compiler.replan.metrics import Snapshot, window, windows
 from compiler.replan.observe import ClassShape, Observation, observe
 
@@ -81,6 +81,12 @@ class ClassPlan:
     input_mean: float
     output_mean: float
     windows: int  # how many windows the forecast read
+    #: the forecast's one-step-ahead errors replayed over those windows (`compiler.replan.forecast.errors`): mean
+    #: absolute percentage errors of Holt's and of the last value's forecast, over `error_points` windows (None:
+    #: fewer than three windows, nothing to replay)
+    holt_mape: float | None = None
+    last_value_mape: float | None = None
+    error_points: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +159,7 @@ class Replan:
     changes: tuple[PoolChange, ...]
     routes: tuple[RouteChange, ...]
     workload_yaml: str
+    forecast: str  # the forecast used and its replayed error, in words (`forecast_statement`)
     solution: Solution = field(repr=False, compare=False, default=None)
     instance: Instance = field(repr=False, compare=False, default=None)
     prepared: object = field(repr=False, compare=False, default=None)
@@ -229,7 +236,8 @@ def replan(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot], s
     nxt = emit(chosen)
     candidate = nxt if chosen is proposed else emit(proposed)
     return Replan(str(plan_dir), tuple(s.source for s in snaps), obs, classes, pools, factors, decision,
-                  pool_changes(current, proposed), route_changes(plan, candidate), text, chosen, inst, prep, nxt)
+                  pool_changes(current, proposed), route_changes(plan, candidate), text,
+                  forecast_statement(settings, classes), chosen, inst, prep, nxt)
 
 
 def with_factors(raw: Instance, factors: tuple[Factors, ...]) -> Instance:
@@ -245,8 +253,30 @@ def _forecast(obs: Observation, series: list[Observation], how: str) -> tuple[Cl
     if total <= 0:  # every class forecast to vanish: plan for the mix just measured
         ahead = {c.name: c.requests_per_s for c in obs.classes}
         total = sum(ahead.values())
-    return tuple(ClassPlan(c.name, c.requests_per_s, ahead[c.name], ahead[c.name] / total, c.share_se,
-                           c.input_mean, c.output_mean, len(rates[c.name])) for c in obs.classes)
+    out = []
+    for c in obs.classes:
+        e = errors(rates[c.name])
+        known = e.points > 0
+        out.append(ClassPlan(c.name, c.requests_per_s, ahead[c.name], ahead[c.name] / total, c.share_se,
+                             c.input_mean, c.output_mean, len(rates[c.name]), e.holt_mape if known else None,
+                             e.last_value_mape if known else None, e.points))
+    return tuple(out)
+
+
+def forecast_statement(settings: Settings, classes: tuple[ClassPlan, ...]) -> str:
+    """The forecast used, in words, with its error on the windows it read (what ``gimletc replan`` prints)."""
+    windows = max((c.windows for c in classes), default=0)
+    if settings.forecast == "holt":
+        how = (f"Holt's linear exponential smoothing (alpha {ALPHA:g}, beta {BETA:g}) over {windows} window(s) of "
+               f"{settings.window_s:g} s")
+    else:
+        how = f"the last window's rates (--forecast none; {windows} window(s) of {settings.window_s:g} s read)"
+    scored = [c for c in classes if c.error_points]
+    if not scored:
+        return f"forecast: {how}; its error is unmeasured here (replaying it needs three windows or more)"
+    errs = ", ".join(f"{c.name} {c.holt_mape:.1%} (last value {c.last_value_mape:.1%}, {c.error_points} windows)"
+                     for c in scored)
+    return f"forecast: {how}; one-step error replayed on these windows, Holt against the last value: {errs}"
 
 
 #: Smallest share a class keeps in the planned workload: a class that vanished from the window still has its
