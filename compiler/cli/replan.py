@@ -72,7 +72,9 @@ def register(sub) -> None:
     p.add_argument("--scrape-interval", type=duration_s, default=60.0, metavar="DURATION",
                    help="seconds between the two scrapes of a URL source (default 60s)")
     p.add_argument("--out", metavar="DIR2", help="write the next plan directory here (plan.json, k8s/ manifests, "
-                                                 "workload.yaml, report/replan.json)")
+                                                 "workload.yaml, report/replan.json, and autoscale/: a KEDA "
+                                                 "ScaledObject per pool on its engines' queue and, where the pools "
+                                                 "map to it, the Dynamo planner's config, within the power budget)")
     p.add_argument("--apply", action="store_true",
                    help="act: start and stop the engines of the local deployment of DIR (gimletc deploy DIR --local) "
                         "to match the next plan (needs --out)")
@@ -139,11 +141,12 @@ def run(args: argparse.Namespace) -> int:
 
             clear(out, OUTPUTS)
         r = replan(args.plan, inputs, snaps, settings, workload_dir=out or Path(scratch), progress=progress)
-        wrote = []
+        wrote, scaling = [], None
         if out is not None:
-            from compiler.replan.write import write_replan_dir
+            from compiler.replan.write import autoscalers, write_replan_dir
 
             wrote = write_replan_dir(r, inputs, out)
+            scaling = autoscalers(r)
     applied = None
     if args.apply:
         from compiler.deploy.apply import apply_local
@@ -154,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(summary_json(r))
     else:
-        sys.stdout.write(render(r, out, wrote, applied))
+        sys.stdout.write(render(r, out, wrote, applied, scaling))
     return 0
 
 
@@ -172,7 +175,7 @@ def _ms(seconds) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3g}"
 
 
-def render(r, out, wrote: list[str], applied) -> str:
+def render(r, out, wrote: list[str], applied, scaling=None) -> str:
     """The replan as text: measurements, factors, decision, diff (plain columns: the same bytes every run)."""
     obs, d = r.observation, r.decision
     lines = [f"replan of {r.plan_dir}: {len(r.sources)} scrape(s), window {obs.seconds:.0f} s "
@@ -214,6 +217,15 @@ def render(r, out, wrote: list[str], applied) -> str:
     if out is not None:
         lines.append(f"wrote {out}/ ({', '.join(wrote[:3])}, ...): the "
                      + ("proposed placement" if d.act else "running placement, re-routed, with corrected predictions"))
+    if scaling is not None:
+        _keda, ranges, planner, why = scaling
+        if ranges:
+            lines.append("autoscaling until the next replan (autoscale/keda: KEDA on each pool's engine queue; ranges "
+                         "keep the power budget and inventory with every pool at its maximum):")
+            lines += [f"  {x.pool}: {x.min_replicas}..{x.max_replicas} replicas (plan {x.replicas}), scale up above "
+                      f"{x.waiting_per_replica} waiting per replica" for x in ranges]
+        lines.append(f"Dynamo planner: autoscale/dynamo-planner.json (max_gpu_budget {planner['max_gpu_budget']})"
+                     if planner is not None else f"Dynamo planner: none ({why})")
     if applied is not None:
         lines.append(applied)
     elif d.act:

@@ -46,6 +46,8 @@ def test_metrics_in_diff_out_and_the_same_bytes_twice(day, night_metrics, tmp_pa
     written = json.loads(outs[0][1]["plan.json"])
     assert {base_key(p["option"]) for p in written["pools"]} != {base_key(p.option) for p in compiled.plan.pools}
     assert "k8s/kustomization.yaml" in outs[0][1] and "workload.yaml" in outs[0][1]
+    keda = sorted(k for k in outs[0][1] if k.startswith("autoscale/keda/scaledobject-"))
+    assert len(keda) == sum(1 for p in written["pools"] if p["launch"])  # one per engine pool
     inputs = json.loads(outs[0][1]["report/inputs.json"])
     assert inputs["workload"] == str((tmp_path / "next" / "workload.yaml").resolve())
     text = run_cli("replan", str(plan_dir), "--metrics", str(night_metrics), timeout=600)
