@@ -6,7 +6,9 @@ vLLM OpenAI-compatible server per pool replica and one vllm-router, all on
 loopback, until the caller stops them (Ctrl-C, SIGTERM, ``--for S``) or one of
 them dies. ``DIR/deploy/endpoints.json`` names the router URL, each replica's
 URL and its process id while they run (`gimletc bench` reads it);
-``DIR/deploy/logs/`` holds each process's output.
+``DIR/deploy/logs/`` holds each process's output. While it runs, ``gimletc replan DIR --apply`` may ask it to
+run another plan: it starts and stops replicas to match ([Note: applying a replan locally] in
+`compiler.deploy.apply`).
 
 How the plan's launch becomes a local process (`local_command`): the spec's
 ``vllm serve MODEL`` becomes ``python -m vllm.entrypoints.openai.api_server
@@ -148,8 +150,12 @@ class Deployment:
     """The processes of one local deployment; `start` them, `watch` them, `stop` them (idempotent). Without a
     `plan` (an engine started to be measured, ``gimletc calibrate --engine``) no ``endpoints.json`` is written."""
 
-    def __init__(self, root: Path, plan: Plan | None, procs: list[Proc]):
+    def __init__(self, root: Path, plan: Plan | None, procs: list[Proc], *, python: Path | None = None,
+                 router: Path | None = None, kv_dir: Path | None = None):
         self.root, self.plan, self.procs = root, plan, procs
+        self.python, self.router, self.kv_dir = python, router, kv_dir  # what `apply` starts new replicas with
+        self.plan_root = root  # the directory of the plan it runs (another one after `apply`)
+        self.closing = False  # set by `stop`: a `watch` in another thread returns instead of reporting the exits
 
     def start(self, ready_timeout_s: float, progress: Callable[[str], None]) -> None:
         engines = [p for p in self.procs if p.pool != "router"]
@@ -186,7 +192,7 @@ class Deployment:
 
     def check_alive(self) -> None:
         """`RuntimeFailure` naming the first process that exited (with the end of its log)."""
-        for p in self.procs:
+        for p in self.procs if not self.closing else ():
             if p.popen is not None and p.popen.poll() is not None:
                 pools = self.plan.pools if self.plan is not None else ()
                 role = next((f"{q.role} engine" for q in pools if q.name == p.pool),
@@ -194,18 +200,86 @@ class Deployment:
                 raise RuntimeFailure(f"{p.name} ({role}) exited with code {p.popen.returncode}; "
                                      f"log {p.log_path}:\n{_tail(p.log_path)}")
 
-    def watch(self, until: float | None) -> None:
-        """Block until `until` (monotonic seconds; None: for ever) or a process dies (`RuntimeFailure`)."""
-        while until is None or time.monotonic() < until:
+    def watch(self, until: float | None, progress: Callable[[str], None] = log.info) -> None:
+        """Block until `until` (monotonic seconds; None: for ever) or a process dies (`RuntimeFailure`); apply
+        a replan when one asks ([Note: applying a replan locally] in `compiler.deploy.apply`)."""
+        from compiler.deploy.apply import pending
+
+        while (until is None or time.monotonic() < until) and not self.closing:
             self.check_alive()
+            for work in self.work_dirs() if self.plan is not None else ():
+                request = pending(work)
+                if request is not None:
+                    self.apply(request, progress, work)
             time.sleep(0.5)
 
-    def stop(self) -> None:
+    def work_dirs(self) -> list[Path]:
+        """Where the deployment answers: the deployed plan's ``deploy/`` folder and, after an apply, the running
+        plan's (so ``gimletc replan DIR2 --apply`` finds the deployment that DIR2 was applied to)."""
+        return list(dict.fromkeys([self.root / "deploy", Path(self.plan_root) / "deploy"]))
+
+    def apply(self, request: dict, progress: Callable[[str], None], work: Path | None = None) -> None:
+        """Run the plan `request` names, keeping the replicas whose shape stays (`compiler.deploy.apply`); the
+        answer goes to `work` (where the request was found)."""
+        from compiler.deploy.apply import answer, reconcile, shape
+
+        work, logs, ident = work or self.root / "deploy", self.root / "deploy" / "logs", str(request.get("id", ""))
+        try:
+            nxt_root = Path(request["plan"])
+            nxt = load_plan(nxt_root)
+            pools = {p.name: p for p in check_local(nxt, nxt_root)}
+        except (BadInput, KeyError, TypeError) as e:
+            answer(work, ident, None, f"{type(e).__name__}: {e}")
+            return
+        options = {p.name: p.option for p in self.plan.pools}
+        running = [(p.pool, p.replica, shape(options[p.pool])) for p in self.procs if p.pool != "router"]
+        change = reconcile(running, [(p.name, shape(p.option), p.replicas) for p in pools.values()])
+        progress(f"applying {nxt_root}: starting {len(change.started)}, stopping {len(change.stopped)}, keeping "
+                 f"{len(change.kept)} engine replica(s)")
+        leaving = set(change.stopped) | {("router", 0)}
+        router_port = next((p.port for p in self.procs if p.pool == "router"), _free_port())
+        self._stop([p for p in self.procs if (p.pool, p.replica) in leaving])
+        self.procs = [p for p in self.procs if (p.pool, p.replica) not in leaving]
+        renamed = dict(change.kept)
         for p in self.procs:
+            p.pool, p.replica = renamed[(p.pool, p.replica)]
+        base_env = outside_env()
+        new = []
+        for name, r in change.started:
+            port = _free_port()
+            new.append(Proc(name, r, port, local_command(pools[name], self.python, nxt_root, port, self.kv_dir),
+                            logs / f"{name}-{r}-{ident[:8]}.log", env={**base_env, **pools[name].launch.env}))
+        try:
+            for p in new:
+                self._spawn(p)
+            self.procs += new
+            self._await_health(new, 900.0)
+            urls: dict[str, list[str]] = {}
+            for p in sorted(self.procs, key=lambda q: (q.pool, q.replica)):
+                urls.setdefault(p.pool, []).append(p.url)
+            if nxt.router is not None and nxt.router.router == "vllm-router":
+                router = Proc("router", 0, router_port, router_command(nxt, self.router, router_port, urls),
+                              logs / f"router-{ident[:8]}.log", env=base_env)
+                self._spawn(router)
+                self.procs.append(router)
+                self._await_health([router], 60.0)
+        except RuntimeFailure as e:
+            answer(work, ident, None, str(e))
+            raise
+        previous = self.plan_root
+        self.plan, self.plan_root = nxt, nxt_root
+        if Path(previous) != self.root and Path(previous) != Path(nxt_root):  # it no longer runs there
+            (Path(previous) / "deploy" / "endpoints.json").unlink(missing_ok=True)
+        self._write_endpoints()
+        answer(work, ident, change)
+        progress(f"now running {nxt_root}")
+
+    def _stop(self, procs: list[Proc]) -> None:
+        for p in procs:
             if p.popen is not None and p.popen.poll() is None:
                 _signal_group(p.popen, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
-        for p in self.procs:
+        for p in procs:
             if p.popen is None:
                 continue
             try:
@@ -214,16 +288,23 @@ class Deployment:
                 pass
             _signal_group(p.popen, signal.SIGKILL)  # the group: vLLM's engine-core child outlives its parent
             p.popen.wait()
-        (self.root / "deploy" / "endpoints.json").unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        self.closing = True
+        self._stop(self.procs)
+        for work in self.work_dirs():
+            (work / "endpoints.json").unlink(missing_ok=True)
 
     def _write_endpoints(self) -> None:
         router = next((p for p in self.procs if p.pool == "router"), None)
-        data = {"router": router.url if router else None, "model": self.plan.model,
+        data = {"router": router.url if router else None, "model": self.plan.model, "plan": str(self.plan_root),
+                "deployer_pid": os.getpid(),
                 "served_model_name": self.plan.pools[0].launch.served_model_name if self.plan.pools[0].launch
                 else self.plan.model,
                 "processes": [{"pool": p.pool, "replica": p.replica, "url": p.url, "pid": p.popen.pid,
                                "log": str(p.log_path)} for p in self.procs]}
-        atomic_write_text(self.root / "deploy" / "endpoints.json", json.dumps(data, indent=1) + "\n")
+        for work in self.work_dirs():
+            atomic_write_text(work / "endpoints.json", json.dumps(data, indent=1) + "\n")
 
 
 def _signal_group(popen: subprocess.Popen, sig: int) -> None:
@@ -269,7 +350,7 @@ def prepare(root: str | Path, python: Path, router: Path) -> Deployment:
         port = _free_port()
         procs.append(Proc("router", 0, port, router_command(plan, router, port, urls), work / "logs" / "router.log",
                           env=base_env))
-    return Deployment(root, plan, procs)
+    return Deployment(root, plan, procs, python=python, router=router, kv_dir=kv_dir)
 
 
 def deploy_local(root: str | Path, *, for_s: float | None = None, ready_timeout_s: float = 900.0,
@@ -283,7 +364,7 @@ def deploy_local(root: str | Path, *, for_s: float | None = None, ready_timeout_
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
         deployment.start(ready_timeout_s, progress)
-        deployment.watch(None if for_s is None else time.monotonic() + for_s)
+        deployment.watch(None if for_s is None else time.monotonic() + for_s, progress)
     except KeyboardInterrupt:
         progress("stopping")
     finally:

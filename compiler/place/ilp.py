@@ -496,7 +496,9 @@ def _solve_model(model: PlacementModel, objective: str, deadline: float):
     value and bound)."""
     stages, solved = _stages(model, objective, deadline)
     if model.moved is not None:  # the fewest moves right after the objective ([Note] in `compiler.place.moves`)
-        stages = stages[:1] + [(model.moved, "min")] + stages[1:]
+        # with a slack, the objective again at those moves: the best of the placements that move least, not the
+        # cheapest of those within the slack
+        stages = stages[:1] + [(model.moved, "min")] + (stages[:1] if model.slack else []) + stages[1:]
     proven, first, run = True, (0.0, 0.0), None
     for i, (expr, sense) in enumerate(stages):
         if i == 0 and solved is not None:

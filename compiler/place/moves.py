@@ -9,8 +9,9 @@
 - ``max_moves``: ``moves <= max_moves`` when given.
 
 The objective's first stage is solved as before under ``max_moves``; its optimum is then relaxed by ``slack``
-(a fraction) and the next stage minimises ``moves`` within it, before the usual tie-breaks: within `slack` of
-the best placement reachable in `max_moves`, the one that moves least. Routing (which class goes where) is not
+(a fraction) and the next stage minimises ``moves`` within it; with a slack the objective is solved once more at
+that many moves, before the usual tie-breaks: within `slack` of the best placement reachable in `max_moves`,
+the best of those that move least. Routing (which class goes where) is not
 a move: the router's shares change for free. The options of the current plan stay candidates even where
 pruning would drop them as dominated, so staying put is always a choice.
 

@@ -3,7 +3,9 @@
 Read with prometheus_client's own text parser. A snapshot is every sample of one scrape at one moment (the
 samples' own timestamps when they carry them, else the file's modification time, else now for a URL). A window
 is two snapshots: counters and histograms as deltas between them (a counter that went down was reset: its later
-value is the delta), gauges as their mean over the snapshots inside it.
+value is the delta), gauges as their mean over the snapshots inside it and as their change from the first to the
+last (a queue that grows: requests arrived that were not served). `windows` cuts a sequence of snapshots into
+consecutive windows, the series a forecast reads (`compiler.replan.forecast`).
 
 Pools: a sample belongs to the plan's pool named by its ``pool`` label, else the one its ``pod`` or
 ``instance`` names (``gimletc-pool0-0...``, the manifests' names), else to the pool its source was given
@@ -86,11 +88,20 @@ class Histogram:
         return out
 
     def std(self) -> float | None:
-        """The spread of the samples, from the bucket midpoints (the open top bucket at its lower edge)."""
-        if self.count < 2 or self.mean is None:
+        """The spread of the samples, taken as uniform inside each bucket (the open top bucket at its lower edge):
+        the bucket midpoints' variance plus each bucket's width squared over 12 (so one full bucket is not read as
+        no spread at all)."""
+        if self.count < 2:
             return None
-        var = sum(n * ((lo + hi) / 2 if math.isfinite(hi) else lo) ** 2 for lo, hi, n in self.masses()) / self.count
-        return math.sqrt(max(var - self.mean ** 2, 0.0))
+        first = second = 0.0
+        for lo, hi, n in self.masses():
+            mid, width = ((lo + hi) / 2, hi - lo) if math.isfinite(hi) else (lo, 0.0)
+            first += n * mid
+            second += n * (mid ** 2 + width ** 2 / 12)
+        total = sum(n for _lo, _hi, n in self.masses())
+        if total <= 0:
+            return None
+        return math.sqrt(max(second / total - (first / total) ** 2, 0.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +229,11 @@ class Window:
     counters: dict
     gauges: dict
     histograms: dict
+    gauge_change: dict = None  # (quantity, pool) -> last value - first value
+
+    def grown(self, quantity: str, pool: str) -> float:
+        """How much gauge `quantity` of `pool` rose over the window (0 when it fell, or is absent)."""
+        return max((self.gauge_change or {}).get((quantity, pool), 0.0), 0.0)
 
     def counter(self, quantity: str, pool: str) -> float | None:
         return self.counters.get((quantity, pool))
@@ -255,4 +271,20 @@ def window(snaps: list[Snapshot], window_s: float) -> Window:
     for s in inside:
         for k, v in s.gauges:
             gauges[k] = gauges.get(k, 0.0) + v / len(inside)
-    return Window(first.time_s, seconds, counters, gauges, histograms)
+    before_g = dict(first.gauges)
+    change = {k: v - before_g.get(k, 0.0) for k, v in last.gauges}
+    return Window(first.time_s, seconds, counters, gauges, histograms, change)
+
+
+def windows(snaps: list[Snapshot], window_s: float) -> list[Window]:
+    """Consecutive windows of about `window_s` seconds, oldest first, ending at the last snapshot: each from the
+    latest snapshot at least `window_s` before its end (the first snapshot when none is). The last is
+    `window(snaps, window_s)`."""
+    out: list[Window] = []
+    end = len(snaps)
+    while end >= 2:
+        part = snaps[:end]
+        w = window(part, window_s)
+        out.append(w)
+        end = next(i for i, s in enumerate(part) if s.time_s == w.start_s) + 1
+    return out[::-1]

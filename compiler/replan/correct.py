@@ -1,0 +1,315 @@
+"""Correction factors: each pool's measured latencies over the cost model's, fitted as a service-time scale, and
+the pool options rescaled by them.
+
+Before: an `Observation` (`compiler.replan.observe`) and the pool options costed for the measured workload.
+After: a `PoolFactors` per pool of the plan, `Factors` per measured shape and per device type, and options
+whose curves and capacities carry them (`corrected`).
+
+[Note: correction as a service-time scale] A factor k is the scale of a pool's service time that reproduces
+its measured mean latency at its measured load. If every step takes k times what the cost model says, a
+replica serves 1/k of its modelled requests/s, so at the measured arrivals it runs at utilisation k·u (u: the
+model's utilisation there), and a queue whose service times all scale by k has, at the same utilisation, every
+wait and latency scaled by k (time rescaling). So the corrected latency at the measured load is k × L(k·u), and
+k solves k × L(k·u) = measured: one bisection, the left side rising with k. Prefill work sets TTFT and decode
+steps set TPOT: a TTFT factor k_t scales the TTFT columns of a curve, a TPOT factor k_d the TPOT columns, and a
+replica's capacity scales by a request's service time: k_t for a prefill replica, k_d for a decode replica
+(whose TTFT column, the wait for a decode slot, is decode service too), and p·k_t + (1 − p)·k_d for a colocated
+one, p the prefill's share of an unloaded request (TTFT over TTFT + (output − 1) × TPOT, at the curve's first
+point). For a colocated pool both factors are found together: one bisection on its capacity scale.
+
+A measured shape (an option's key without its class or KV-target suffix: device, parallelism, batch) keeps
+the factors its pools measured: what the cost model got wrong may be the shape's own (its batch, its
+parallelism). Every other option on a measured device type takes the type's: its pools' factors combined in
+log space, weighted by the inverse of their variance, TTFT from the pools that prefill and TPOT from those that
+decode (the cost model's error taken to be the device's: its efficiencies, the engine's overheads on it). A
+type with no measurement stays as modelled; an option spanning two types (attention/FFN, a drafter elsewhere)
+is not corrected. A pool whose queue grew over the window, or whose modelled load is past its curve's end, is
+overloaded: its latencies measure a growing queue, not its service, and give no factor.
+
+[Note: predicted means] The engines' histograms give exact means (``_sum`` over ``_count``) but coarse
+quantiles (vLLM's buckets are 1-2-5 per decade apart), so measured and predicted are compared as means. The
+curves give the median and the SLO percentile N: a TPOT's mean is taken as its median (the step time at the
+median occupancy; a Poisson occupancy's median sits at its mean), a TTFT's from a shifted exponential through
+both (a fixed part plus an exponential wait): θ = (t_N − t_50) / (ln(1/(1 − N)) − ln 2), mean = t_50 + θ(1 − ln 2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from compiler.ir.placement import ClassTarget
+from compiler.ir.pool_option import ClassService, PoolOption
+from compiler.place.moves import base_key
+from compiler.replan.observe import Observation, PoolMeasure
+
+#: A queue that grew by more than this share of a pool's arrivals marks it overloaded.
+OVERLOAD_BACKLOG_SHARE = 0.01
+#: The range the bisection searches a scale in.
+SCALE_RANGE = (1e-3, 1e3)
+
+
+def ttft_mean_s(point, percentile: float) -> float:
+    """A curve point's mean TTFT ([Note: predicted means]).
+
+    >>> round(ttft_mean_s((0.5, 1.0, 1.0 + math.log(5), 0.0, 0.0), 0.9), 6)   # theta = 1: 1 + (1 - ln 2)
+    1.306853
+    """
+    t50, tn = point[1], point[2]
+    theta = max(tn - t50, 0.0) / (math.log(1 / (1 - percentile)) - math.log(2))
+    return t50 + theta * (1 - math.log(2))
+
+
+def tpot_mean_s(point, _percentile: float = 0.5) -> float:
+    """A curve point's mean TPOT: its median ([Note: predicted means])."""
+    return point[3]
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One latency of one pool at its measured load: measured mean, the model's prediction, the fitted factor
+    (with its relative standard error and the requests it rests on), and the corrected prediction (the type's
+    factors applied: `Factors`). Seconds; the two predictions are predictions."""
+
+    measured_s: float
+    predicted_s: float
+    factor: float
+    rel_se: float
+    samples: float
+    corrected_s: float | None = None
+
+    @property
+    def ratio(self) -> float:
+        """Measured over predicted, at the measured load (the factor before the utilisation feedback)."""
+        return self.measured_s / self.predicted_s if self.predicted_s > 0 else math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class PoolFactors:
+    """A pool's factors: TTFT, TPOT (None: not measured, or not fitted, `note` says why) and throughput
+    (measured requests/s over the plan's share of the measured traffic: how the router's split compares)."""
+
+    pool: str
+    shape: str
+    device: str
+    role: str
+    utilisation: float  # the model's, at the measured load (prediction)
+    ttft: Estimate | None
+    tpot: Estimate | None
+    throughput_ratio: float | None
+    throughput_samples: float
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Factors:
+    """Factors of one replica shape (``shape``) or of a whole device type (``shape`` empty), combined over the
+    pools that measured them; 1.0 with no samples where none did."""
+
+    device: str
+    shape: str = ""
+    ttft: float = 1.0
+    ttft_rel_se: float = 0.0
+    ttft_samples: float = 0.0
+    tpot: float = 1.0
+    tpot_rel_se: float = 0.0
+    tpot_samples: float = 0.0
+
+    def moved(self, sigmas: float) -> Factors:
+        """Both factors moved by `sigmas` of their relative standard errors (the gain's uncertainty)."""
+        return replace(self, ttft=self.ttft * math.exp(sigmas * self.ttft_rel_se),
+                       tpot=self.tpot * math.exp(sigmas * self.tpot_rel_se))
+
+
+def _prefill_share(service: ClassService, output_len: float) -> float:
+    """p: the prefill's share of an unloaded request's time on a colocated replica."""
+    first = service.curve[0]
+    total = first[1] + max(output_len - 1, 0.0) * first[3]
+    return first[1] / total if total > 0 else 0.5
+
+
+def capacity_scale(o: PoolOption, cls: str, output_len: float, k_ttft: float, k_tpot: float) -> float:
+    if o.kind == "prefill":
+        return k_ttft
+    if o.kind == "colocated":
+        p = _prefill_share(o.service(cls), output_len)
+        return p * k_ttft + (1 - p) * k_tpot
+    return k_tpot
+
+
+def _predicted(o: PoolOption, arrivals: dict[str, float], targets: dict[str, ClassTarget], u: float,
+               quantity: str) -> float:
+    """The mean latency the model predicts at utilisation `u`: TTFT per request, TPOT per output token after the
+    first (the engines' inter-token latency histogram counts tokens), so each class weighs by its arrivals, times
+    its output tokens less one for TPOT."""
+    fn = ttft_mean_s if quantity == "ttft" else tpot_mean_s
+    weights = {c: r * (1.0 if quantity == "ttft" else max(targets[c].output_len - 1, 1.0)) for c, r in arrivals.items()}
+    total = sum(weights.values())
+    return sum(w * fn(o.service(c).at(u), targets[c].percentile) for c, w in weights.items()) / total
+
+
+def _utilisation(o: PoolOption, arrivals: dict[str, float], replicas: int) -> float:
+    return sum(r / o.service(c).rate_per_s for c, r in arrivals.items()) / max(replicas, 1)
+
+
+def fit_pool(m: PoolMeasure, o: PoolOption, targets: dict[str, ClassTarget], share_of_traffic: float | None,
+             total_per_s: float) -> PoolFactors:
+    """The factors of one pool ([Note: correction as a service-time scale])."""
+    arrivals = {c: r for c, r in m.arrivals_per_s if o.service(c) is not None and c in targets}
+    ratio = None
+    if share_of_traffic:
+        ratio = m.requests_per_s / (share_of_traffic * total_per_s) if total_per_s > 0 else None
+    base = dict(pool=m.pool, shape=base_key(m.option), device=m.device, role=m.role, throughput_ratio=ratio,
+                throughput_samples=m.completed)
+    if not arrivals:
+        return PoolFactors(utilisation=0.0, ttft=None, tpot=None, note="no requests recognised", **base)
+    u = _utilisation(o, arrivals, m.replicas)
+    end = min(o.service(c).curve[-1][0] for c in arrivals)
+    if m.backlog_per_s > OVERLOAD_BACKLOG_SHARE * m.requests_per_s or u >= end:
+        return PoolFactors(utilisation=u, ttft=None, tpot=None, note=(
+            f"overloaded (queue grew {m.backlog_per_s:.3g} req/s; modelled utilisation {u:.2f}): its latencies "
+            "measure the queue, not the service; no factor"), **base)
+    measured = {"ttft": m.ttft if o.kind != "decode" else None, "tpot": m.tpot if o.kind != "prefill" else None}
+    measured = {q: v for q, v in measured.items() if v is not None and v.mean_s > 0}
+    if not measured:
+        return PoolFactors(utilisation=u, ttft=None, tpot=None, note="no latency histograms", **base)
+    weights = {c: r / o.service(c).rate_per_s for c, r in arrivals.items()}  # each class's share of the load
+    load = sum(weights.values())
+
+    def factors_at(s: float) -> dict[str, float]:
+        k = {q: v.mean_s / _predicted(o, arrivals, targets, s * u, q) for q, v in measured.items()}
+        one = next(iter(k.values()))  # a colocated pool measured on one side only: one scale for both
+        return {"ttft": k.get("ttft", one), "tpot": k.get("tpot", one)}
+
+    def excess(s: float) -> float:  # s minus the capacity scale its factors imply: rises with s
+        k = factors_at(s)
+        implied = sum(w * capacity_scale(o, c, targets[c].output_len, k["ttft"], k["tpot"])
+                      for c, w in weights.items()) / load
+        return math.log(s) - math.log(implied)
+
+    s = _bisect(excess)
+    k = factors_at(s)
+    out = {q: Estimate(v.mean_s, _predicted(o, arrivals, targets, u, q), k[q], v.se_s / v.mean_s, v.samples)
+           for q, v in measured.items()}
+    return PoolFactors(utilisation=u, ttft=out.get("ttft"), tpot=out.get("tpot"), **base)
+
+
+def _bisect(excess) -> float:
+    """The root of an increasing `excess` in `SCALE_RANGE`, in log space (clamped at the range's ends)."""
+    lo, hi = (math.log(v) for v in SCALE_RANGE)
+    if excess(math.exp(lo)) >= 0:
+        return math.exp(lo)
+    if excess(math.exp(hi)) <= 0:
+        return math.exp(hi)
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if excess(math.exp(mid)) > 0:
+            hi = mid
+        else:
+            lo = mid
+    return math.exp((lo + hi) / 2)
+
+
+def fit(obs: Observation, plan, options: list[PoolOption], classes: tuple[ClassTarget, ...]
+        ) -> tuple[tuple[PoolFactors, ...], tuple[Factors, ...]]:
+    """Every pool's factors and every measured device type's, combined ([Note: correction as a service-time
+    scale]); `options` are costed for the measured workload, `plan` is the running `Plan`."""
+    by_shape = {base_key(o.key): o for o in options}
+    targets = {c.name: c for c in classes}
+    planned = plan.predicted.requests_per_s
+    out = []
+    for m in obs.pools:
+        o = by_shape.get(base_key(m.option))
+        if o is None or len(o.device_types) != 1:
+            out.append(PoolFactors(m.pool, base_key(m.option), m.device, m.role, 0.0, None, None, None, m.completed,
+                                   note="its shape spans two device types: not corrected" if o is not None else
+                                   "no option of its shape for the measured workload (its batch no longer fits): "
+                                   "not corrected"))
+            continue
+        share = next((p.predicted_requests_per_s for p in plan.pools if p.name == m.pool), 0.0) / planned \
+            if planned > 0 else None
+        out.append(fit_pool(m, o, targets, share, obs.requests_per_s))
+    return tuple(out), combine(out)
+
+
+def combine(pools) -> tuple[Factors, ...]:
+    """Per measured shape, then per device type: the pools' factors in log space, weighted by the inverse of
+    their variance."""
+    out = []
+    groups = sorted({(p.device, p.shape) for p in pools}) + sorted({(p.device, "") for p in pools})
+    for t, shape in groups:
+        fields = {}
+        for q in ("ttft", "tpot"):
+            est = [getattr(p, q) for p in pools if p.device == t and shape in ("", p.shape) and getattr(p, q)]
+            if not est:
+                continue
+            w = [1 / max(e.rel_se, MIN_REL_SE) ** 2 for e in est]
+            fields[q] = math.exp(sum(wi * math.log(e.factor) for wi, e in zip(w, est)) / sum(w))
+            fields[f"{q}_rel_se"] = 1 / math.sqrt(sum(w))
+            fields[f"{q}_samples"] = sum(e.samples for e in est)
+        if fields:
+            out.append(Factors(t, shape, **fields))
+    return tuple(out)
+
+
+#: The least relative standard error a factor is given: a histogram's buckets bound what its mean can tell.
+MIN_REL_SE = 1e-3
+
+
+def corrected_option(o: PoolOption, f: Factors, output_lens: dict[str, float]) -> PoolOption:
+    """`o` with `f`'s factors: its TTFT and TPOT columns and its capacity scaled ([Note: correction as a
+    service-time scale])."""
+    k_ttft = f.tpot if o.kind == "decode" else f.ttft  # a decode replica's TTFT is the wait for decode service
+    services = []
+    for s in o.classes:
+        scale = capacity_scale(o, s.name, output_lens.get(s.name, 1.0), f.ttft, f.tpot)
+        curve = tuple((u, t50 * k_ttft, tn * k_ttft, p50 * f.tpot, pn * f.tpot) for u, t50, tn, p50, pn in s.curve)
+        services.append(ClassService(s.name, s.rate_per_s / scale, curve))
+    return replace(o, classes=tuple(services))
+
+
+def corrected(options, factors: tuple[Factors, ...], classes: tuple[ClassTarget, ...]) -> list[PoolOption]:
+    """Every option of a measured shape corrected by its own factors, every other option on one measured device
+    type by the type's; the rest as they are."""
+    by_type = {f.device: f for f in factors if not f.shape}
+    by_shape = {f.shape: f for f in factors if f.shape}
+    lens = {c.name: c.output_len for c in classes}
+    out = []
+    for o in options:
+        f = by_shape.get(base_key(o.key)) or (by_type.get(o.device_types[0]) if len(o.device_types) == 1 else None)
+        out.append(corrected_option(o, _filled(f, by_type.get(f.device)) if f is not None and f.shape else f, lens)
+                   if f is not None and len(o.device_types) == 1 else o)
+    return out
+
+
+def _filled(shape: Factors, device: Factors | None) -> Factors:
+    """A shape's factors, with its type's where the shape measured one side only."""
+    if device is None:
+        return shape
+    return replace(shape, **{f"{q}{x}": getattr(device, f"{q}{x}") for q in ("ttft", "tpot") if not
+                             getattr(shape, f"{q}_samples") for x in ("", "_rel_se", "_samples")})
+
+
+def with_corrected_predictions(pools: tuple[PoolFactors, ...], obs: Observation, options: list[PoolOption],
+                               plan, classes: tuple[ClassTarget, ...]) -> tuple[PoolFactors, ...]:
+    """Each pool's estimates with the corrected prediction at its measured load: the corrected option's mean
+    latency at its corrected utilisation (what the re-solve believes the pool does now)."""
+    targets = {c.name: c for c in classes}
+    shapes = {base_key(o.key): o for o in options}
+    out = []
+    for f in pools:
+        m = obs.pool(f.pool)
+        o = shapes.get(base_key(m.option)) if m is not None else None
+        if o is None:
+            out.append(f)
+            continue
+        arrivals = {c: r for c, r in m.arrivals_per_s if o.service(c) is not None and c in targets}
+        if not arrivals:
+            out.append(f)
+            continue
+        u = _utilisation(o, arrivals, m.replicas)
+        updates = {q: replace(getattr(f, q), corrected_s=_predicted(o, arrivals, targets, u, q))
+                   for q in ("ttft", "tpot") if getattr(f, q) is not None}
+        out.append(replace(f, **updates))
+    return tuple(out)
+

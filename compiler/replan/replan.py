@@ -1,0 +1,458 @@
+"""Re-plan a running deployment from its engines' metrics, with the fewest moves (issue 23): ``gimletc replan``.
+
+Before: the running plan (``DIR/plan.json``), what it was compiled from (`CompileInputs`) and metrics snapshots
+(`compiler.replan.metrics`). After: a `Replan`: the measured window (`Observation`), the forecast workload,
+the correction factors, the re-solved placement and the `Decision` whether to move, with its diff.
+
+Steps:
+1. **Measure** the last ``window_s`` of the snapshots (`compiler.replan.observe`): classes recognised by prompt
+   length, their arrivals and mean lengths; each pool's load and mean TTFT and TPOT.
+2. **Forecast** each class's rate over the next window from the consecutive windows the snapshots hold
+   (`compiler.replan.forecast`, Holt; ``forecast="none"``: the last window's rate). The workload to plan for is
+   the compiled one with these shares and mean lengths (a class's longest prompt or output raised to its mean
+   when the mean passed it), and, where the compiled workload names an arrival rate, the forecast total.
+3. **Re-cost** that workload with the compile's own inputs (`compiler.driver.prepare`: the same model, cluster,
+   budgets and precision) and **correct** the options with the measured factors (`compiler.replan.correct`).
+4. **Re-solve** from the running placement (`compiler.place.moves`): at most ``max_moves`` replicas started or
+   stopped, then the fewest moves within ``slack`` of that optimum. Two more solves price the choice: the running
+   placement kept (re-routed only: routing is free) and a fresh compile (no move limit), both on the same corrected
+   costs and forecast workload.
+5. **Decide** ([Note: hysteresis]).
+
+[Note: hysteresis] A move is proposed only when it pays beyond the noise: the gain (the proposed placement's
+objective over the running one's, both predicted on the corrected costs, as a relative change: larger
+requests/s, or fewer watts or dollars) must reach ``min_gain`` and exceed twice its standard error. The error
+comes from the measurements: each measured device type's factors and each class's share moved by one standard
+error, one at a time, both placements re-valued, and the gain's changes added in quadrature. When the running
+placement cannot meet the forecast workload at all (its re-solve is infeasible), moving is not optional and
+the threshold does not apply. A held replan still reports what it would have moved.
+
+Every objective value, latency and gain here is a prediction of the (corrected) cost model; the `Observation`
+and the factors' measured sides are measurements, from the snapshots named.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from compiler.compile_inputs import CompileInputs, repeat_warnings_muted
+from compiler.ir.errors import BadInput, Infeasible
+from compiler.ir.placement import OBJECTIVE_SENSE, Instance, Solution
+from compiler.place.moves import Moves, base_key
+from compiler.replan.correct import PoolFactors, Factors, corrected, fit, with_corrected_predictions
+from compiler.replan.forecast import ALPHA, BETA, errors, holt
+from compiler.replan.metrics import Snapshot, window, windows
+from compiler.replan.observe import ClassShape, Observation, observe
+
+log = logging.getLogger(__name__)
+
+#: Defaults of the CLI's flags.
+WINDOW_S = 600.0
+MIN_GAIN = 0.10
+SLACK = 0.02
+#: How many standard errors the gain must clear ([Note: hysteresis]).
+GAIN_SIGMAS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How far a replan may move and what it takes to move."""
+
+    window_s: float = WINDOW_S
+    max_moves: int | None = None
+    min_gain: float = MIN_GAIN
+    slack: float = SLACK
+    forecast: str = "holt"  # or "none": the last window's rates
+    time_limit_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClassPlan:
+    """One class as the replan plans for it: measured over the window, forecast for the next (a prediction)."""
+
+    name: str
+    measured_requests_per_s: float
+    forecast_requests_per_s: float
+    share: float
+    share_se: float
+    input_mean: float
+    output_mean: float
+    windows: int  # how many windows the forecast read
+    #: the forecast's one-step-ahead errors replayed over those windows (`compiler.replan.forecast.errors`): mean
+    #: absolute percentage errors of Holt's and of the last value's forecast, over `error_points` windows (None:
+    #: fewer than three windows, nothing to replay)
+    holt_mape: float | None = None
+    last_value_mape: float | None = None
+    error_points: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolChange:
+    """One replica shape (an option's key without class or KV-target suffix): replicas before and after."""
+
+    shape: str
+    role: str
+    device: str
+    before: int
+    after: int
+
+    @property
+    def kind(self) -> str:
+        return "added" if not self.before else "removed" if not self.after else "scaled"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteChange:
+    """A class's share of requests on one replica shape, where they enter (``entry``: colocated or prefill) or
+    where they decode (``decode``), before and after (predicted routing)."""
+
+    cls: str
+    side: str
+    shape: str
+    before: float
+    after: float
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Whether to move ([Note: hysteresis]); values in the objective's unit (`Objective.quantity`), predicted."""
+
+    objective: str
+    quantity: str
+    current_value: float | None  # the running placement, re-routed (None: it cannot meet the workload)
+    proposed_value: float
+    fresh_value: float
+    moves: int  # replicas started or stopped by the proposal (a change of shape counts once)
+    fresh_moves: int
+    max_moves: int | None
+    gain: float | None
+    gain_se: float
+    min_gain: float
+    act: bool
+    reason: str
+
+    @property
+    def below_fresh(self) -> float:
+        """How much of a fresh compile's objective the proposal gives up for fewer moves (a fraction)."""
+        sense = OBJECTIVE_SENSE[self.objective]
+        if not self.fresh_value:
+            return 0.0
+        return (1 - self.proposed_value / self.fresh_value) if sense == "max" else \
+            (self.proposed_value / self.fresh_value - 1)
+
+
+@dataclass(frozen=True)
+class Replan:
+    """What `replan` returns (see the module docstring). ``solution`` and ``plan`` are what to run next: the
+    proposal when the decision acts, else the running placement re-routed; both predicted on corrected costs."""
+
+    plan_dir: str
+    sources: tuple[str, ...]
+    observation: Observation
+    classes: tuple[ClassPlan, ...]
+    pools: tuple[PoolFactors, ...]
+    factors: tuple[Factors, ...]
+    decision: Decision
+    changes: tuple[PoolChange, ...]
+    routes: tuple[RouteChange, ...]
+    workload_yaml: str
+    forecast: str  # the forecast used and its replayed error, in words (`forecast_statement`)
+    solution: Solution = field(repr=False, compare=False, default=None)
+    instance: Instance = field(repr=False, compare=False, default=None)
+    prepared: object = field(repr=False, compare=False, default=None)
+    plan: object = field(repr=False, compare=False, default=None)  # the next `Plan`
+
+    def summary(self) -> dict:
+        """Everything but the heavy values, as plain data (``--json``, ``report/replan.json``)."""
+        from dataclasses import asdict
+
+        out = {k: v for k, v in asdict(self).items() if k not in ("solution", "instance", "prepared", "plan")}
+        out["decision"]["below_fresh"] = self.decision.below_fresh
+        out["prediction"] = True
+        return out
+
+
+def current_replicas(plan) -> tuple[tuple[str, int], ...]:
+    """The running placement as `compiler.place.moves` counts it: replicas per shape. A decode-af or drafted
+    option runs as two pools; its replicas are those of the pool whose role is the option's kind (else the
+    fewer of the two)."""
+    by_key: dict[str, list] = {}
+    for p in plan.pools:
+        by_key.setdefault(p.option, []).append(p)
+    out: dict[str, int] = {}
+    for key, pools in by_key.items():
+        kind = key.split(":", 1)[0]
+        n = next((p.replicas for p in pools if p.role == kind), min(p.replicas for p in pools))
+        out[base_key(key)] = out.get(base_key(key), 0) + n
+    return tuple(sorted(out.items()))
+
+
+def replan(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot], settings: Settings = Settings(),
+           *, workload_dir: str | Path, progress=None) -> Replan:
+    """See the module docstring. `workload_dir` receives ``workload.yaml``, the workload planned for (the new plan
+    directory, or a scratch folder)."""
+    from compiler.driver import prepare
+    from compiler.emit.plan_checks import load_plan
+    from compiler.inputs import load_workload
+
+    note = progress or (lambda _m: None)
+    plan = load_plan(plan_dir)
+    compiled = load_workload(inputs.workload)
+    shapes = [ClassShape(c.name, c.input_len.mean, c.input_len.max, c.output_len.mean, c.output_len.max)
+              for c in compiled.classes]
+    shares = {c.name: c.share for c in compiled.classes}
+    obs = observe(window(snaps, settings.window_s), plan, shapes, shares)
+    if obs.requests_per_s <= 0:
+        raise BadInput(f"--metrics: no requests were recognised in the last {settings.window_s:g} s of "
+                       f"{snaps[-1].source}; give scrapes of engines that served traffic (vllm:request_prompt_tokens "
+                       "histograms)")
+    series = [observe(w, plan, shapes, shares) for w in windows(snaps, settings.window_s)]
+    classes = _forecast(obs, series, settings.forecast)
+    workload, text = planned_workload(compiled, classes)
+    path = Path(workload_dir) / "workload.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    note(f"re-costing {inputs.model} for the measured workload ({', '.join(f'{c.name} {c.share:.0%}' for c in classes)})")
+    with repeat_warnings_muted():
+        prep = prepare(inputs.model, inputs.cluster, str(path), power_budget_w=inputs.power_budget_w,
+                       slo_ttft_ms=inputs.slo_ttft_ms, slo_tpot_ms=inputs.slo_tpot_ms, precision=inputs.precision(),
+                       cost_budget_per_hour=inputs.cost_budget_per_hour, deployable=inputs.deployable)
+    pools, factors = fit(obs, plan, list(prep.options), prep.instance.classes)
+    pools = with_corrected_predictions(pools, obs, corrected(prep.options, factors, prep.instance.classes), plan,
+                                       prep.instance.classes)
+    note("re-solving from the running placement (MILP, HiGHS)")
+    current = current_replicas(plan)
+    decision, proposed, stay = decide(prep.instance, factors, inputs.objective, current, classes, settings)
+    inst = with_factors(prep.instance, factors)
+    from compiler.emit.emit_plan import emit_plan
+
+    draft = prep.draft.graph if prep.draft is not None else None
+    emit = lambda sol: emit_plan(prep.graph, prep.cluster, prep.workload, prep.precision, inst, sol, [], [],  # noqa: E731
+                                 draft_graph=draft)
+    chosen = proposed if decision.act else stay
+    nxt = emit(chosen)
+    candidate = nxt if chosen is proposed else emit(proposed)
+    return Replan(str(plan_dir), tuple(s.source for s in snaps), obs, classes, pools, factors, decision,
+                  pool_changes(current, proposed), route_changes(plan, candidate), text,
+                  forecast_statement(settings, classes), chosen, inst, prep, nxt)
+
+
+def with_factors(raw: Instance, factors: tuple[Factors, ...]) -> Instance:
+    """`raw` (costed as modelled) with every option corrected by `factors`."""
+    return raw.with_options(corrected(raw.options, factors, raw.classes))
+
+
+def _forecast(obs: Observation, series: list[Observation], how: str) -> tuple[ClassPlan, ...]:
+    rates = {c.name: [o_c.requests_per_s for o in series for o_c in o.classes if o_c.name == c.name]
+             for c in obs.classes}
+    ahead = {n: (holt(r) if how == "holt" else r[-1]) for n, r in rates.items()}
+    total = sum(ahead.values())
+    if total <= 0:  # every class forecast to vanish: plan for the mix just measured
+        ahead = {c.name: c.requests_per_s for c in obs.classes}
+        total = sum(ahead.values())
+    out = []
+    for c in obs.classes:
+        e = errors(rates[c.name])
+        known = e.points > 0
+        out.append(ClassPlan(c.name, c.requests_per_s, ahead[c.name], ahead[c.name] / total, c.share_se,
+                             c.input_mean, c.output_mean, len(rates[c.name]), e.holt_mape if known else None,
+                             e.last_value_mape if known else None, e.points))
+    return tuple(out)
+
+
+def forecast_statement(settings: Settings, classes: tuple[ClassPlan, ...]) -> str:
+    """The forecast used, in words, with its error on the windows it read (what ``gimletc replan`` prints)."""
+    windows = max((c.windows for c in classes), default=0)
+    if settings.forecast == "holt":
+        how = (f"Holt's linear exponential smoothing (alpha {ALPHA:g}, beta {BETA:g}) over {windows} window(s) of "
+               f"{settings.window_s:g} s")
+    else:
+        how = f"the last window's rates (--forecast none; {windows} window(s) of {settings.window_s:g} s read)"
+    scored = [c for c in classes if c.error_points]
+    if not scored:
+        return f"forecast: {how}; its error is unmeasured here (replaying it needs three windows or more)"
+    errs = ", ".join(f"{c.name} {c.holt_mape:.1%} (last value {c.last_value_mape:.1%}, {c.error_points} windows)"
+                     for c in scored)
+    return f"forecast: {how}; one-step error replayed on these windows, Holt against the last value: {errs}"
+
+
+#: Smallest share a class keeps in the planned workload: a class that vanished from the window still has its
+#: pools' SLOs to meet if it returns, and the workload file refuses a zero share.
+MIN_SHARE = 1e-3
+
+
+def planned_workload(compiled, classes: tuple[ClassPlan, ...]):
+    """The compiled `Workload` with the measured shares and mean lengths (each longest length raised to its mean
+    when the mean passed it) and, where it names an arrival rate, the forecast total; and its YAML text."""
+    import yaml
+
+    from compiler.inputs.workload import Workload
+
+    by_name = {c.name: c for c in classes}
+    out = []
+    for c in compiled.classes:
+        est = by_name[c.name]
+        length = lambda given, mean: {"mean": round(max(mean, 1.0), 1),  # noqa: E731
+                                      "max": max(given.max, math.ceil(round(max(mean, 1.0), 1)))}
+        out.append(c.model_copy(update={"share": round(max(est.share, MIN_SHARE), 6),
+                                        "input_len": type(c.input_len)(**length(c.input_len, est.input_mean)),
+                                        "output_len": type(c.output_len)(**length(c.output_len, est.output_mean))}))
+    update = {"classes": tuple(out), "name": f"{compiled.name} (replan)"}
+    if compiled.arrival_rate_per_s != "maximise":
+        update["arrival_rate_per_s"] = round(max(sum(c.forecast_requests_per_s for c in classes), 1e-6), 6)
+    data = Workload.model_validate({**compiled.model_dump(), **update}).model_dump(mode="json", exclude_none=True)
+    data.pop("trace", None)
+    text = ("# The workload gimletc replan planned for: the compiled one with the measured mix and lengths "
+            "(measurements)\n# and, where it named a rate, the forecast rate (a prediction).\n"
+            + yaml.safe_dump(data, sort_keys=True))
+    return Workload.model_validate(data), text
+
+
+def _sense_gain(objective: str, current: float | None, proposed: float) -> float | None:
+    if current is None or current <= 0 or proposed <= 0:
+        return None
+    return proposed / current - 1 if OBJECTIVE_SENSE[objective] == "max" else current / proposed - 1
+
+
+def _solve(inst: Instance, objective: str, moves: Moves | None, time_limit_s: float) -> Solution:
+    from compiler.place.ilp import solve
+
+    return solve(inst, objective, time_limit_s=time_limit_s, moves=moves, explain=False)
+
+
+def value_of(inst: Instance, objective: str, replicas: tuple[tuple[str, int], ...], time_limit_s: float = 60.0
+             ) -> float | None:
+    """The objective of the placement with these replicas per shape, re-routed at best; None if it cannot meet
+    the workload."""
+    s = _solve(inst, objective, Moves(replicas, max_moves=0), time_limit_s)
+    return s.objective.value if s.feasible else None
+
+
+def shapes_of(sol: Solution) -> tuple[tuple[str, int], ...]:
+    out: dict[str, int] = {}
+    for key, n in sol.replicas:
+        out[base_key(key)] = out.get(base_key(key), 0) + n
+    return tuple(sorted(out.items()))
+
+
+def moves_between(a: tuple[tuple[str, int], ...], b: tuple[tuple[str, int], ...]) -> int:
+    """Replicas started or stopped between two placements (the larger of the two sums, as `compiler.place.moves`
+    counts them)."""
+    da, db = dict(a), dict(b)
+    keys = set(da) | set(db)
+    up = sum(max(db.get(k, 0) - da.get(k, 0), 0) for k in keys)
+    down = sum(max(da.get(k, 0) - db.get(k, 0), 0) for k in keys)
+    return max(up, down)
+
+
+def decide(raw: Instance, factors: tuple[Factors, ...], objective: str, current: tuple[tuple[str, int], ...],
+           classes: tuple[ClassPlan, ...], settings: Settings) -> tuple[Decision, Solution, Solution | None]:
+    """The proposal, the running placement and a fresh compile on `raw` corrected by `factors`, and whether to
+    move ([Note: hysteresis]); returns the `Decision`, the proposal and the running placement re-routed (None
+    when it cannot meet the workload)."""
+    from compiler.ir.placement import OBJECTIVE_QUANTITIES
+
+    inst = with_factors(raw, factors)
+    proposed = _solve(inst, objective, Moves(current, settings.max_moves, settings.slack), settings.time_limit_s)
+    fresh = _solve(inst, objective, None, settings.time_limit_s)
+    stay = _solve(inst, objective, Moves(current, max_moves=0), settings.time_limit_s)
+    if not proposed.feasible:
+        limit = f" within --max-moves {settings.max_moves}" if settings.max_moves is not None else ""
+        raise Infeasible(f"no placement{limit} serves the forecast workload on the corrected costs"
+                         + ("" if fresh.feasible else " (nor does a fresh compile: the fleet is too small for it)")
+                         + ("; raise --max-moves" if settings.max_moves is not None and fresh.feasible else ""))
+    after = shapes_of(proposed)
+    moves = moves_between(current, after)
+    current_value = stay.objective.value if stay.feasible else None
+    gain = _sense_gain(objective, current_value, proposed.objective.value)
+    se = _gain_se(raw, factors, objective, current, after, classes, settings) if moves and gain is not None else 0.0
+    if not moves:
+        act, reason = False, "the running placement is still the best reachable: no move"
+    elif current_value is None:
+        act, reason = True, "the running placement cannot serve the forecast workload: moving is required"
+    elif gain < settings.min_gain:
+        act, reason = False, (f"held: the predicted gain {gain:+.1%} is below the threshold {settings.min_gain:.0%} "
+                              "(--min-gain)")
+    elif gain <= GAIN_SIGMAS * se:
+        act, reason = False, (f"held: the predicted gain {gain:+.1%} is within {GAIN_SIGMAS:g} standard errors "
+                              f"({se:.1%}) of the measurements' noise")
+    else:
+        act, reason = True, (f"move: the predicted gain {gain:+.1%} clears the threshold {settings.min_gain:.0%} and "
+                             f"{GAIN_SIGMAS:g} standard errors ({se:.1%})")
+    decision = Decision(objective, OBJECTIVE_QUANTITIES[objective], current_value, proposed.objective.value,
+                        fresh.objective.value if fresh.feasible else math.nan, moves,
+                        moves_between(current, shapes_of(fresh)) if fresh.feasible else 0, settings.max_moves, gain,
+                        se, settings.min_gain, act, reason)
+    return decision, proposed, (stay if stay.feasible else None)
+
+
+def _gain_se(raw: Instance, factors: tuple[Factors, ...], objective: str, current, after,
+             classes: tuple[ClassPlan, ...], settings: Settings) -> float:
+    """The gain's standard error from the measurements ([Note: hysteresis])."""
+    variants: list[tuple[Instance, Instance]] = []
+    for f in factors:  # each measured device type, its shapes with it
+        if not f.shape and (f.ttft_samples or f.tpot_samples):
+            variants.append(tuple(with_factors(raw, tuple(g.moved(sign) if g.device == f.device else g
+                                                          for g in factors)) for sign in (1, -1)))
+    inst = with_factors(raw, factors)
+    for c in classes if len(classes) > 1 else ():
+        if c.share_se <= 0:
+            continue
+        pair = []
+        for sign in (1, -1):
+            shares = {t.name: t.share for t in inst.classes}
+            shares[c.name] = max(shares[c.name] + sign * c.share_se, MIN_SHARE)
+            total = sum(shares.values())
+            pair.append(replace(inst, classes=tuple(replace(t, share=shares[t.name] / total) for t in inst.classes)))
+        variants.append(tuple(pair))
+    var = 0.0
+    for up, down in variants:
+        g = [_sense_gain(objective, value_of(i, objective, current, settings.time_limit_s),
+                         value_of(i, objective, after, settings.time_limit_s) or 0.0) for i in (up, down)]
+        if all(x is not None for x in g):
+            var += ((g[0] - g[1]) / 2) ** 2
+    return math.sqrt(var)
+
+
+def pool_changes(current: tuple[tuple[str, int], ...], sol: Solution) -> tuple[PoolChange, ...]:
+    """Every shape whose replicas differ between the running placement and `sol`."""
+    before, after = dict(current), dict(shapes_of(sol))
+    out = []
+    for shape in sorted(set(before) | set(after)):
+        if before.get(shape, 0) != after.get(shape, 0):
+            kind, device = shape.split(":")[:2]
+            out.append(PoolChange(shape, kind, device, before.get(shape, 0), after.get(shape, 0)))
+    return tuple(out)
+
+
+#: Routing shares that differ by less than this are the same route.
+ROUTE_TOLERANCE = 0.005
+
+
+def route_shares(plan) -> dict[tuple[str, str, str], float]:
+    """(class, side, shape) -> the class's share of requests there: entry (colocated, prefill) and decode
+    (colocated, decode) pools, from the pools' predicted per-class requests/s."""
+    totals: dict[tuple[str, str], float] = {}
+    out: dict[tuple[str, str, str], float] = {}
+    for p in plan.pools:
+        sides = [s for s, roles in (("entry", ("colocated", "prefill")), ("decode", ("colocated", "decode")))
+                 if p.role in roles]
+        for c in p.predicted_classes:
+            for side in sides:
+                key = (c.name, side, base_key(p.option))
+                out[key] = out.get(key, 0.0) + c.requests_per_s
+                totals[(c.name, side)] = totals.get((c.name, side), 0.0) + c.requests_per_s
+    return {k: v / totals[(k[0], k[1])] for k, v in out.items() if totals[(k[0], k[1])] > 0}
+
+
+def route_changes(old, new) -> tuple[RouteChange, ...]:
+    a, b = route_shares(old), route_shares(new)
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if abs(a.get(key, 0.0) - b.get(key, 0.0)) >= ROUTE_TOLERANCE:
+            out.append(RouteChange(key[0], key[1], key[2], round(a.get(key, 0.0), 6), round(b.get(key, 0.0), 6)))
+    return tuple(out)
+

@@ -1,0 +1,69 @@
+"""tools/replay.py: the Azure trace format read back, requests binned into class rates by hand arithmetic, the
+generated day's shift, and (slow) a replay of the shifting night through the simulated deployment with and
+without replanning."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))
+
+import replay  # noqa: E402
+
+CLASSES = [SimpleNamespace(name="chat", input_len=SimpleNamespace(mean=512)),
+           SimpleNamespace(name="docs", input_len=SimpleNamespace(mean=6000))]
+
+
+def test_an_azure_trace_is_read_and_binned(tmp_path):
+    """Azure's own timestamp form (7 fractional digits), rows out of order; 10 s windows: window 0 holds two chat
+    requests (0.5 s, 9.9999999 s) and one document (3 s), window 1 one document (prompt 2000 is nearer 6000 than
+    512 in log space: ln 2000 - ln 512 = 1.36 > ln 6000 - ln 2000 = 1.10)."""
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    "2023-11-16 18:15:49.6805900,7000,10\n"
+                    "2023-11-16 18:15:46.6805900,300,20\n"
+                    "2023-11-16 18:15:56.6805899,100,30\n"
+                    "2023-11-16 18:15:58.6805900,2000,40\n")
+    requests = replay.read_trace(path)
+    assert [r.t_s for r in requests] == pytest.approx([0.0, 3.0, 9.9999999, 12.0], abs=1e-6)
+    assert [(r.prompt_tokens, r.output_tokens) for r in requests][0] == (300, 20)
+    rates = replay.class_rates(requests, CLASSES, 10.0)
+    assert rates == [{"chat": 0.2, "docs": 0.1}, {"chat": 0.0, "docs": 0.1}]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("time,prompt\n1,2\n")
+    with pytest.raises(SystemExit, match="TIMESTAMP"):
+        replay.read_trace(bad)
+
+
+def test_the_generated_day_shifts_from_chat_to_documents(tmp_path):
+    """Chat's rate peaks at 14:00 and documents' at 02:00 (the generator's cosine), within Poisson noise: the
+    committed trace is this generator's output with its defaults."""
+    path = tmp_path / "day.csv"
+    replay.generate_day(path)
+    assert path.read_bytes() == (REPO / "examples" / "replan" / "day_trace.csv").read_bytes()
+    rates = replay.class_rates(replay.read_trace(path), CLASSES, 15.0)
+    assert len(rates) == 24
+    assert rates[14]["chat"] == pytest.approx(40.0, rel=0.15) and rates[2]["chat"] == pytest.approx(4.0, rel=0.4)
+    assert rates[2]["docs"] == pytest.approx(12.0, rel=0.15) and rates[14]["docs"] == pytest.approx(1.2, rel=0.5)
+    errors = replay.forecast_errors(replay.read_trace(path), CLASSES, 15.0)
+    assert errors["chat"]["points"] == 22
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_replanning_through_the_night_keeps_the_slo(day, tmp_path):
+    """The day plan through the trace's first five hours (documents at night): the static plan overloads its
+    document prefill and misses the SLO; replanning after each window recovers it."""
+    plan_dir, _compiled = day
+    requests = [r for r in replay.read_trace(REPO / "examples" / "replan" / "day_trace.csv") if r.t_s < 5 * 15.0]
+    runs = {mode: replay.totals(replay.simulate(plan_dir, requests, 15.0, replanning=mode == "replan",
+                                                progress=lambda _m: None), 15.0) for mode in ("static", "replan")}
+    print(runs)
+    assert runs["static"]["windows_overloaded"] >= 3 and runs["static"]["slo_attainment"] < 0.8
+    assert runs["replan"]["replans"] >= 1
+    assert runs["replan"]["slo_attainment"] > runs["static"]["slo_attainment"] + 0.1

@@ -1,0 +1,314 @@
+"""Replay a timestamped request trace through a deployment of a plan, with and without replanning (issue 23, item 5).
+
+The trace is the Azure LLM inference trace's CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``, one request a
+row; github.com/Azure/AzurePublicDataset AzureLLMInferenceDataset2023), or a generated day whose mix shifts from
+chat by day to long documents by night (``--generate-day FILE``; ``examples/replan/day_trace.csv`` is one, a
+day compressed to 15 s an hour).
+
+The deployment is simulated (`compiler.replan.simulate`): the trace is cut into windows of ``--window``; each
+request joins the compiled workload's class nearest its prompt length (in log space), and each window's class
+rates drive the simulated engines, which write their Prometheus metrics. Two runs over the same trace:
+
+- ``static``: the plan as compiled, all day;
+- ``replan``: after each window, ``gimletc replan``'s own function reads the metrics since the last change and,
+  when its decision acts, the deployment runs the next plan from the next window (its metrics start afresh).
+
+Printed per window: the class rates, the SLO attainment (share of requests meeting both targets) and the mean
+power of each run, and the replans made; then the day's totals (requests meeting their SLO, attainment, energy)
+and the forecast's one-step error on the trace's windows (Holt against the last value,
+`compiler.replan.forecast.errors`). All latencies and powers are the simulation's (the cost model's predictions,
+as the simulation's module docstring states), not measurements. A replanned plan's new shapes behave as the
+cost model predicts them for the workload the replan measured.
+
+With ``--endpoints DIR/deploy/endpoints.json`` (a running ``gimletc deploy DIR --local``) the trace is sent to
+the real engines instead, time-compressed by ``--speed``: each request a token-id prompt of its length (capped by
+``--max-prompt``) with ``max_tokens`` its output length (capped by ``--max-output``), streamed from the router;
+TTFT and TPOT are measured per request, the engines' /metrics are scraped at every window's end into
+``--scrapes DIR``, and with ``--apply`` ``gimletc replan DIR --apply`` runs after each window. Engines take
+minutes to start here (FIELD_NOTES), so that path is not part of the tests.
+
+    .venv/bin/python tools/replay.py --plan PLAN_DIR --trace examples/replan/day_trace.csv --window 15s
+    .venv/bin/python tools/replay.py --generate-day examples/replan/day_trace.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+START = datetime(2026, 1, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    t_s: float  # seconds after the trace's first request
+    prompt_tokens: int
+    output_tokens: int
+
+
+def read_trace(path: str | Path) -> list[Request]:
+    """The trace's requests, oldest first; a file without Azure's columns is refused naming them."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in AZURE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise SystemExit(f"{path}: no column {', '.join(missing)}; the Azure LLM inference trace format is "
+                             f"{','.join(AZURE_COLUMNS)}")
+        rows = [(_time(r["TIMESTAMP"]), int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in reader]
+    rows.sort()
+    if not rows:
+        raise SystemExit(f"{path}: no requests")
+    t0 = rows[0][0]
+    return [Request((t - t0).total_seconds(), p, o) for t, p, o in rows]
+
+
+def _time(text: str) -> datetime:
+    """Azure's timestamps carry 7 fractional digits; Python reads 6."""
+    head, _, frac = text.strip().partition(".")
+    return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}" if frac else head)
+
+
+def generate_day(path: str | Path, *, seconds_per_hour: float = 15.0, chat_peak_per_s: float = 40.0,
+                 docs_peak_per_s: float = 12.0, seed: int = 0) -> int:
+    """Write a day with a shifting mix: chat peaks at 14:00 (mean prompt 512, output 256), long documents at
+    02:00 (mean prompt 6000, output 128), each hour compressed to `seconds_per_hour`; Poisson arrivals at the
+    hour's rate, lengths uniform around the class means. Returns the rows written."""
+    rng = random.Random(seed)
+    rows = []
+    for hour in range(24):
+        day = 0.5 * (1 + math.cos(2 * math.pi * (hour - 14) / 24))  # 1 at 14:00, 0 at 02:00
+        rates = {"chat": chat_peak_per_s * (0.1 + 0.9 * day), "docs": docs_peak_per_s * (0.1 + 0.9 * (1 - day))}
+        for cls, rate in rates.items():
+            t = hour * seconds_per_hour
+            while True:
+                t += rng.expovariate(rate)
+                if t >= (hour + 1) * seconds_per_hour:
+                    break
+                prompt = rng.randint(1, 1023) if cls == "chat" else rng.randint(4000, 8000)
+                output = rng.randint(1, 511) if cls == "chat" else rng.randint(1, 255)
+                rows.append((t, prompt, output))
+    rows.sort()
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(AZURE_COLUMNS)
+        for t, p, o in rows:
+            stamp = START + timedelta(seconds=round(t, 6))
+            w.writerow([stamp.strftime("%Y-%m-%d %H:%M:%S.%f") + "0", p, o])
+    return len(rows)
+
+
+def class_rates(requests: list[Request], classes, window_s: float) -> list[dict[str, float]]:
+    """Per window of `window_s`, each class's requests/s; a request joins the class nearest its prompt length."""
+    logs = [(c.name, math.log(max(c.input_len.mean, 1.0))) for c in classes]
+    n = max(int(math.ceil((requests[-1].t_s + 1e-9) / window_s)), 1)
+    counts = [{c: 0 for c, _ in logs} for _ in range(n)]
+    for r in requests:
+        name = min(logs, key=lambda x: abs(math.log(max(r.prompt_tokens, 1)) - x[1]))[0]
+        counts[min(int(r.t_s // window_s), n - 1)][name] += 1
+    return [{c: k / window_s for c, k in w.items()} for w in counts]
+
+
+def simulate(plan_dir: Path, requests: list[Request], window_s: float, *, replanning: bool, seed: int = 0,
+             max_moves: int | None = None, progress=print) -> list[dict]:
+    """One run over the trace (the module docstring); a record per window."""
+    from compiler.compile_inputs import CompileInputs
+    from compiler.driver import prepare
+    from compiler.emit.plan_checks import load_plan
+    from compiler.ir.files import atomic_write_text
+    from compiler.place.moves import base_key
+    from compiler.replan.metrics import parse
+    from compiler.replan.replan import Settings, replan
+    from compiler.replan.simulate import Deployment, SimClass
+
+    inputs = CompileInputs.load(plan_dir)
+    prep = prepare(inputs.model, inputs.cluster, inputs.workload, power_budget_w=inputs.power_budget_w,
+                   slo_ttft_ms=inputs.slo_ttft_ms, slo_tpot_ms=inputs.slo_tpot_ms, precision=inputs.precision(),
+                   cost_budget_per_hour=inputs.cost_budget_per_hour, deployable=inputs.deployable)
+    w = prep.workload
+    classes = [SimClass(c.name, c.input_len.mean, c.input_len.max, c.output_len.mean, c.output_len.max,
+                        w.class_slo(c).ttft_ms / 1e3, w.class_slo(c).tpot_ms / 1e3, w.class_slo(c).percentile / 100)
+               for c in w.classes]
+    options = {base_key(o.key): o for o in prep.options}
+    plan = load_plan(plan_dir)
+    sim = Deployment(plan, options, classes, seed=seed)
+    snaps = [parse(sim.scrape(), "scrape-0")]
+    current, records = plan_dir, []
+    with tempfile.TemporaryDirectory(prefix="gimletc-replay-") as scratch:
+        for i, rates in enumerate(class_rates(requests, w.classes, window_s)):
+            stats = sim.step(rates, window_s)
+            snaps.append(parse(sim.scrape(), f"scrape-{i + 1}"))
+            record = {"window": i, "rates": {c: round(r, 4) for c, r in rates.items()},
+                      "requests": round(sum(n for _c, n in stats.arrived), 3),
+                      "slo_attainment": round(stats.slo_attainment, 6), "power_w": round(stats.power_w, 3),
+                      "overloaded": list(stats.overloaded), "replicas": sum(p.replicas for p in sim.plan.pools),
+                      "replanned": None}
+            if replanning and len(snaps) >= 2:
+                r = replan(current, inputs if current == plan_dir else CompileInputs.load(current), snaps,
+                           Settings(window_s=window_s, max_moves=max_moves), workload_dir=Path(scratch) / f"w{i}")
+                if r.decision.act:
+                    nxt = Path(scratch) / f"plan-{i}"
+                    atomic_write_text(nxt / "plan.json", r.plan.dumps())
+                    nxt_inputs = CompileInputs(**{**json.loads(inputs.to_json()),
+                                                  "workload": str(Path(scratch) / f"w{i}" / "workload.yaml")})
+                    atomic_write_text(nxt / "report" / "inputs.json", nxt_inputs.to_json())
+                    for o in r.prepared.options:  # the new shapes, as the model costs them for the measured mix
+                        options.setdefault(base_key(o.key), o)
+                    sim.use(r.plan)
+                    snaps, current = [parse(sim.scrape(), f"scrape-{i + 1}-after")], nxt
+                    record["replanned"] = (f"{r.decision.moves} move(s): "
+                                           + ", ".join(f"{c.shape} {c.before}->{c.after}" for c in r.changes))
+            records.append(record)
+            progress(f"{'replan' if replanning else 'static'} window {i}: "
+                     + ", ".join(f"{c} {v:.2f}/s" for c, v in record["rates"].items())
+                     + f"; SLO {record['slo_attainment']:.1%}, {record['power_w']:.0f} W"
+                     + (f"; replanned: {record['replanned']}" if record["replanned"] else ""))
+    return records
+
+
+def totals(records: list[dict], window_s: float) -> dict:
+    requests = sum(r["requests"] for r in records)
+    met = sum(r["requests"] * r["slo_attainment"] for r in records)
+    return {"requests": round(requests, 3), "requests_meeting_slo": round(met, 3),
+            "slo_attainment": round(met / requests, 6) if requests else 1.0,
+            "energy_kwh": round(sum(r["power_w"] for r in records) * window_s / 3.6e6, 6),
+            "replans": sum(1 for r in records if r["replanned"]),
+            "windows_overloaded": sum(1 for r in records if r["overloaded"])}
+
+
+def forecast_errors(requests: list[Request], classes, window_s: float) -> dict:
+    from compiler.replan.forecast import errors
+
+    series = class_rates(requests, classes, window_s)
+    out = {}
+    for c in classes:
+        e = errors([w[c.name] for w in series])
+        out[c.name] = {"points": e.points, "holt_mape": round(e.holt_mape, 6),
+                       "last_value_mape": round(e.last_value_mape, 6)}
+    return out
+
+
+def replay_engines(args, requests: list[Request]) -> int:
+    """The real-engine path (module docstring): open-loop requests to the router, scrapes at each window's end."""
+    import threading
+    import urllib.request
+
+    import httpx
+
+    endpoints = json.loads(Path(args.endpoints).read_text())
+    router, model = endpoints["router"], endpoints["served_model_name"]
+    scrapes = Path(args.scrapes or tempfile.mkdtemp(prefix="gimletc-scrapes-"))
+    scrapes.mkdir(parents=True, exist_ok=True)
+    results: list[tuple[float, float | None, float | None, bool]] = []  # (t, ttft, tpot, ok)
+    lock = threading.Lock()
+
+    def one(r: Request) -> None:
+        body = {"model": model, "prompt": [1] * min(r.prompt_tokens, args.max_prompt), "stream": True,
+                "max_tokens": max(min(r.output_tokens, args.max_output), 1), "ignore_eos": True}
+        start, first, n = time.monotonic(), None, 0
+        try:
+            with httpx.stream("POST", f"{router}/v1/completions", json=body, timeout=600) as resp:
+                for line in resp.iter_lines():
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        n += 1
+                        first = first or time.monotonic()
+            end = time.monotonic()
+            ttft = (first or end) - start
+            tpot = (end - first) / max(n - 1, 1) if first else None
+            ok = ttft <= args.slo_ttft_s and (tpot is None or tpot <= args.slo_tpot_s)
+        except httpx.HTTPError:
+            ttft, tpot, ok = None, None, False
+        with lock:
+            results.append((r.t_s, ttft, tpot, ok))
+
+    t0, threads, window = time.monotonic(), [], 0
+    for r in requests:
+        due = t0 + r.t_s / args.speed
+        while time.monotonic() < due:
+            if time.monotonic() >= t0 + (window + 1) * args.window / args.speed:
+                _scrape(endpoints, scrapes, window, urllib.request)
+                window += 1
+            time.sleep(min(0.01, max(due - time.monotonic(), 0)))
+        th = threading.Thread(target=one, args=(r,), daemon=True)
+        th.start()
+        threads.append(th)
+    for th in threads:
+        th.join()
+    _scrape(endpoints, scrapes, window, urllib.request)
+    ok = sum(1 for x in results if x[3])
+    print(json.dumps({"requests": len(results), "requests_meeting_slo": ok,
+                      "slo_attainment": ok / len(results) if results else 1.0, "scrapes": str(scrapes)}, indent=1))
+    return 0
+
+
+def _scrape(endpoints: dict, folder: Path, window: int, urllib_request) -> None:
+    for p in endpoints["processes"]:
+        if p["pool"] == "router":
+            continue
+        try:
+            with urllib_request.urlopen(f"{p['url']}/metrics", timeout=10) as r:
+                text = r.read().decode()
+        except OSError:
+            continue
+        (folder / f"w{window:04d}-{p['pool']}-{p['replica']}.prom").write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from compiler.cli.replan import duration_s
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--plan", help="the compiled plan directory (gimletc compile --out DIR)")
+    ap.add_argument("--trace", help="trace CSV: TIMESTAMP,ContextTokens,GeneratedTokens")
+    ap.add_argument("--generate-day", metavar="FILE", help="write a generated shifting day to FILE and exit")
+    ap.add_argument("--window", type=duration_s, default=15.0, help="replan window (default 15s: an hour of the "
+                                                                     "generated day)")
+    ap.add_argument("--max-moves", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", metavar="FILE", help="write every window's records and the totals here")
+    ap.add_argument("--endpoints", help="a local deployment's endpoints.json: replay on the real engines")
+    ap.add_argument("--speed", type=float, default=1.0, help="real engines: trace seconds per wall second")
+    ap.add_argument("--scrapes", help="real engines: folder for the /metrics scrapes")
+    ap.add_argument("--max-prompt", type=int, default=200)
+    ap.add_argument("--max-output", type=int, default=32)
+    ap.add_argument("--slo-ttft-s", type=float, default=5.0)
+    ap.add_argument("--slo-tpot-s", type=float, default=0.5)
+    args = ap.parse_args(argv)
+    if args.generate_day:
+        print(f"wrote {generate_day(args.generate_day)} requests to {args.generate_day}")
+        return 0
+    if not args.trace:
+        ap.error("give --trace CSV (or --generate-day FILE)")
+    requests = read_trace(args.trace)
+    if args.endpoints:
+        return replay_engines(args, requests)
+    if not args.plan:
+        ap.error("give --plan DIR to simulate (or --endpoints for real engines)")
+    from compiler.compile_inputs import CompileInputs
+    from compiler.inputs import load_workload
+
+    plan_dir = Path(args.plan)
+    classes = load_workload(CompileInputs.load(plan_dir).workload).classes
+    runs = {name: simulate(plan_dir, requests, args.window, replanning=name == "replan", seed=args.seed,
+                           max_moves=args.max_moves) for name in ("static", "replan")}
+    summary = {name: totals(records, args.window) for name, records in runs.items()}
+    summary["forecast"] = forecast_errors(requests, classes, args.window)
+    print(json.dumps(summary, indent=1, sort_keys=True))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"windows": runs, "totals": summary}, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
