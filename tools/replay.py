@@ -122,7 +122,7 @@ def class_rates(requests: list[Request], classes, window_s: float) -> list[dict[
 
 
 def simulate(plan_dir: Path, requests: list[Request], window_s: float, *, replanning: bool, seed: int = 0,
-             max_moves: int | None = None, progress=print) -> list[dict]:
+             max_moves: int | None = None, forecast: str = "auto", progress=print) -> list[dict]:
     """One run over the trace (the module docstring); a record per window."""
     from compiler.compile_inputs import CompileInputs
     from compiler.driver import prepare
@@ -156,8 +156,9 @@ def simulate(plan_dir: Path, requests: list[Request], window_s: float, *, replan
                       "overloaded": list(stats.overloaded), "replicas": sum(p.replicas for p in sim.plan.pools),
                       "replanned": None}
             if replanning and len(snaps) >= 2:
-                r = replan(current, inputs if current == plan_dir else CompileInputs.load(current), snaps,
-                           Settings(window_s=window_s, max_moves=max_moves), workload_dir=Path(scratch) / f"w{i}")
+                settings = Settings(window_s=window_s, max_moves=max_moves, forecast=forecast)
+                r = replan(current, inputs if current == plan_dir else CompileInputs.load(current), snaps, settings,
+                           workload_dir=Path(scratch) / f"w{i}")
                 if r.decision.act:
                     nxt = Path(scratch) / f"plan-{i}"
                     atomic_write_text(nxt / "plan.json", r.plan.dumps())
@@ -276,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                      "generated day)")
     ap.add_argument("--max-moves", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--forecast", choices=("auto", "holt", "none"), default="auto",
+                    help="the replans' forecast (gimletc replan --forecast; default auto)")
     ap.add_argument("--json", metavar="FILE", help="write every window's records and the totals here")
     ap.add_argument("--endpoints", help="a local deployment's endpoints.json: replay on the real engines")
     ap.add_argument("--speed", type=float, default=1.0, help="real engines: trace seconds per wall second")
@@ -301,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     plan_dir = Path(args.plan)
     classes = load_workload(CompileInputs.load(plan_dir).workload).classes
     runs = {name: simulate(plan_dir, requests, args.window, replanning=name == "replan", seed=args.seed,
-                           max_moves=args.max_moves) for name in ("static", "replan")}
+                           max_moves=args.max_moves, forecast=args.forecast) for name in ("static", "replan")}
     summary = {name: totals(records, args.window) for name, records in runs.items()}
     summary["forecast"] = forecast_errors(requests, classes, args.window)
     print(json.dumps(summary, indent=1, sort_keys=True))

@@ -16,7 +16,8 @@ DESCRIPTION = (
     "histograms, prompt and output length histograms, queue gauges) from URLs, saved scrapes or folders of them. "
     "Over the last --window: recognise the workload's request classes by prompt length, measure each class's "
     "arrivals and lengths and each pool's TTFT and TPOT against the plan's cost model (correction factors, with "
-    "their sample sizes); forecast the next window's rates (Holt's exponential smoothing with trend); re-cost the "
+    "their sample sizes); forecast the next window's rates (Holt's smoothing with trend, or the last window's "
+    "where that replayed better); re-cost the "
     "measured workload, correct it, and re-solve the placement from the running one with the fewest moves. Prints "
     "the diff (pools scaled, added, removed; routing shares; the predicted gain and its standard error) and "
     "whether it clears the hysteresis (--min-gain and two standard errors). Advisory by default: --out DIR2 writes "
@@ -66,9 +67,11 @@ def register(sub) -> None:
                         f"standard errors of the measurements (default {MIN_GAIN:g})")
     p.add_argument("--move-slack", type=fraction, default=SLACK, metavar="FRACTION",
                    help=f"give up at most this much of the reachable objective for fewer moves (default {SLACK:g})")
-    p.add_argument("--forecast", choices=("holt", "none"), default="holt",
+    p.add_argument("--forecast", choices=("auto", "holt", "none"), default="auto",
                    help="the next window's rates: holt (exponential smoothing with trend over the windows the "
-                        "metrics hold; default) or none (the last window's)")
+                        "metrics hold), none (the last window's), or auto (default: per class, whichever of the two "
+                        "had the smaller one-step error replayed on those windows; the last window's with fewer "
+                        "than three)")
     p.add_argument("--scrape-interval", type=duration_s, default=60.0, metavar="DURATION",
                    help="seconds between the two scrapes of a URL source (default 60s)")
     p.add_argument("--out", metavar="DIR2", help="write the next plan directory here (plan.json, k8s/ manifests, "

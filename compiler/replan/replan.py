@@ -8,9 +8,10 @@ Steps:
 1. **Measure** the last ``window_s`` of the snapshots (`compiler.replan.observe`): classes recognised by prompt
    length, their arrivals and mean lengths; each pool's load and mean TTFT and TPOT.
 2. **Forecast** each class's rate over the next window from the consecutive windows the snapshots hold
-   (`compiler.replan.forecast`, Holt; ``forecast="none"``: the last window's rate). The workload to plan for is
-   the compiled one with these shares and mean lengths (a class's longest prompt or output raised to its mean
-   when the mean passed it), and, where the compiled workload names an arrival rate, the forecast total.
+   (`compiler.replan.forecast`: Holt's or the last window's rate, per class whichever replayed better on those
+   windows, `chosen_forecast`). The workload to plan for is the compiled one with these shares and mean
+   lengths (a class's longest prompt or output raised to its mean when the mean passed it), and, where the
+   compiled workload names an arrival rate, the forecast total.
 3. **Re-cost** that workload with the compile's own inputs (`compiler.driver.prepare`: the same model, cluster,
    budgets and precision) and **correct** the options with the measured factors (`compiler.replan.correct`).
 4. **Re-solve** from the running placement (`compiler.place.moves`): at most ``max_moves`` replicas started or
@@ -43,7 +44,7 @@ from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.placement import OBJECTIVE_SENSE, Instance, Solution
 from compiler.place.moves import Moves, base_key
 from compiler.replan.correct import PoolFactors, Factors, corrected, fit, with_corrected_predictions
-from compiler.replan.forecast import ALPHA, BETA, errors, holt
+from compiler.replan.forecast import ALPHA, BETA, ForecastError, errors, holt
 from compiler.replan.metrics import Snapshot, window, windows
 from compiler.replan.observe import ClassShape, Observation, observe
 
@@ -65,7 +66,7 @@ class Settings:
     max_moves: int | None = None
     min_gain: float = MIN_GAIN
     slack: float = SLACK
-    forecast: str = "holt"  # or "none": the last window's rates
+    forecast: str = "auto"  # "holt", "none" (the last window's rates), or "auto" (`chosen_forecast`)
     time_limit_s: float = 60.0
 
 
@@ -248,14 +249,15 @@ def with_factors(raw: Instance, factors: tuple[Factors, ...]) -> Instance:
 def _forecast(obs: Observation, series: list[Observation], how: str) -> tuple[ClassPlan, ...]:
     rates = {c.name: [o_c.requests_per_s for o in series for o_c in o.classes if o_c.name == c.name]
              for c in obs.classes}
-    ahead = {n: (holt(r) if how == "holt" else r[-1]) for n, r in rates.items()}
+    scored = {n: errors(r) for n, r in rates.items()}
+    ahead = {n: (holt(r) if chosen_forecast(how, scored[n]) == "holt" else r[-1]) for n, r in rates.items()}
     total = sum(ahead.values())
     if total <= 0:  # every class forecast to vanish: plan for the mix just measured
         ahead = {c.name: c.requests_per_s for c in obs.classes}
         total = sum(ahead.values())
     out = []
     for c in obs.classes:
-        e = errors(rates[c.name])
+        e = scored[c.name]
         known = e.points > 0
         out.append(ClassPlan(c.name, c.requests_per_s, ahead[c.name], ahead[c.name] / total, c.share_se,
                              c.input_mean, c.output_mean, len(rates[c.name]), e.holt_mape if known else None,
@@ -263,10 +265,25 @@ def _forecast(obs: Observation, series: list[Observation], how: str) -> tuple[Cl
     return tuple(out)
 
 
+def chosen_forecast(how: str, error: ForecastError) -> str:
+    """The forecast a class gets: "holt" or "none" as asked; under "auto", Holt's only where it replayed with a
+    smaller one-step error than the last value's on the windows read (three or more), else the last value: a
+    trend is extrapolated only where the same metrics have shown that it helps."""
+    if how != "auto":
+        return how
+    return "holt" if error.points and error.holt_mape < error.last_value_mape else "none"
+
+
 def forecast_statement(settings: Settings, classes: tuple[ClassPlan, ...]) -> str:
     """The forecast used, in words, with its error on the windows it read (what ``gimletc replan`` prints)."""
     windows = max((c.windows for c in classes), default=0)
-    if settings.forecast == "holt":
+    if settings.forecast == "auto":
+        picks = ", ".join(f"{c.name} {'Holt' if c.error_points and c.holt_mape < c.last_value_mape else 'last value'}"
+                          for c in classes)
+        how = (f"per class, the one with the smaller replayed error of Holt's smoothing (alpha {ALPHA:g}, beta "
+               f"{BETA:g}) and the last window's rate (--forecast auto; {picks}) over {windows} window(s) of "
+               f"{settings.window_s:g} s")
+    elif settings.forecast == "holt":
         how = (f"Holt's linear exponential smoothing (alpha {ALPHA:g}, beta {BETA:g}) over {windows} window(s) of "
                f"{settings.window_s:g} s")
     else:
@@ -274,7 +291,7 @@ def forecast_statement(settings: Settings, classes: tuple[ClassPlan, ...]) -> st
     scored = [c for c in classes if c.error_points]
     if not scored:
         return f"forecast: {how}; its error is unmeasured here (replaying it needs three windows or more)"
-    errs = ", ".join(f"{c.name} {c.holt_mape:.1%} (last value {c.last_value_mape:.1%}, {c.error_points} windows)"
+    errs = ", ".join(f"{c.name} {c.holt_mape:.1%} (last value {c.last_value_mape:.1%}, {c.error_points} window(s))"
                      for c in scored)
     return f"forecast: {how}; one-step error replayed on these windows, Holt against the last value: {errs}"
 

@@ -306,7 +306,7 @@ def _export_decode(model, device, window: int | None) -> TracedPhase:
     leaf_shapes = [{0: Dim.DYNAMIC, 2: Dim.DYNAMIC} if t.dim() >= 3 and t.shape[2] == context else {0: Dim.DYNAMIC}
                    for t in leaves]
     ids = torch.zeros(EXAMPLE_BATCH, 1, dtype=torch.long, device=device)
-    with _dynamo_patches(model):
+    with dynamo_patches(model):
         ep = _export(model, {"input_ids": ids, "cache": cache, "use_cache": True},
                      {"input_ids": {0: Dim.DYNAMIC}, "cache": leaf_shapes, "use_cache": None},
                      f"{type(model).__name__} decode")
@@ -323,7 +323,7 @@ def _export_decode(model, device, window: int | None) -> TracedPhase:
 
 
 @contextlib.contextmanager
-def _dynamo_patches(model):
+def dynamo_patches(model):
     """transformers' torch.export patches (``apply_patches("dynamo")``) that can touch `model`: the general ones
     and those of the modules its layers come from. ``apply_patches`` itself imports every model package it holds a
     patch for (34 patches, about 110 modules and 1.7 s of a cold trace of a tiny model), though a patch of a

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from compiler.inputs.model_spec import resolve_model
-from compiler.trace.export import _dynamo_patches, begin
+from compiler.trace.export import dynamo_patches, begin
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.timeout(300)
@@ -28,7 +28,7 @@ def test_a_patch_of_the_models_own_module_is_installed_and_another_models_is_not
     ])
     original = modeling_llama.rotate_half
     sdpa = __import__("torch").nn.functional.scaled_dot_product_attention
-    with _dynamo_patches(model):
+    with dynamo_patches(model):
         assert modeling_llama.rotate_half is marker and modeling_llama.LlamaAttention.forward is marker
         assert "transformers.models.mistral.modeling_mistral" not in sys.modules or \
             sys.modules["transformers.models.mistral.modeling_mistral"].rotate_half is not elsewhere

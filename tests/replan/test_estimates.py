@@ -88,3 +88,19 @@ def test_consecutive_windows_and_a_growing_queue(tmp_path):
     assert [w.counter("requests", "pool0") for w in ws] == [200, 200, 200]
     last = window(snaps, 600)
     assert last.grown("waiting", "pool0") == 30 and ws[0].grown("waiting", "pool0") == 0
+
+
+@pytest.mark.parametrize("series,want", [
+    ([10.0, 20.0, 30.0, 40.0], 50.0),  # a ramp: Holt extrapolates it exactly (error 0 against 7/24 for last value)
+    ([10.0, 20.0, 10.0, 20.0, 10.0], 10.0),  # a zigzag: Holt chases each swing, the last value misses by less
+    ([10.0, 30.0], 30.0),  # two windows replay nothing: no trend is trusted
+])
+def test_auto_forecast_takes_the_one_that_replayed_better(series, want):
+    from compiler.replan.forecast import errors, holt
+    from compiler.replan.replan import chosen_forecast
+
+    e = errors(series)
+    pick = chosen_forecast("auto", e)
+    # the zigzag by hand: from [10, 20] Holt forecasts 30 (level 20, trend 10) where 10 came, the last value 20
+    assert (holt(series) if pick == "holt" else series[-1]) == pytest.approx(want)
+    assert chosen_forecast("holt", e) == "holt" and chosen_forecast("none", e) == "none"
