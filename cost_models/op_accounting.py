@@ -37,6 +37,12 @@ expressions in the trace's batch and length symbols, so one count serves every
   114 GB per layer for an 8,192-token GPT-OSS-120B prompt, a 580 ms step on an
   H200 where serving sweeps measure under 300 ms to the first token
   (../shared/reference/serving_sweeps.csv).
+- Multi-head latent attention decodes in the absorbed form engines run
+  (``mla_decode_attention``, [Note: absorbed MLA] in `compiler.trace.absorbed_mla`):
+  multi-query attention whose keys are the cached latents and whose values are
+  their first ``kv_lora_rank`` columns, so the latent cache is read once.
+  Joining the cache's two tensors (latent and RoPE key) into that one entry is
+  a ``cat`` of cache tensors: it writes no new entry.
 - An op without a rule is reported by name (``kind="unaccounted"``), never
   counted as zero silently.
 """
@@ -200,6 +206,10 @@ def count_op(name: str, inputs: Sequence[TensorRef], outputs: Sequence[TensorRef
         scores = any(t.category == "score" for t in (*inputs, *outputs))  # Q K^T or P V of unfused attention
         return OpCount("attention" if scores else "matmul", _matmul_flops(name, inputs, outputs, args), w, kv, act,
                        expert)
+    if name == "mla_decode_attention":  # keys and values are one latent cache, read once: [Note: absorbed MLA]
+        w, kv, act = _io(inputs[:2], outputs[:1])
+        (b, h, sq, dk), sk, dv = inputs[0].shape, inputs[1].shape[-2], outputs[0].shape[-1]
+        return OpCount("attention", 2 * b * h * sq * sk * dk + 2 * b * h * sq * sk * dv, w, kv, act)
     if name in ATTENTION_OPS:
         w, kv, act = _io(inputs[:3], outputs[:1])
         return OpCount("attention", _attention_flops(name, inputs), w, kv, act)

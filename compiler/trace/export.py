@@ -5,7 +5,8 @@ Before: a `ModelSpec`. After: a `TracedModel` holding one `torch.export`
 
 - prefill: ``input_ids`` of shape (B, S), no cache;
 - decode: ``input_ids`` of shape (B, 1) and the KV cache a prefill of length L
-  leaves behind, with B and L symbolic.
+  leaves behind, with B and L symbolic; multi-head latent attention decodes in the
+  absorbed form serving engines run (`compiler.trace.absorbed_mla`, [Note: absorbed MLA]).
 
 Models are built on the meta device (no weight memory) unless the caller
 passes a real model (tests do, to execute the split graphs). Export runs
@@ -296,6 +297,8 @@ def _export_decode(model, device, window: int | None) -> TracedPhase:
 
     from transformers import DynamicCache
 
+    from compiler.trace.absorbed_mla import absorbed_mla
+
     context = _decode_context(window)
     prompt = torch.zeros(EXAMPLE_BATCH, context, dtype=torch.long, device=device)
     # The model's forward runs on meta too (shapes only). Without a window, every layer keeps every token.
@@ -306,7 +309,7 @@ def _export_decode(model, device, window: int | None) -> TracedPhase:
     leaf_shapes = [{0: Dim.DYNAMIC, 2: Dim.DYNAMIC} if t.dim() >= 3 and t.shape[2] == context else {0: Dim.DYNAMIC}
                    for t in leaves]
     ids = torch.zeros(EXAMPLE_BATCH, 1, dtype=torch.long, device=device)
-    with dynamo_patches(model):
+    with dynamo_patches(model), absorbed_mla(model):  # decode as engines run MLA: [Note: absorbed MLA]
         ep = _export(model, {"input_ids": ids, "cache": cache, "use_cache": True},
                      {"input_ids": {0: Dim.DYNAMIC}, "cache": leaf_shapes, "use_cache": None},
                      f"{type(model).__name__} decode")

@@ -27,14 +27,23 @@ from compiler.ir.files import atomic_write_text, cache_dir
 log = logging.getLogger(__name__)
 
 _ROOT = Path(__file__).resolve().parents[2]
-#: Source files whose change invalidates cached traces.
-_TRACE_CODE = ("compiler/trace/export.py", "compiler/trace/partition.py", "compiler/trace/ownership.py",
-               "cost_models/op_accounting.py", "compiler/ir/block_graph.py", "compiler/ir/poly.py")
+#: Source files outside ``compiler/trace/`` whose change invalidates cached traces. Every module of
+#: ``compiler/trace/`` counts too, found by listing the folder, so a new pass that changes what is traced (as
+#: `compiler.trace.absorbed_mla` did) cannot be left out of the key.
+_TRACE_CODE = ("cost_models/op_accounting.py", "compiler/ir/block_graph.py", "compiler/ir/poly.py",
+               "compiler/ir/precision.py", "compiler/inputs/model_spec.py")
+
+
+def trace_sources() -> tuple[str, ...]:
+    """The source files the cache key hashes, relative to the repository root, in a fixed order."""
+    package = sorted(p.relative_to(_ROOT).as_posix() for p in (_ROOT / "compiler" / "trace").glob("*.py"))
+    return (*package, *_TRACE_CODE)
 
 
 def _code_fingerprint() -> str:
     h = hashlib.sha256()
-    for rel in _TRACE_CODE:
+    for rel in trace_sources():
+        h.update(rel.encode())
         h.update((_ROOT / rel).read_bytes())
     for dist in ("torch", "transformers"):
         try:

@@ -45,6 +45,17 @@ def test_attention_with_unequal_head_dims():  # MLA: q/k 48 wide, v 32 wide
     assert c.flops == 2 * 2 * 4 * 5 * 7 * 48 + 2 * 2 * 4 * 5 * 7 * 32
 
 
+def test_latent_attention_reads_the_latent_cache_once():
+    # Absorbed MLA decode: 128 heads query a 576-wide latent cache of 100 tokens; values are its first 512 columns.
+    q = act(B, 128, 1, 576)
+    latent = TensorRef((B, 1, 100, 576), 1, "kv")
+    c = count_op("mla_decode_attention", [q, latent], [act(B, 128, 1, 512)])
+    assert c.kind == "attention"
+    assert sympy.expand(c.flops - (2 * B * 128 * 100 * 576 + 2 * B * 128 * 100 * 512)) == 0
+    assert sympy.expand(c.kv_elems - B * 100 * 576) == 0  # keys and values: one read of the cache
+    assert sympy.expand(c.act_bytes - (B * 128 * 576 * 2 + B * 128 * 512 * 2)) == 0
+
+
 def test_grouped_expert_matmul_counts_routed_rows_and_flags_expert_weights():
     tokens_x_k = 2 * B * S
     c = count_op("_grouped_mm", [act(tokens_x_k, 256), weight(8, 256, 1024, expert=True), act(8)],
