@@ -49,6 +49,26 @@ def test_an_option_best_for_no_class_serves_the_mix_best():
     assert sol.requests_per_s == pytest.approx(9.5, rel=1e-3)
 
 
+def test_a_prefill_pool_handing_to_the_nearer_type_only_runs_hotter_by_any_margin():
+    """One prefill device p whose TTFT (p90) is 0.5 (1 + 2u) s at utilisation u, 10 req/s at full load; decode on
+    a (hand-off 0 s) and b (5 ms), each able to take everything; a TTFT target that leaves prefill 1.1 s after the
+    admission share. Handing to a only, the prefill pool may run at u = (1.1 / 0.5 - 1) / 2 = 0.6; handing to b
+    too, at 0.595. The optimum hands to a only: 6 req/s. A threshold that merged caps less than 1% apart missed
+    it (5.95)."""
+    curve = tuple((u, 0.5 * (1 + 2 * u), 0.5 * (1 + 2 * u), 0.0, 0.0) for u in (0.05, 0.5, 1.0))
+    decode = tuple((u, 0.0, 0.0, 0.01, 0.01) for u in (0.05, 0.5, 1.0))
+    options = (PoolOption("prefill:p", "prefill", (("p", 1),), 500.0, 600.0, "p", 1, 1, 8,
+                          (ClassService("A", 10.0, curve),)),
+               *(PoolOption(f"decode:{t}", "decode", ((t, 1),), 500.0, 600.0, t, 1, 1, 8,
+                            (ClassService("A", 1000.0, decode),)) for t in ("a", "b")))
+    target = 1.1 / (1 - SLO_SHARE_ADMISSION)
+    inst = Instance(options, (("p", 1), ("a", 1), ("b", 1)), None, (ClassTarget("A", 1.0, target, None, 1e6, 100.0),),
+                    (), ((("A", "p", "a"), 0.0), (("A", "p", "b"), 0.005)))
+    sol = solve(inst, "throughput", time_limit_s=20)
+    assert sol.status == "optimal"
+    assert sol.requests_per_s == pytest.approx(6.0, rel=1e-6)
+
+
 def _curve(rng: random.Random, kind: str) -> tuple:
     """One latency curve for every class of an option (so they share its cap): TTFT (for decode, the wait for
     a slot) and TPOT rising with utilisation."""
