@@ -80,6 +80,7 @@ from compiler.ir.placement import FAMILIES, OBJECTIVES, PRICED_OBJECTIVES, Insta
 from compiler.place.candidates import candidates
 from compiler.place.greedy import greedy
 from compiler.place.moves import Moves, add_moves, kept
+from compiler.place.native_output import stdout_to_stderr
 from compiler.place.ratio import dinkelbach
 
 log = logging.getLogger(__name__)
@@ -367,14 +368,15 @@ class PlacementModel:
                                     node_limit=node_limit)
         hints = [mo.SolutionHint(variable_values={v: float(round(x)) if v.integer else max(x, 0.0) if abs(x) > 1e-12
                                                   else 0.0 for v, x in hint.items()})] if hint else []
-        try:
-            result = mo.solve(self.m, mo.SolverType.HIGHS, params=params,
-                              model_params=mo.ModelSolveParameters(solution_hints=hints))
-        except Exception:  # noqa: BLE001 (HiGHS 1.12 rejects a few hints with "kError [INTERNAL]")
-            if not hints:
-                raise
-            log.info("HiGHS refused the start placement; solving without it")
-            result = mo.solve(self.m, mo.SolverType.HIGHS, params=params)
+        with stdout_to_stderr():  # HiGHS prints a debugging line on some solves (`compiler.place.native_output`)
+            try:
+                result = mo.solve(self.m, mo.SolverType.HIGHS, params=params,
+                                  model_params=mo.ModelSolveParameters(solution_hints=hints))
+            except Exception:  # noqa: BLE001 (HiGHS 1.12 rejects a few hints with "kError [INTERNAL]")
+                if not hints:
+                    raise
+                log.info("HiGHS refused the start placement; solving without it")
+                result = mo.solve(self.m, mo.SolverType.HIGHS, params=params)
         reason = result.termination.reason
         if result.termination.limit == mo.Limit.TIME:
             log.warning("the placement solve stopped at the wall-clock limit (%.1f s), not at its node budget: the "
