@@ -27,8 +27,9 @@ def compiled(tmp_path_factory):
             proc = run_cli("compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload(name), "--out",
                            str(out), *extra)
             assert proc.returncode == 0, proc.stderr
+            summary = out / "report" / "summary.md"
             memo[key] = (json.loads((out / "plan.json").read_text()), (out / "plan.json").read_bytes(),
-                         proc.stdout + proc.stderr)
+                         proc.stdout + proc.stderr + "\n[summary.md]\n" + (summary.read_text() if summary.exists() else ""))
         return memo[key]
 
     return get
@@ -55,9 +56,13 @@ def test_plan_json_poses_every_baseline_and_the_summary_names_a_type_that_beats_
             assert b["plan_gain"] is None and b["note"]
     losers = [b["name"].split(":")[1] for b in plan["baselines"] if b["name"].startswith("iso-power:")
               and b["beats_plan"]]
-    if losers:  # reported as it is, never clipped at 1
-        assert "A single device type beats this mix at equal power" in stdout
-        assert all(d in stdout for d in losers)
+    if losers:  # reported as it is, never clipped at 1, on the console and in summary.md's opening verdict
+        best = max((b for b in plan["baselines"] if b["beats_plan"] and b["name"].startswith("iso-power:")),
+                   key=lambda b: b["output_tokens_per_s"])
+        ratio = best["output_tokens_per_s"] / plan["predicted"]["output_tokens_per_s"]
+        for text in stdout.split("[summary.md]"):
+            assert "A single device type beats this mix at equal power" in text
+            assert f"{ratio:.2f}x" in text and all(d in text for d in losers)
     assert "iso-power:" in stdout and "vendor-islands" in stdout and "0.00x" not in stdout
 
 
