@@ -28,8 +28,9 @@ def compiled(tmp_path_factory):
                            str(out), *extra)
             assert proc.returncode == 0, proc.stderr
             summary = out / "report" / "summary.md"
+            text = summary.read_text() if summary.exists() else ""
             memo[key] = (json.loads((out / "plan.json").read_text()), (out / "plan.json").read_bytes(),
-                         proc.stdout + proc.stderr + "\n[summary.md]\n" + (summary.read_text() if summary.exists() else ""))
+                         proc.stdout + proc.stderr + "\n[summary.md]\n" + text)
         return memo[key]
 
     return get
