@@ -13,7 +13,6 @@ import argparse
 import dataclasses
 import json
 import sys
-from pathlib import Path
 
 from compiler.cli import options
 
@@ -32,27 +31,10 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _inputs(args: argparse.Namespace):
-    """The recorded compile inputs, with --cluster/--workload replacing theirs (both needed when none are recorded)."""
-    from compiler.api import CompileInputs
-    from compiler.emit.plan_checks import load_plan
-    from compiler.ir.errors import BadInput
-
-    recorded = CompileInputs.load(args.plan)
-    given = {k: str(Path(v).resolve()) for k, v in (("cluster", args.cluster), ("workload", args.workload)) if v}
-    if not given:
-        return recorded
-    if recorded is None:
-        if len(given) < 2:
-            raise BadInput(f"plan {args.plan}: no report/inputs.json recorded; give both --cluster and --workload")
-        return CompileInputs.of(load_plan(args.plan).model, given["cluster"], given["workload"])
-    return dataclasses.replace(recorded, **given)
-
-
 def run(args: argparse.Namespace) -> int:
     from compiler.explanation import explain, render_text
 
-    result = explain(args.plan, args.target, inputs=_inputs(args), resolve=not args.no_resolve)
+    result = explain(args.plan, args.target, inputs=options.plan_inputs(args), resolve=not args.no_resolve)
     if args.json:
         json.dump(dataclasses.asdict(result), sys.stdout, indent=1, sort_keys=True)
         sys.stdout.write("\n")

@@ -110,3 +110,28 @@ def add_placement_inputs(p: argparse.ArgumentParser) -> None:
 
 def precision_of(args: argparse.Namespace) -> Precision:
     return Precision.of(args.dtype, args.kv_dtype)
+
+
+def plan_inputs(args: argparse.Namespace, *, required: bool = False):
+    """The compile inputs recorded with plan ``args.plan`` (its report/inputs.json), with ``--cluster`` and
+    ``--workload`` replacing theirs (both needed when none are recorded); None when none are recorded or given,
+    unless `required` (``gimletc replan`` re-costs, ``gimletc explain`` can do without)."""
+    import dataclasses
+    from pathlib import Path
+
+    from compiler.compile_inputs import CompileInputs
+    from compiler.emit.plan_checks import load_plan
+    from compiler.ir.errors import BadInput
+
+    recorded = CompileInputs.load(args.plan)
+    given = {k: str(Path(v).resolve()) for k, v in (("cluster", args.cluster), ("workload", args.workload)) if v}
+    if not given:
+        if recorded is None and required:
+            raise BadInput(f"plan {args.plan}: no report/inputs.json recorded; give --cluster and --workload (the "
+                           "files it was compiled from)")
+        return recorded
+    if recorded is None:
+        if len(given) < 2:
+            raise BadInput(f"plan {args.plan}: no report/inputs.json recorded; give both --cluster and --workload")
+        return CompileInputs.of(load_plan(args.plan).model, given["cluster"], given["workload"])
+    return dataclasses.replace(recorded, **given)

@@ -89,30 +89,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _inputs(args: argparse.Namespace):
-    """The recorded compile inputs, with --cluster/--workload replacing theirs (both needed when none are recorded):
-    the rule ``gimletc explain`` follows."""
-    import dataclasses
-    from pathlib import Path
-
-    from compiler.compile_inputs import CompileInputs
-    from compiler.emit.plan_checks import load_plan
-    from compiler.ir.errors import BadInput
-
-    recorded = CompileInputs.load(args.plan)
-    given = {k: str(Path(v).resolve()) for k, v in (("cluster", args.cluster), ("workload", args.workload)) if v}
-    if not given:
-        if recorded is None:
-            raise BadInput(f"plan {args.plan}: no report/inputs.json recorded; give --cluster and --workload (the "
-                           "files it was compiled from)")
-        return recorded
-    if recorded is None:
-        if len(given) < 2:
-            raise BadInput(f"plan {args.plan}: no report/inputs.json recorded; give both --cluster and --workload")
-        return CompileInputs.of(load_plan(args.plan).model, given["cluster"], given["workload"])
-    return dataclasses.replace(recorded, **given)
-
-
 def run(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
@@ -131,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         from compiler.deploy.apply import check_running
 
         check_running(args.plan, args.out)
-    inputs = _inputs(args)
+    inputs = options.plan_inputs(args, required=True)
     out = check_out_dir(args.out) if args.out else None
     snaps = _snapshots(args, load, merged)
     settings = Settings(window_s=args.window, max_moves=args.max_moves, min_gain=args.min_gain,
