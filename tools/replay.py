@@ -268,8 +268,8 @@ def replay_engines(args, requests: list[Request]) -> int:
     def one(i: int, r: Request) -> None:
         want = max(min(r.output_tokens, args.max_output), 1)
         body = {"model": model, "prompt": prompts[i], "stream": True, "max_tokens": want, "ignore_eos": True,
-                "temperature": 0.0}
-        start, first, n, error = time.monotonic(), None, 0, None
+                "temperature": 0.0, "stream_options": {"include_usage": True}}
+        start, first, n, error, usage = time.monotonic(), None, 0, None, None
         try:
             with httpx.stream("POST", f"{endpoints['router']}/v1/completions", json=body,
                               timeout=args.request_timeout_s) as resp:
@@ -278,11 +278,16 @@ def replay_engines(args, requests: list[Request]) -> int:
                 else:
                     for line in resp.iter_lines():
                         if line.startswith("data: ") and line != "data: [DONE]":
-                            n += 1
-                            first = first or time.monotonic()
-        except httpx.HTTPError as e:
+                            chunk = json.loads(line[6:])
+                            if chunk.get("choices"):  # a chunk may carry several tokens when the engine lags
+                                n += 1
+                                first = first or time.monotonic()
+                            if chunk.get("usage"):
+                                usage = chunk["usage"].get("completion_tokens")
+        except (httpx.HTTPError, ValueError) as e:
             error = type(e).__name__
         end = time.monotonic()
+        n = usage if usage is not None else n  # tokens, from the final usage chunk
         served = error is None and n >= want
         ttft = (first - start) if first else None
         tpot = (end - first) / max(n - 1, 1) if first and n > 1 else None
