@@ -21,14 +21,23 @@ as the simulation's module docstring states), not measurements. A replanned plan
 cost model predicts them for the workload the replan measured.
 
 With ``--endpoints DIR/deploy/endpoints.json`` (a running ``gimletc deploy DIR --local``) the trace is sent to
-the real engines instead, time-compressed by ``--speed``: each request a token-id prompt of its length (capped by
-``--max-prompt``) with ``max_tokens`` its output length (capped by ``--max-output``), streamed from the router;
-TTFT and TPOT are measured per request, the engines' /metrics are scraped at every window's end into
-``--scrapes DIR``, and with ``--apply`` ``gimletc replan DIR --apply`` runs after each window. Engines take
-minutes to start here (FIELD_NOTES), so that path is not part of the tests.
+the real engines instead, time-compressed by ``--speed``: each request a prompt of random token ids of its
+length (capped by ``--max-prompt``; random, so vLLM's prefix cache does not serve it) with ``max_tokens`` its
+output length (capped by ``--max-output``) and ``ignore_eos``, streamed from the router, open loop (a request
+is sent at its time whatever the others do). Per request: served (every token streamed) or failed, TTFT and
+TPOT at the client, and whether it met ``--slo-ttft-s`` and ``--slo-tpot-s``. Every engine's /metrics is
+scraped at every window's end into ``--scrapes DIR`` (the files of one scrape share one modification time, so
+the metrics reader merges them). With ``--apply``, after each window ``gimletc replan CURRENT --metrics
+POOL=FILE ... --out SCRAPES/../replan-wNN --apply`` runs in the background on the scrapes since the last
+change (one at a time; the trace goes on while engines restart); ``--advise`` runs the same replans without
+``--apply`` (what they would have moved). Give ``--plan DIR`` and, for a plan compiled with ``--no-report``,
+``--cluster`` and ``--workload``. Printed and written to ``--json``: per window (by trace arrival) requests
+sent, served, failed and meeting the SLO, the median TTFT and TPOT, and the replan's decision; then the
+totals. Engines take minutes to start here (FIELD_NOTES), so that path is not part of the tests.
 
     .venv/bin/python tools/replay.py --plan PLAN_DIR --trace examples/replan/day_trace.csv --window 15s
     .venv/bin/python tools/replay.py --generate-day examples/replan/day_trace.csv
+    .venv/bin/python tools/replay.py --generate-shift examples/replan/cpu_day_trace.csv   # 8 windows of 45 s
 """
 
 from __future__ import annotations
@@ -101,13 +110,44 @@ def generate_day(path: str | Path, *, seconds_per_hour: float = 15.0, chat_peak_
                 output = rng.randint(1, 511) if cls == "chat" else rng.randint(1, 255)
                 rows.append((t, prompt, output))
     rows.sort()
+    _write_rows(path, rows)
+    return len(rows)
+
+
+def generate_shift(path: str | Path, *, windows: int = 8, window_s: float = 45.0, chat_per_s: tuple = (2.0, 0.2),
+                   docs_per_s: tuple = (0.1, 1.0), seed: int = 0) -> int:
+    """Write a short shifting trace for the local CPU engines (``--generate-shift``): `windows` windows of
+    `window_s`, the chat rate falling linearly from ``chat_per_s[0]`` to ``chat_per_s[1]`` and the documents' rate
+    rising from ``docs_per_s[0]`` to ``docs_per_s[1]``; Poisson arrivals. Chat: prompt 16-112 tokens (mean 64),
+    output 8-56 (mean 32); documents: prompt 512-1024 (mean 768), output 8-24 (mean 16): the classes of
+    ``examples/replan/cpu_workload.yaml``, all within llama-mini's context. Returns the rows written."""
+    rng = random.Random(seed)
+    rows = []
+    for k in range(windows):
+        x = k / max(windows - 1, 1)
+        rates = {"chat": chat_per_s[0] + (chat_per_s[1] - chat_per_s[0]) * x,
+                 "docs": docs_per_s[0] + (docs_per_s[1] - docs_per_s[0]) * x}
+        for cls, rate in rates.items():
+            t = k * window_s
+            while True:
+                t += rng.expovariate(rate)
+                if t >= (k + 1) * window_s:
+                    break
+                prompt = rng.randint(16, 112) if cls == "chat" else rng.randint(512, 1024)
+                output = rng.randint(8, 56) if cls == "chat" else rng.randint(8, 24)
+                rows.append((t, prompt, output))
+    rows.sort()
+    _write_rows(path, rows)
+    return len(rows)
+
+
+def _write_rows(path: str | Path, rows: list[tuple[float, int, int]]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(AZURE_COLUMNS)
         for t, p, o in rows:
             stamp = START + timedelta(seconds=round(t, 6))
             w.writerow([stamp.strftime("%Y-%m-%d %H:%M:%S.%f") + "0", p, o])
-    return len(rows)
 
 
 def class_rates(requests: list[Request], classes, window_s: float) -> list[dict[str, float]]:
@@ -202,68 +242,200 @@ def forecast_errors(requests: list[Request], classes, window_s: float) -> dict:
 
 
 def replay_engines(args, requests: list[Request]) -> int:
-    """The real-engine path (module docstring): open-loop requests to the router, scrapes at each window's end."""
+    """The real-engine path (module docstring): open-loop requests to the router, scrapes at each window's end,
+    and with ``--apply`` (or ``--advise``) ``gimletc replan`` on the scrapes since the last change, in the
+    background while the trace goes on (an apply takes minutes: engines start). A record per window: requests
+    sent (by their trace arrival), served (every token streamed), failed, and meeting the replay's SLO."""
+    import subprocess
     import threading
     import urllib.request
 
     import httpx
 
-    endpoints = json.loads(Path(args.endpoints).read_text())
-    router, model = endpoints["router"], endpoints["served_model_name"]
+    endpoints_path = Path(args.endpoints)
+    endpoints = json.loads(endpoints_path.read_text())
+    model = endpoints["served_model_name"]
     scrapes = Path(args.scrapes or tempfile.mkdtemp(prefix="gimletc-scrapes-"))
     scrapes.mkdir(parents=True, exist_ok=True)
-    results: list[tuple[float, float | None, float | None, bool]] = []  # (t, ttft, tpot, ok)
+    classes = _classes(args)
+    results: list[dict] = []
     lock = threading.Lock()
+    rng = random.Random(args.seed)
+    prompts = [[rng.randrange(3, 500) for _ in range(min(r.prompt_tokens, args.max_prompt))] for r in requests]
+    wall_window = args.window / args.speed
+    n_windows = max(int(math.ceil((requests[-1].t_s + 1e-9) / args.window)), 1)
 
-    def one(r: Request) -> None:
-        body = {"model": model, "prompt": [1] * min(r.prompt_tokens, args.max_prompt), "stream": True,
-                "max_tokens": max(min(r.output_tokens, args.max_output), 1), "ignore_eos": True}
-        start, first, n = time.monotonic(), None, 0
+    def one(i: int, r: Request) -> None:
+        want = max(min(r.output_tokens, args.max_output), 1)
+        body = {"model": model, "prompt": prompts[i], "stream": True, "max_tokens": want, "ignore_eos": True,
+                "temperature": 0.0, "stream_options": {"include_usage": True}}
+        start, first, n, error, usage = time.monotonic(), None, 0, None, None
         try:
-            with httpx.stream("POST", f"{router}/v1/completions", json=body, timeout=600) as resp:
-                for line in resp.iter_lines():
-                    if line.startswith("data: ") and line != "data: [DONE]":
-                        n += 1
-                        first = first or time.monotonic()
-            end = time.monotonic()
-            ttft = (first or end) - start
-            tpot = (end - first) / max(n - 1, 1) if first else None
-            ok = ttft <= args.slo_ttft_s and (tpot is None or tpot <= args.slo_tpot_s)
-        except httpx.HTTPError:
-            ttft, tpot, ok = None, None, False
+            with httpx.stream("POST", f"{endpoints['router']}/v1/completions", json=body,
+                              timeout=args.request_timeout_s) as resp:
+                if resp.status_code != 200:
+                    error = f"HTTP {resp.status_code}"
+                else:
+                    for line in resp.iter_lines():
+                        if line.startswith("data: ") and line != "data: [DONE]":
+                            chunk = json.loads(line[6:])
+                            if chunk.get("choices"):  # a chunk may carry several tokens when the engine lags
+                                n += 1
+                                first = first or time.monotonic()
+                            if chunk.get("usage"):
+                                usage = chunk["usage"].get("completion_tokens")
+        except (httpx.HTTPError, ValueError) as e:
+            error = type(e).__name__
+        end = time.monotonic()
+        n = usage if usage is not None else n  # tokens, from the final usage chunk
+        served = error is None and n >= want
+        ttft = (first - start) if first else None
+        tpot = (end - first) / max(n - 1, 1) if first and n > 1 else None
+        ok = served and ttft <= args.slo_ttft_s and (tpot is None or tpot <= args.slo_tpot_s)
         with lock:
-            results.append((r.t_s, ttft, tpot, ok))
+            results.append({"i": i, "window": min(int(r.t_s // args.window), n_windows - 1),
+                            "class": _nearest(classes, r.prompt_tokens), "served": served, "ok": ok,
+                            "ttft_s": ttft, "tpot_s": tpot, "tokens": n,
+                            "error": error or (None if served else f"{n} of {want} tokens")})
+
+    current = Path(args.plan) if args.plan else None
+    since = [_scrape(endpoints_path, scrapes, -1)]  # scrape files since the last change, per window
+    replans: dict[int, dict] = {}
+    busy = threading.Event()
+
+    def replan_after(i: int, files: list[str], plan_dir: Path) -> None:
+        nonlocal current, since
+        out = scrapes.parent / f"replan-w{i:02d}"
+        cmd = [sys.executable, "-m", "compiler.cli", "replan", str(plan_dir), *sum((["--metrics", f] for f in files),
+               []), "--window", f"{wall_window:g}s", "--out", str(out)]
+        cmd += ["--cluster", args.cluster] if args.cluster else []
+        cmd += ["--workload", args.workload] if args.workload else []
+        cmd += ["--apply"] if args.apply else []
+        cmd += ["--max-moves", str(args.max_moves)] if args.max_moves is not None else []
+        t = time.monotonic()
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        (scrapes.parent / f"replan-w{i:02d}.txt").write_text(" ".join(cmd) + "\n\n" + done.stdout + done.stderr)
+        summary = _read_json(out / "report" / "replan.json") or {}
+        decision = summary.get("decision", {})
+        acted = bool(decision.get("act"))
+        applied = args.apply and acted and done.returncode == 0
+        rec = {"rc": done.returncode, "act": acted, "moves": decision.get("moves"),
+               "reason": decision.get("reason"), "applied": applied, "seconds": round(time.monotonic() - t, 1),
+               "changes": [f"{c.get('shape')} {c.get('before')}->{c.get('after')}"
+                           for c in summary.get("changes", [])],
+               "error": None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]}
+        replans[i] = rec
+        print(f"replan after window {i}: {json.dumps(rec)}", flush=True)
+        if applied:
+            current = out
+            since = [_scrape(endpoints_path, scrapes, i, tag="applied")]
+        busy.clear()
+
+    def window_end(i: int) -> None:
+        nonlocal since
+        since.append(_scrape(endpoints_path, scrapes, i))
+        if (args.apply or args.advise) and current is not None and not busy.is_set() and len(since) >= 2:
+            busy.set()
+            files = [f for group in since for f in group]
+            threading.Thread(target=replan_after, args=(i, files, current), daemon=True).start()
 
     t0, threads, window = time.monotonic(), [], 0
-    for r in requests:
+    for i, r in enumerate(requests):
         due = t0 + r.t_s / args.speed
         while time.monotonic() < due:
-            if time.monotonic() >= t0 + (window + 1) * args.window / args.speed:
-                _scrape(endpoints, scrapes, window, urllib.request)
+            if time.monotonic() >= t0 + (window + 1) * wall_window:
+                window_end(window)
                 window += 1
             time.sleep(min(0.01, max(due - time.monotonic(), 0)))
-        th = threading.Thread(target=one, args=(r,), daemon=True)
+        th = threading.Thread(target=one, args=(i, r), daemon=True)
         th.start()
         threads.append(th)
+    while window < n_windows:  # the last windows' ends, on the clock
+        time.sleep(max(t0 + (window + 1) * wall_window - time.monotonic(), 0))
+        window_end(window)
+        window += 1
     for th in threads:
         th.join()
-    _scrape(endpoints, scrapes, window, urllib.request)
-    ok = sum(1 for x in results if x[3])
-    print(json.dumps({"requests": len(results), "requests_meeting_slo": ok,
-                      "slo_attainment": ok / len(results) if results else 1.0, "scrapes": str(scrapes)}, indent=1))
+    while busy.is_set():
+        time.sleep(1)
+    records = []
+    for w in range(n_windows):
+        rs = [x for x in results if x["window"] == w]
+        sent = len(rs)
+        records.append({"window": w, "sent": sent, "by_class": {c: sum(1 for x in rs if x["class"] == c)
+                                                                for c in sorted({x["class"] for x in rs})},
+                        "served": sum(x["served"] for x in rs), "failed": sum(not x["served"] for x in rs),
+                        "met_slo": sum(x["ok"] for x in rs),
+                        "slo_attainment": round(sum(x["ok"] for x in rs) / sent, 4) if sent else None,
+                        "ttft_s_p50": _p50([x["ttft_s"] for x in rs]), "tpot_s_p50": _p50([x["tpot_s"] for x in rs]),
+                        "replan": replans.get(w)})
+        print(f"window {w}: " + json.dumps(records[-1]), flush=True)
+    total = {"sent": len(results), "served": sum(x["served"] for x in results),
+             "failed": sum(not x["served"] for x in results), "met_slo": sum(x["ok"] for x in results),
+             "slo_attainment": round(sum(x["ok"] for x in results) / len(results), 4) if results else None,
+             "replans_applied": sum(1 for r in replans.values() if r["applied"]),
+             "replans_proposed": sum(1 for r in replans.values() if r["act"]),
+             "replans_failed": sum(1 for r in replans.values() if r["rc"] != 0),
+             "slo_ttft_s": args.slo_ttft_s, "slo_tpot_s": args.slo_tpot_s, "speed": args.speed,
+             "window_s": args.window, "scrapes": str(scrapes),
+             "errors": sorted({x["error"] for x in results if x["error"]})}
+    print(json.dumps(total, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"windows": records, "totals": total, "requests": sorted(
+            results, key=lambda x: x["i"])}, indent=1, sort_keys=True) + "\n")
     return 0
 
 
-def _scrape(endpoints: dict, folder: Path, window: int, urllib_request) -> None:
+def _classes(args):
+    from compiler.compile_inputs import CompileInputs
+    from compiler.inputs import load_workload
+
+    if args.workload:
+        return load_workload(args.workload).classes
+    inputs = CompileInputs.load(args.plan) if args.plan else None
+    return load_workload(inputs.workload).classes if inputs else []
+
+
+def _nearest(classes, prompt_tokens: int) -> str:
+    if not classes:
+        return "-"
+    return min(classes, key=lambda c: abs(math.log(max(prompt_tokens, 1)) - math.log(max(c.input_len.mean, 1.0)))).name
+
+
+def _p50(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return round(xs[len(xs) // 2], 4) if xs else None
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _scrape(endpoints_path: Path, folder: Path, window: int, tag: str = "end") -> list[str]:
+    """Every engine's /metrics now, one file each, all stamped with the same modification time (the metrics
+    reader merges the files of one moment into one snapshot); returns ``POOL=FILE`` sources for replan. The
+    endpoints are read afresh: an apply renames and replaces replicas."""
+    import os
+    import urllib.request
+
+    endpoints = _read_json(endpoints_path) or {"processes": []}
+    now, files = time.time(), []
     for p in endpoints["processes"]:
         if p["pool"] == "router":
             continue
         try:
-            with urllib_request.urlopen(f"{p['url']}/metrics", timeout=10) as r:
+            with urllib.request.urlopen(f"{p['url']}/metrics", timeout=10) as r:
                 text = r.read().decode()
         except OSError:
             continue
-        (folder / f"w{window:04d}-{p['pool']}-{p['replica']}.prom").write_text(text)
+        f = folder / f"w{window + 1:04d}-{tag}-{p['pool']}-{p['replica']}.prom"
+        f.write_text(text)
+        os.utime(f, (now, now))
+        files.append(f"{p['pool']}={f}")
+    return files
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", help="the compiled plan directory (gimletc compile --out DIR)")
     ap.add_argument("--trace", help="trace CSV: TIMESTAMP,ContextTokens,GeneratedTokens")
     ap.add_argument("--generate-day", metavar="FILE", help="write a generated shifting day to FILE and exit")
+    ap.add_argument("--generate-shift", metavar="FILE", help="write a short shifting trace for the local CPU engines "
+                                                             "(chat turning into documents) to FILE and exit")
     ap.add_argument("--window", type=duration_s, default=15.0, help="replan window (default 15s: an hour of the "
                                                                      "generated day)")
     ap.add_argument("--max-moves", type=int, default=None)
@@ -283,13 +457,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--endpoints", help="a local deployment's endpoints.json: replay on the real engines")
     ap.add_argument("--speed", type=float, default=1.0, help="real engines: trace seconds per wall second")
     ap.add_argument("--scrapes", help="real engines: folder for the /metrics scrapes")
-    ap.add_argument("--max-prompt", type=int, default=200)
-    ap.add_argument("--max-output", type=int, default=32)
+    ap.add_argument("--max-prompt", type=int, default=1024, help="real engines: cap on a prompt's tokens")
+    ap.add_argument("--max-output", type=int, default=64, help="real engines: cap on a request's output tokens")
+    ap.add_argument("--request-timeout-s", type=float, default=120.0)
+    ap.add_argument("--apply", action="store_true", help="real engines: after each window run `gimletc replan "
+                                                         "PLAN --apply` on the scrapes since the last change")
+    ap.add_argument("--advise", action="store_true", help="real engines: the same replans without --apply (what "
+                                                          "they would have moved)")
+    ap.add_argument("--cluster", help="real engines: the plan's cluster file, for replan (a plan compiled with "
+                                      "--no-report records none)")
+    ap.add_argument("--workload", help="real engines: the plan's workload file (classes; for replan)")
     ap.add_argument("--slo-ttft-s", type=float, default=5.0)
     ap.add_argument("--slo-tpot-s", type=float, default=0.5)
     args = ap.parse_args(argv)
     if args.generate_day:
         print(f"wrote {generate_day(args.generate_day)} requests to {args.generate_day}")
+        return 0
+    if args.generate_shift:
+        print(f"wrote {generate_shift(args.generate_shift, seed=args.seed)} requests to {args.generate_shift}")
         return 0
     if not args.trace:
         ap.error("give --trace CSV (or --generate-day FILE)")

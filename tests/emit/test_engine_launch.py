@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.emit.plan import Plan, Pool, PoolClass, Transfer
+from compiler.emit.plan import ClassResult, Plan, Pool, PoolClass, Transfer
 from compiler.emit.plan_checks import load_plan
 from compiler.emit.serving import serve
 from compiler.inputs import load_cluster, load_workload
@@ -105,6 +105,22 @@ def test_pd_pair_flags_follow_the_pools_and_the_workload(fleet, docs_workload):
     assert flag(launches["c"].command, "--kv-transfer-config") is None
     assert launches["c"].platform == "rocm" and launches["p"].platform == launches["d"].platform == "cuda"
     assert launches["n"].plugin == "vllm-neuron" and launches["n"].platform == "neuron"
+
+
+def test_a_router_that_cannot_route_by_class_sizes_every_pool_for_every_class(tmp_path, docs_workload):
+    """Two colocated vLLM pools, one for chat only: vllm-router balances every request over both, so the chat pool
+    must take a document's prompt too (sized for chat alone, 2048 + 512, vLLM answered HTTP 400 to documents on
+    the local deployment, examples/replan/cpu_replay.md)."""
+    cluster = load_cluster(cluster_file(tmp_path, "{device: nvidia-h100-sxm, count: 2, engine: vllm}"))
+    plan = hand_plan([pool("a", "colocated", "nvidia-h100-sxm", classes=("documents",)),
+                      pool("b", "colocated", "nvidia-h100-sxm", classes=("chat",))], [],
+                     classes=[ClassResult(name=c, share=0.5, requests_per_s=1.0, slo_ttft_ms=None, slo_tpot_ms=None,
+                                          slo_percentile=90.0, ttft_p50_ms=None, ttft_slo_percentile_ms=None,
+                                          tpot_p50_ms=None, tpot_slo_percentile_ms=None, meets_slo=True, pools=[p])
+                              for c, p in (("chat", "b"), ("documents", "a"))])
+    done = serve(plan, cluster, docs_workload, moe=False, model_source=SOURCE)
+    assert done.router is not None and not done.router.expresses_plan
+    assert {p.name: p.launch.max_model_len for p in done.pools} == {"a": 32512, "b": 32512}
 
 
 def test_router_sends_prefill_to_prefill_replicas_and_decode_to_decode_replicas(fleet, docs_workload):

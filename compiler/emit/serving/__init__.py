@@ -83,18 +83,30 @@ def serve(plan: Plan, cluster: Cluster, workload: Workload, *, moe: bool, model_
     connectors, kv_needs = _connectors(pairs, platforms, block_sizes)
     needs += kv_needs
     model = model_reference(plan.model, model_source)
-    pools = []
-    for p in plan.pools:
-        if p.role in _AF_ROLES or p.role == "drafter":
-            pools.append(p)
-            continue
-        entry = cluster.entry(p.device)
-        inputs = LaunchInputs(model=model, served_model_name=plan.model, dtype=plan.dtype, kv_dtype=plan.kv_dtype,
-                              moe=moe, max_model_len=_max_model_len(p, workload), block_size=block_sizes[p.name],
-                              image=entry.image, endpoints=entry.endpoints)
-        pools.append(p.model_copy(update={"launch": launch(p, platforms[p.name], inputs, connectors.get(p.name))}))
-    served = plan.model_copy(update={"pools": pools, "needs_runtime": needs})
-    return served.model_copy(update={"router": router_for(served)})
+
+    def launched(every_class: bool) -> Plan:
+        pools = []
+        for p in plan.pools:
+            if p.role in _AF_ROLES or p.role == "drafter":
+                pools.append(p)
+                continue
+            entry = cluster.entry(p.device)
+            inputs = LaunchInputs(model=model, served_model_name=plan.model, dtype=plan.dtype,
+                                  kv_dtype=plan.kv_dtype, moe=moe,
+                                  max_model_len=_max_model_len(p, workload, every_class=every_class),
+                                  block_size=block_sizes[p.name], image=entry.image, endpoints=entry.endpoints)
+            pools.append(p.model_copy(update={"launch": launch(p, platforms[p.name], inputs,
+                                                                connectors.get(p.name))}))
+        return plan.model_copy(update={"pools": pools, "needs_runtime": needs})
+
+    served = launched(every_class=False)
+    router = router_for(served)
+    if router is not None and not router.expresses_plan:
+        # The router balances every class over all pools of a role: a pool sized for its own classes' lengths
+        # would refuse the others' prompts (HTTP 400 past --max-model-len), so size every pool for every class.
+        served = launched(every_class=True)
+        router = router_for(served)
+    return served.model_copy(update={"router": router})
 
 
 def _feature_needs(plan: Plan) -> list[RuntimeNeed]:
@@ -166,8 +178,9 @@ def _block_sizes(pairs: dict[tuple[str, str], Connector | str], platforms: dict[
     return {pool: max(platforms[q].kv_block_size for q in group) for pool, group in linked.items()}
 
 
-def _max_model_len(pool: Pool, workload: Workload) -> int:
-    """The longest prompt plus output of the classes routed to `pool` (every class if none is)."""
+def _max_model_len(pool: Pool, workload: Workload, *, every_class: bool = False) -> int:
+    """The longest prompt plus output of the classes routed to `pool` (every class if none is, or when
+    `every_class`: a router that cannot route by class sends any of them)."""
     routed = {c.name for c in pool.predicted_classes}
-    classes = [c for c in workload.classes if c.name in routed] or list(workload.classes)
+    classes = [c for c in workload.classes if c.name in routed and not every_class] or list(workload.classes)
     return max(c.input_len.max + c.output_len.max for c in classes)

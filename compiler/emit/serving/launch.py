@@ -16,7 +16,7 @@ What each flag is set from (the same for every engine, in its own spelling):
 | ``--enable-expert-parallel`` / ``--ep-size`` / ``--ep_size`` | MoE models at tp > 1: experts over the tp ranks |
 | ``--max-num-seqs`` / ``--max-running-requests`` / ``--max_batch_size`` | the pool's batch |
 | ``--max-num-batched-tokens`` / ``--chunked-prefill-size`` / ``--max_num_tokens`` | the engine's per-step token budget the cost model assumed (`cost_models.engines`) |
-| ``--max-model-len`` / ``--context-length`` / ``--max_seq_len`` | the longest prompt + output of the classes routed to the pool |
+| ``--max-model-len`` / ``--context-length`` / ``--max_seq_len`` | the longest prompt + output of the classes routed to the pool (of every class where the router cannot route by class) |
 | ``--dtype``, ``--quantization``, ``--kv-cache-dtype`` | the plan's dtype and KV dtype |
 | ``--block-size`` / ``--page-size`` | the connector's common block size, else the platform's |
 | ``--kv-transfer-config`` / ``--disaggregation-mode`` + transfer backend / cache transceiver | the `KvConnector` |
