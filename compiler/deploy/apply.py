@@ -6,12 +6,15 @@ to change them: it writes ``DIR/deploy/apply.json`` (the next plan directory and
 ``DIR/deploy/applied.json`` with that id. The deployment checks for a request between its health checks
 (`Deployment.watch`), plans the change (`reconcile`): per replica shape (an option's key without class or
 KV-target suffix: device, parallelism, batch, role), the replicas it runs now and those the next plan wants;
-the first of each shape are kept (renamed to the next plan's pool), the rest stopped, the missing ones started
-with the next plan's launch flags; then the router restarts on its port with the next plan's routes (its
-replica URLs change). New engines read DIR2's ``model/`` and share DIR's KV store. When they are healthy it
-writes ``applied.json`` (started, stopped, kept) and serves on under DIR2's plan; ``endpoints.json`` says so,
-in ``DIR/deploy/`` and ``DIR2/deploy/``, and the deployment takes requests in both: the next cycle,
-``gimletc replan DIR2 --apply --out DIR3``, finds it in DIR2 (DIR2's file goes when DIR3 runs).
+the first of each shape are kept (renamed to the next plan's pool), the missing ones started with the next
+plan's launch flags, the rest stopped. Make before break: the new engines start while the running ones and the
+router serve; once they are healthy the router restarts on its port with the next plan's routes (the port is
+down only for that restart); then the replicas that leave drain (their running and waiting requests reach 0,
+at most `compiler.deploy.local.DRAIN_S`) and stop. (Breaking first cost the replay on this machine's engines a
+50 s outage per apply: examples/replan/cpu_replay.md.) New engines read DIR2's ``model/`` and share DIR's KV
+store. Then it writes ``applied.json`` (started, stopped, kept) and serves on under DIR2's plan;
+``endpoints.json`` says so, in ``DIR/deploy/`` and ``DIR2/deploy/``, and the deployment takes requests in both:
+the next cycle, ``gimletc replan DIR2 --apply --out DIR3``, finds it in DIR2 (DIR2's file goes when DIR3 runs).
 A request the deployment cannot apply (DIR2 not deployable here) is answered with its error and changes nothing.
 """
 

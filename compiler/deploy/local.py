@@ -53,6 +53,9 @@ from compiler.ir.files import atomic_write_text
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 10.0
+#: How long a replica that a replan stops may take to finish the requests it holds (after the router stopped
+#: sending it any) before it is stopped anyway.
+DRAIN_S = 60.0
 HOST = "127.0.0.1"
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 
@@ -236,13 +239,11 @@ class Deployment:
         change = reconcile(running, [(p.name, shape(p.option), p.replicas) for p in pools.values()])
         progress(f"applying {nxt_root}: starting {len(change.started)}, stopping {len(change.stopped)}, keeping "
                  f"{len(change.kept)} engine replica(s)")
-        leaving = set(change.stopped) | {("router", 0)}
-        router_port = next((p.port for p in self.procs if p.pool == "router"), _free_port())
-        self._stop([p for p in self.procs if (p.pool, p.replica) in leaving])
-        self.procs = [p for p in self.procs if (p.pool, p.replica) not in leaving]
-        renamed = dict(change.kept)
-        for p in self.procs:
-            p.pool, p.replica = renamed[(p.pool, p.replica)]
+        # Make before break: the next plan's new engines start while the running ones and the router serve; then
+        # the router switches (its port is down for the restart only); then the leaving replicas drain and stop.
+        leaving = [p for p in self.procs if (p.pool, p.replica) in set(change.stopped)]
+        old_router = [p for p in self.procs if p.pool == "router"]
+        router_port = old_router[0].port if old_router else _free_port()
         base_env = outside_env()
         new = []
         for name, r in change.started:
@@ -254,15 +255,27 @@ class Deployment:
                 self._spawn(p)
             self.procs += new
             self._await_health(new, 900.0)
+            self._stop(old_router)
+            self.procs = [p for p in self.procs if p not in old_router]
+            staying = [p for p in self.procs if p not in leaving]
+            renamed = dict(change.kept)
+            for p in staying:
+                if p not in new:
+                    p.pool, p.replica = renamed[(p.pool, p.replica)]
             urls: dict[str, list[str]] = {}
-            for p in sorted(self.procs, key=lambda q: (q.pool, q.replica)):
+            for p in sorted(staying, key=lambda q: (q.pool, q.replica)):
                 urls.setdefault(p.pool, []).append(p.url)
             if nxt.router is not None and nxt.router.router == "vllm-router":
                 router = Proc("router", 0, router_port, router_command(nxt, self.router, router_port, urls),
                               logs / f"router-{ident[:8]}.log", env=base_env)
                 self._spawn(router)
+                staying.append(router)
                 self.procs.append(router)
                 self._await_health([router], 60.0)
+            self.procs = staying + leaving  # until they stop, the leaving replicas are still ours to watch
+            _drain(leaving, DRAIN_S)
+            self._stop(leaving)
+            self.procs = staying
         except RuntimeFailure as e:
             answer(work, ident, None, str(e))
             raise
@@ -312,6 +325,33 @@ def _signal_group(popen: subprocess.Popen, sig: int) -> None:
         os.killpg(popen.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _drain(procs: list[Proc], timeout_s: float) -> None:
+    """Wait until `procs` hold no request (vLLM's ``vllm:num_requests_running`` and ``..._waiting`` gauges read 0),
+    at most `timeout_s`; an engine whose metrics cannot be read counts as drained."""
+    deadline = time.monotonic() + timeout_s
+    busy = list(procs)
+    while busy and time.monotonic() < deadline:
+        busy = [p for p in busy if _requests_held(p.url) > 0]
+        if busy:
+            time.sleep(0.5)
+
+
+def _requests_held(url: str) -> float:
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+            text = r.read().decode(errors="replace")
+    except (OSError, ValueError):
+        return 0.0
+    held = 0.0
+    for line in text.splitlines():
+        if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting")):
+            try:
+                held += float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+    return held
 
 
 def _healthy(url: str) -> bool:

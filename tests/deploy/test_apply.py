@@ -19,7 +19,10 @@ pytestmark = pytest.mark.timeout(600)
 
 CLUSTER = REPO / "examples" / "cpu_pd" / "cluster.yaml"
 FAKE = '''#!{python}
-import http.server, sys
+import http.server, os, sys, time
+delay = os.environ.get("FAKE_START_DELAY_FILE")  # the seconds written there, when it exists: a slow engine start
+if delay and os.path.exists(delay) and "--model" in sys.argv:
+    time.sleep(float(open(delay).read()))
 argv = sys.argv[1:]
 port = int(argv[argv.index("--port") + 1])
 class H(http.server.BaseHTTPRequestHandler):
@@ -62,10 +65,30 @@ def _scaled(running: Path, out: Path) -> Path:
     return out
 
 
-def test_apply_keeps_what_stays_stops_and_starts_the_rest(tmp_path):
+def _outages(url: str, stop: threading.Event, down: list) -> None:
+    """Poll `url` every 20 ms until `stop`; append the length of each stretch it refused connections."""
+    import urllib.request
+
+    since = None
+    while not stop.is_set():
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=2).read()
+            if since is not None:
+                down.append(time.monotonic() - since)
+                since = None
+        except OSError:
+            since = since if since is not None else time.monotonic()
+        time.sleep(0.02)
+    if since is not None:
+        down.append(time.monotonic() - since)
+
+
+def test_apply_keeps_what_stays_stops_and_starts_the_rest(tmp_path, monkeypatch):
     """Two replans in a row: one more decode replica (both running replicas kept, one started), then a plan of
     other shapes (all stopped, its own started), asked of the first replan's directory as ``gimletc replan
-    scaled/ --apply`` asks it; each kept replica is the same process under its new name."""
+    scaled/ --apply`` asks it; each kept replica is the same process under its new name. New engines take 3 s to
+    start; the router answers throughout but for its own restart (make before break: breaking first would leave
+    it down for those 3 s)."""
     from compiler.deploy.apply import apply_local
     from compiler.deploy.local import prepare
     from compiler.emit.plan_checks import load_plan
@@ -85,6 +108,8 @@ def test_apply_keeps_what_stays_stops_and_starts_the_rest(tmp_path):
     fake = tmp_path / "fake-engine"
     fake.write_text(FAKE.format(python=sys.executable))
     fake.chmod(0o755)
+    delay = tmp_path / "engine-start-s"
+    monkeypatch.setenv("FAKE_START_DELAY_FILE", str(delay))
     deployment = prepare(running, fake, fake)
     deployment.start(60.0, lambda _m: None)
     watcher = threading.Thread(target=deployment.watch, args=(time.monotonic() + 400, lambda _m: None), daemon=True)
@@ -94,9 +119,17 @@ def test_apply_keeps_what_stays_stops_and_starts_the_rest(tmp_path):
         before = {(p.pool, p.replica): p.popen.pid for p in deployment.procs}
         assert "held" in apply_local(running, other, act=False)  # a held replan changes nothing
         assert {(p.pool, p.replica): p.popen.pid for p in deployment.procs} == before
+        delay.write_text("3")
         for current, nxt in ((running, scaled), (scaled, other)):
             pids = {(p.pool, p.replica): p.popen.pid for p in deployment.procs}
+            router = json.loads((current / "deploy" / "endpoints.json").read_text())["router"]
+            down, stop = [], threading.Event()
+            poller = threading.Thread(target=_outages, args=(router, stop, down), daemon=True)
+            poller.start()
             message = apply_local(current, nxt, act=True, timeout_s=240)
+            stop.set()
+            poller.join(timeout=10)
+            assert max(down, default=0.0) < 1.5, f"the router was down {max(down):.1f} s during the apply"
             answers.append(json.loads((current / "deploy" / "applied.json").read_text()))
             endpoints = json.loads((running / "deploy" / "endpoints.json").read_text())
             assert json.loads((nxt / "deploy" / "endpoints.json").read_text()) == endpoints
