@@ -95,23 +95,12 @@ def generate_day(path: str | Path, *, seconds_per_hour: float = 15.0, chat_peak_
     """Write a day with a shifting mix: chat peaks at 14:00 (mean prompt 512, output 256), long documents at
     02:00 (mean prompt 6000, output 128), each hour compressed to `seconds_per_hour`; Poisson arrivals at the
     hour's rate, lengths uniform around the class means. Returns the rows written."""
-    rng = random.Random(seed)
-    rows = []
+    periods = []
     for hour in range(24):
         day = 0.5 * (1 + math.cos(2 * math.pi * (hour - 14) / 24))  # 1 at 14:00, 0 at 02:00
         rates = {"chat": chat_peak_per_s * (0.1 + 0.9 * day), "docs": docs_peak_per_s * (0.1 + 0.9 * (1 - day))}
-        for cls, rate in rates.items():
-            t = hour * seconds_per_hour
-            while True:
-                t += rng.expovariate(rate)
-                if t >= (hour + 1) * seconds_per_hour:
-                    break
-                prompt = rng.randint(1, 1023) if cls == "chat" else rng.randint(4000, 8000)
-                output = rng.randint(1, 511) if cls == "chat" else rng.randint(1, 255)
-                rows.append((t, prompt, output))
-    rows.sort()
-    _write_rows(path, rows)
-    return len(rows)
+        periods.append((hour * seconds_per_hour, (hour + 1) * seconds_per_hour, rates))
+    return _write_poisson(path, periods, {"chat": ((1, 1023), (1, 511)), "docs": ((4000, 8000), (1, 255))}, seed)
 
 
 def generate_shift(path: str | Path, *, windows: int = 8, window_s: float = 45.0, chat_per_s: tuple = (2.0, 0.2),
@@ -121,21 +110,30 @@ def generate_shift(path: str | Path, *, windows: int = 8, window_s: float = 45.0
     rising from ``docs_per_s[0]`` to ``docs_per_s[1]``; Poisson arrivals. Chat: prompt 16-112 tokens (mean 64),
     output 8-56 (mean 32); documents: prompt 512-1024 (mean 768), output 8-24 (mean 16): the classes of
     ``examples/replan/cpu_workload.yaml``, all within llama-mini's context. Returns the rows written."""
-    rng = random.Random(seed)
-    rows = []
+    periods = []
     for k in range(windows):
         x = k / max(windows - 1, 1)
-        rates = {"chat": chat_per_s[0] + (chat_per_s[1] - chat_per_s[0]) * x,
-                 "docs": docs_per_s[0] + (docs_per_s[1] - docs_per_s[0]) * x}
+        periods.append((k * window_s, (k + 1) * window_s,
+                        {"chat": chat_per_s[0] + (chat_per_s[1] - chat_per_s[0]) * x,
+                         "docs": docs_per_s[0] + (docs_per_s[1] - docs_per_s[0]) * x}))
+    return _write_poisson(path, periods, {"chat": ((16, 112), (8, 56)), "docs": ((512, 1024), (8, 24))}, seed)
+
+
+def _write_poisson(path: str | Path, periods: list, lengths: dict, seed: int) -> int:
+    """Poisson arrivals of each class over each (start, end, rates by class) period, lengths uniform over the
+    class's (prompt, output) ranges in `lengths`, written sorted by time (`_write_rows`); returns the rows."""
+    rng = random.Random(seed)
+    rows = []
+    for start, end, rates in periods:
         for cls, rate in rates.items():
-            t = k * window_s
+            t = start
             while True:
                 t += rng.expovariate(rate)
-                if t >= (k + 1) * window_s:
+                if t >= end:
                     break
-                prompt = rng.randint(16, 112) if cls == "chat" else rng.randint(512, 1024)
-                output = rng.randint(8, 56) if cls == "chat" else rng.randint(8, 24)
-                rows.append((t, prompt, output))
+                (p_lo, p_hi), (o_lo, o_hi) = lengths[cls]
+                prompt = rng.randint(p_lo, p_hi)
+                rows.append((t, prompt, rng.randint(o_lo, o_hi)))
     rows.sort()
     _write_rows(path, rows)
     return len(rows)
