@@ -349,13 +349,14 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
             precision: Precision = Precision.of("bf16"), time_limit_s: float = 60.0, baselines: bool = True,
             analyse: bool = True, progress: Progress | None = None, timings: Timings | None = None,
             cost_budget_per_hour: float | None = None, deployable: bool = False,
-            on_placed: Callable[[Plan], None] | None = None) -> Compilation:
+            on_placed: Callable[[Plan], None] | None = None, exact: bool = False) -> Compilation:
     """Trace, cost, place and emit: the whole of ``gimletc compile``. Infeasible inputs raise `Infeasible`.
 
     `baselines` adds the comparisons of [Note: baselines] (iso-power and iso-cost fleets of each device type,
     costed here; vendor islands; no disaggregation; greedy), each solved for the same `objective`.
     `on_placed` receives the plan as soon as the placement is solved, before the baselines and the
-    sensitivity analysis (the CLI writes it then: [Note: plan first])."""
+    sensitivity analysis (the CLI writes it then: [Note: plan first]). `exact` prunes no near-twin options
+    (`compiler.place.ilp.solve`)."""
     from compiler.emit.emit_plan import emit_plan
     from compiler.place.baselines import baselines as solve_baselines
     from compiler.place.infeasible import explain
@@ -369,7 +370,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     _raise_if_bounded(prep.graph.model, prep.instance)  # the TPOT targets too ([Note: placement bounds])
     note(f"solving the placement ({len(prep.options)} pool options) (MILP, HiGHS)")
     with timings.step("place"):
-        sol = solve(prep.instance, objective, time_limit_s=time_limit_s)
+        sol = solve(prep.instance, objective, time_limit_s=time_limit_s, exact=exact)
         if not sol.feasible:
             raise Infeasible(explain(prep.graph.model, prep.instance, sol))
     draft_graph = prep.draft.graph if prep.draft is not None else None
@@ -385,7 +386,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
             note("baselines: each device type alone within the budget, vendor islands, no disaggregation, greedy")
             fleets = fleets_of(prep)
             base = solve_baselines(prep.instance, objective, time_limit_s=time_limit_s, fleets=fleets,
-                                   gap=max(sol.objective.gap, OPTIMAL_GAP))
+                                   gap=max(sol.objective.solver_gap, OPTIMAL_GAP), exact=exact)
     with timings.step("sensitivity"):
         moved = sensitivity(prep, sol, objective, progress=progress) if analyse else []
     with timings.step("emit"):
@@ -462,8 +463,11 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
 
     before = _pool_shapes(sol)
     unmoved = sorted(prep.options, key=lambda o: o.key)
+    used = {d for o, _n in sol.used() for d in o.device_types}
 
-    def one(label: str, change: float, options_at: Callable[[float], list]) -> Sensitivity:
+    def one(label: str, change: float, options_at: Callable[[float], list], devices: set[str]) -> Sensitivity:
+        if not devices & used and _worsens(label.rsplit(".", 1)[1], change):
+            return Sensitivity(label, change, 0.0)  # [Note: moves that cannot change the plan]
         note(f"sensitivity: {label} {change:+.0%}")
         options = sorted(options_at(change), key=lambda o: o.key)
         if options == unmoved:  # the factor reaches no option (fp8 efficiency in a bf16 plan): the plan stands
@@ -481,11 +485,25 @@ def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Prog
     # Node powers matter only where a budget counts them: an assumed one moves like an assumed efficiency.
     counted = prep.cluster.power_basis != "chip" and prep.instance.power_budget_w is not None
     powered = families_where(lambda spec: spec.node_w_label == "assumed") if counted else {}
-    moves = [(f"{dev_id}.{name}", sign * SENSITIVITY_CHANGE, partial(recosted, {dev_id}, name))
+    moves = [(f"{dev_id}.{name}", sign * SENSITIVITY_CHANGE, partial(recosted, {dev_id}, name), {dev_id})
              for dev_id, names in uncertain.items() for name in names for sign in (1, -1)]
-    moves += [(f"{family}.node_w", sign * SENSITIVITY_CHANGE, partial(repowered, devices))
+    moves += [(f"{family}.node_w", sign * SENSITIVITY_CHANGE, partial(repowered, devices), devices)
               for family, devices in sorted(powered.items()) for sign in (1, -1)]
     return concurrently(lambda m: one(*m), moves)
+
+
+#: [Note: moves that cannot change the plan] A move that only makes the options of device types the plan does not
+#: use worse (an efficiency down, an overhead or a node's watts up) leaves the plan feasible at its value, and
+#: every other placement no better than before: the optimum and the chosen pools stand, so `sensitivity`
+#: reports the move (objective +0.0%, re-solve gap 0) without costing or solving it again.
+
+
+def _worsens(name: str, change: float) -> bool:
+    """Whether moving factor `name` by `change` makes every option it reaches worse: an efficiency (``*_eff``)
+    down, a time (``*_s``) or a node's watts (``node_w``) up. Any other factor: not known, so False."""
+    if name.endswith("_eff"):
+        return change < 0
+    return change > 0 if name.endswith("_s") or name == "node_w" else False
 
 
 def _moved(name: str, value: float, change: float) -> float:

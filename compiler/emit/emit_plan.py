@@ -53,7 +53,7 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
         predicted=predicted,
         solver=SolverReport(status=sol.status, objective=sol.objective.name, objective_value=sol.objective.value,
                             bound=sol.objective.bound, gap=sol.objective.gap, variables=sol.variables,
-                            constraints=sol.constraints, options=len(options)),
+                            constraints=sol.constraints, options=len(options), pruning=sol.objective.pruning),
         baselines=[baseline_result(b, sol, predicted) for b in baselines],
         sensitivity=[SensitivityResult(factor=m.factor, change=m.change, objective_change=m.objective_change,
                                        changes_pools=m.changes_pools, pools_added=list(m.pools_added),

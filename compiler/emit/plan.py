@@ -271,6 +271,11 @@ class SensitivityResult(_Frozen):
 
 
 class SolverReport(_Frozen):
+    """How the placement was solved. ``status`` is the solve's over the options it was given; ``bound`` and
+    ``gap`` are the unpruned model's: ``pruning`` above 0 says how far the bound was widened for the options
+    pruned as near-twins ([Note: pruning tolerance] in `compiler.place.candidates`; ``compile --exact`` prunes
+    none)."""
+
     status: Literal["optimal", "feasible"]
     objective: str
     objective_value: float
@@ -279,6 +284,26 @@ class SolverReport(_Frozen):
     variables: int
     constraints: int
     options: int
+    pruning: float = 0.0
+
+    @property
+    def described(self) -> str:
+        """The status in words, as the summary and the CLI print it."""
+        if self.status == "feasible":
+            return f"feasible, within {100 * self.gap:.3f}% of its bound"
+        if self.pruning > 0:
+            return (f"optimal over the options kept (near-twins pruned), within {100 * self.gap:.3f}% of every "
+                    f"option's optimum")
+        return self.status
+
+    @property
+    def standard(self) -> str:
+        """To what the baselines were solved: the plan's own standard."""
+        if self.status == "feasible":
+            return f"to the {100 * self.gap:.3f}% gap the plan's own solve reached (feasible: stopped within it)"
+        if self.pruning > 0:
+            return "as the plan's own solve: optimal over the options kept after pruning near-twins"
+        return "exactly, as the plan's own solve"
 
 
 #: The quantities every baseline is compared on (all larger-is-better), beside the objective itself.

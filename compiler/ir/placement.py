@@ -223,6 +223,10 @@ class Objective:
     name: str
     value: float
     bound: float
+    #: How far the bound was widened for the options pruned as near-twins ([Note: pruning tolerance] in
+    #: `compiler.place.candidates`): the unpruned optimum is at most a factor 1 + `pruning` above the optimum
+    #: over the options kept, so a solve ``optimal`` over those reports a gap of about this much. 0: none.
+    pruning: float = 0.0
 
     @property
     def quantity(self) -> str:
@@ -235,8 +239,13 @@ class Objective:
 
     @property
     def gap(self) -> float:
-        """Relative distance between value and bound (0 when proven optimal)."""
+        """Relative distance between value and bound (0 when proven optimal over every option)."""
         return abs(self.bound - self.value) / max(abs(self.value), 1e-9) if self.value else 0.0
+
+    @property
+    def solver_gap(self) -> float:
+        """The gap over the options the solver was given (the pruned ones): 0 when it proved their optimum."""
+        return abs(self.bound / (1.0 + self.pruning) - self.value) / max(abs(self.value), 1e-9) if self.value else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,16 +23,17 @@ from compiler.place.ilp import OPTIMAL_GAP, concurrently, solve
 
 def baselines(inst: Instance, objective: str, *, time_limit_s: float,
               fleets: Sequence[tuple[str, Instance | str]] = (), explain: bool = True,
-              gap: float = OPTIMAL_GAP) -> list[Baseline]:
+              gap: float = OPTIMAL_GAP, exact: bool = False) -> list[Baseline]:
     """Every baseline of `inst` for `objective`, in a fixed order: `fleets` (as given), vendor islands,
     no disaggregation, greedy. `explain` False leaves infeasible baselines without their binding families
     (cheaper: the pareto sweep solves many). Each solve stops within `gap` of its bound: the gap the plan
-    itself reached, so that plan and baselines are compared at the same standard ([Note: baselines])."""
+    itself reached, and pruned as the plan's (`exact` as in `compiler.place.ilp.solve`), so that plan and
+    baselines are compared at the same standard ([Note: baselines])."""
     posed = [*fleets, ("vendor-islands", islands(inst)), ("no-disaggregation", colocated_only(inst))]
 
     def one(entry: tuple[str, Instance | str]) -> Baseline:
         name, fleet = entry
-        return solved(name, fleet, objective, time_limit_s, explain, gap) if isinstance(fleet, Instance) \
+        return solved(name, fleet, objective, time_limit_s, explain, gap, exact=exact) if isinstance(fleet, Instance) \
             else Baseline(name, "skipped", note=fleet)
 
     # the largest instances first (vendor islands holds every one-type option): the small single-type fleets
@@ -54,14 +55,15 @@ def colocated_only(inst: Instance) -> Instance:
 
 
 def solved(name: str, inst: Instance, objective: str, time_limit_s: float, explain: bool = True,
-           gap: float = OPTIMAL_GAP, ratio_hint: float = 0.0, node_limit: int | None = None) -> Baseline:
-    """`inst` solved for `objective` (to `gap`, exactly by default; `node_limit` as
-    in `compiler.place.ilp.solve`), as a `Baseline` named `name`."""
+           gap: float = OPTIMAL_GAP, ratio_hint: float = 0.0, node_limit: int | None = None,
+           exact: bool = False) -> Baseline:
+    """`inst` solved for `objective` (to `gap`; `node_limit` and `exact` as in `compiler.place.ilp.solve`), as a
+    `Baseline` named `name`."""
     if not inst.options:
         return Baseline(name, "skipped", note="no pool option of this kind holds the model")
     try:
         s = solve(inst, objective, time_limit_s=time_limit_s, explain=explain, gap=gap,
-                  ratio_hint=ratio_hint, node_limit=node_limit)
+                  ratio_hint=ratio_hint, node_limit=node_limit, exact=exact)
     except BadInput as e:  # e.g. a priced objective on a type without a price
         return Baseline(name, "skipped", note=str(e))
     except Infeasible as e:  # out of time before any placement

@@ -77,7 +77,7 @@ from typing import Callable, Sequence, TypeVar
 
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.placement import FAMILIES, OBJECTIVES, PRICED_OBJECTIVES, Instance, Objective, Solution
-from compiler.place.candidates import candidates
+from compiler.place.candidates import PRUNE_TOLERANCE, candidates, candidates_within
 from compiler.place.greedy import greedy
 from compiler.place.moves import Moves, add_moves, kept
 from compiler.place.native_output import stdout_to_stderr
@@ -406,7 +406,7 @@ class PlacementModel:
 def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float = 60.0,
           families: Sequence[str] = FAMILIES, explain: bool = True,
           gap: float = OPTIMAL_GAP, ratio_hint: float = 0.0, node_limit: int | None = None,
-          hint: Solution | None = None, moves: Moves | None = None) -> Solution:
+          hint: Solution | None = None, moves: Moves | None = None, exact: bool = False) -> Solution:
     """Solve `inst`. An infeasible instance returns status "infeasible" with the binding families (found by
     re-solving with families dropped; `explain` False skips that and leaves them empty).
 
@@ -419,6 +419,11 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     from the greedy placement (`compiler.place.greedy`). `moves` re-solves from a running placement
     (`compiler.place.moves`): at most its ``max_moves``, then the fewest moves within its ``slack`` of that
     optimum (linear objectives; a ratio objective takes no slack).
+
+    Objectives that maximise requests/s (or per watt or dollar) prune near-twins at `PRUNE_TOLERANCE` ([Note:
+    pruning tolerance]): the status is then that of the solve over the options kept, and the bound reported is
+    the unpruned model's (`Objective.pruning` says by how much it was widened). `exact` prunes only what is
+    dominated outright, as every other objective, a replan and an instance the tolerance leaves infeasible do.
     """
     if objective not in OBJECTIVES:
         raise BadInput(f"--objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
@@ -426,8 +431,31 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
         raise BadInput(f"--objective {objective} needs a target: set arrival_rate_per_s in the workload file")
     _check_prices(inst, objective)
     start = time.perf_counter()
-    full = inst
-    placed = candidates(inst, prune_them="slo" in families and objective != "latency")
+    args = dict(objective=objective, families=families, gap=gap, ratio_hint=ratio_hint, node_limit=node_limit,
+                hint=hint, start=start, deadline=start + time_limit_s)
+    if not exact and moves is None and objective in TOLERANT_OBJECTIVES and "slo" in families:
+        near = _solve(inst, tolerance=PRUNE_TOLERANCE, **args)
+        if near is not None:
+            return near
+    sol = _solve(inst, moves=moves, **args)
+    if sol is None:
+        binding = binding_families(inst, families) if explain else ()
+        return Solution("infeasible", Objective(objective, 0.0, 0.0), binding=binding,
+                        wall_s=time.perf_counter() - start)
+    return sol
+
+
+#: Objectives whose optimum scales with every flow, so that pruning within a tolerance bounds what it costs
+#: ([Note: pruning tolerance]).
+TOLERANT_OBJECTIVES = ("throughput", "tokens-per-watt", "tokens-per-dollar")
+
+
+def _solve(inst: Instance, *, objective: str, families: Sequence[str], gap: float, ratio_hint: float,
+           node_limit: int | None, hint: Solution | None, start: float, deadline: float,
+           moves: Moves | None = None, tolerance: float = 0.0) -> Solution | None:
+    """`solve` over the candidates pruned at `tolerance`; None if infeasible."""
+    placed, factor = candidates_within(inst, prune_them="slo" in families and objective != "latency",
+                                       tolerance=tolerance)
     if moves is not None:  # the running plan's options stay candidates, pruned or not ("stay put" is possible)
         placed += [o for o in kept(candidates(inst, prune_them=False), moves) if o.key not in {p.key for p in placed}]
     model = PlacementModel(inst.with_options(placed), families)
@@ -435,13 +463,11 @@ def solve(inst: Instance, objective: str = "throughput", *, time_limit_s: float 
     model.slack = moves.slack if moves is not None and objective not in RATIO_OBJECTIVES else 0.0
     model.gap, model.ratio_hint = gap, ratio_hint
     model.node_limit = NODE_LIMIT if node_limit is None else node_limit
-    model.start = model.replica_hint(dict(hint.replicas) if hint is not None else greedy(full, objective))
-    outcome = _solve_model(model, objective, start + time_limit_s)
+    model.start = model.replica_hint(dict(hint.replicas) if hint is not None else greedy(inst, objective))
+    outcome = _solve_model(model, objective, deadline)
     if outcome is None:
-        binding = binding_families(full, families) if explain else ()
-        return Solution("infeasible", Objective(objective, 0.0, 0.0), binding=binding,
-                        wall_s=time.perf_counter() - start)
-    return _solution(model, *outcome, objective, start)
+        return None
+    return _solution(model, *outcome, objective, start, factor - 1.0)
 
 
 def feasible(inst: Instance, families: Sequence[str] = FAMILIES) -> bool:
@@ -561,7 +587,9 @@ def _clean(value: float) -> float:
 
 
 def _solution(model: PlacementModel, run: Run, proven: bool, first: tuple[float, float], objective: str,
-              start: float) -> Solution:
+              start: float, pruning: float) -> Solution:
+    """The placement `run` found; its bound widened by `pruning` to the unpruned model's ([Note: pruning
+    tolerance])."""
     replicas = {o.key: round(run(model.n[o.key])) for o in model.opts}
     lam, power = _clean(run(model.lam)), run(model.power)
     cost = run(model.cost) if model.cost is not None else None
@@ -576,7 +604,8 @@ def _solution(model: PlacementModel, run: Run, proven: bool, first: tuple[float,
                     served[(c.name, o.key)] = rate
     flows = ((k, _clean(run(v))) for k, v in model.f.items() if replicas[k[1]])
     return Solution(
-        status="optimal" if proven else "feasible", objective=Objective(objective, *first),
+        status="optimal" if proven else "feasible",
+        objective=Objective(objective, first[0], first[1] * (1.0 + pruning), pruning),
         replicas=tuple(sorted((k, n) for k, n in replicas.items() if n)),
         flows=tuple(sorted((k, r) for k, r in flows if r)),
         served=tuple(sorted(served.items())),

@@ -75,8 +75,7 @@ def verdict(plan: Plan) -> str:
     """The plan in one sentence, then `verdict_lines` as a list (a baseline that beats the plan in bold)."""
     pr, s = plan.predicted, plan.solver
     used = sorted(((n, d) for d, n in plan.devices_used.items() if n), key=lambda x: (-x[0], x[1]))
-    solved = (f"MILP {s.status}, within {100 * s.gap:.3f}% of its bound" if s.status == "feasible"
-              else f"MILP {s.status}")
+    solved = f"MILP {s.described}"
     head = (f"**The plan**: {len(plan.pools)} pools on {sum(n for n, _d in used)} devices "
             f"({', '.join(f'{n} {d}' for n, d in used)}), {pr.output_tokens_per_s:,.0f} output tokens/s "
             f"({pr.requests_per_s:,.2f} req/s) at {_kw(pr.provisioned_power_w)} kW provisioned and {_kw(pr.power_w)} "
@@ -193,17 +192,18 @@ def _baselines(plan: Plan) -> str:
         return fmt(getattr(b, f)) if getattr(b, f, None) is not None else "-"
 
     rows = [[b.name] + [cell(b, f, fmt) for f, _h, fmt in fields] for b in plan.baselines]
-    standard = (f"to the {100 * plan.solver.gap:.3f}% gap the plan's own solve reached (feasible: stopped within "
-                f"it)" if plan.solver.status == "feasible" else "exactly, as the plan's own solve")
-    return (f"Each baseline is solved under the same cost model and constraints, {standard}; the gain is the "
+    return (f"Each baseline is solved under the same cost model and constraints, {plan.solver.standard}; the gain is the "
             "plan's output tokens/s (or objective) over the baseline's.\n\n"
             + table(["baseline"] + [h for _f, h, _ in fields], rows))
 
 
 def _solver(plan: Plan) -> str:
     s = plan.solver
+    pruned = (f" The bound is every option's: the solve pruned options within a factor {1 + s.pruning:.4f} of a "
+              "kept one, and proved its optimum over the rest (`compile --exact` prunes none)." if s.pruning else "")
     return (f"MILP (HiGHS) **{s.status}**: objective {s.objective} = {s.objective_value:.4g}, bound {s.bound:.4g}, gap "
-            f"{100 * s.gap:.3f}%; {s.variables} variables, {s.constraints} constraints, {s.options} pool options.")
+            f"{100 * s.gap:.3f}%; {s.variables} variables, {s.constraints} constraints, {s.options} pool options."
+            + pruned)
 
 
 def _sensitivity(plan: Plan) -> str:
@@ -216,6 +216,8 @@ def _sensitivity(plan: Plan) -> str:
     flips = [m for m in plan.sensitivity if m.changes_pools]
     head = (f"{len(flips)} of {len(plan.sensitivity)} moves change the chosen pools: this plan flips on a guess."
             if flips else "No +-20% move of an assumed efficiency changes the chosen pools.")
+    head += (" A move that only makes a device type the plan does not use worse cannot change it, and is not "
+             "re-solved (re-solve gap 0.0%).")
     return head + "\n\n" + table(["assumed factor", "moved", "objective", "re-solve gap", "changes pools", "adds",
                                    "drops"], rows)
 

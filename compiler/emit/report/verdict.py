@@ -8,7 +8,7 @@ kinds of beating mean different things:
   fleet: it can beat a fixed-fleet plan, and the verdict says by how much;
 - vendor islands, no disaggregation and greedy run on the plan's own inventory with placements the solver
   could choose too, so they can beat it only by what the plan's solve left open: its gap (a solve stopped
-  short of its proof), or the solver's floating-point tolerance (`compiler.emit.emit_plan.BEATS_TOLERANCE`).
+  short of its proof, or the options it pruned as near-twins), or the solver's floating-point tolerance (`compiler.emit.emit_plan.BEATS_TOLERANCE`).
   The verdict names which, and never calls the plan optimal beside a heuristic that beats it by more.
 """
 
@@ -69,12 +69,16 @@ def _same_inventory(b: Baseline, plan: Plan, words: str) -> str:
     from compiler.emit.emit_plan import BEATS_TOLERANCE
 
     edge = _better(b) - 1.0
-    gap = plan.solver.gap if plan.solver.status == "feasible" else 0.0
+    s = plan.solver
+    gap = s.gap if s.status == "feasible" or s.pruning else 0.0
     head = (f"{b.name} ({b.question}) scores {_better(b):.6f}x the plan's {words} ({_tokens(b, plan)}), a "
             f"placement the solver could have chosen: ")
-    if edge <= gap:
+    if edge <= gap and s.status == "feasible":
         return head + (f"within the {100 * gap:.2f}% gap at which the plan's solve stopped (feasible, not proven "
                        "optimal); a longer --time-limit closes it.")
+    if edge <= gap:
+        return head + (f"within the {100 * gap:.2f}% bound of the options the plan's solve pruned as near-twins; "
+                       "`compile --exact` prunes none.")
     if edge <= BEATS_TOLERANCE:
         return head + f"a tie, within the solver's floating-point tolerance ({BEATS_TOLERANCE:g})."
     return head + (f"{100 * edge:.3f}% more than the plan's gap ({100 * gap:.3f}%) and the solver's tolerance "
