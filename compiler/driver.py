@@ -357,22 +357,39 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     `on_placed` receives the plan as soon as the placement is solved, before the baselines and the
     sensitivity analysis (the CLI writes it then: [Note: plan first]). `exact` prunes no near-twin options
     (`compiler.place.ilp.solve`)."""
+    from compiler.sensitivity import Analysis
+
+    timings = timings if timings is not None else Timings()
+    prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, slo_ttft_ms=slo_ttft_ms,
+                   slo_tpot_ms=slo_tpot_ms, precision=precision, timings=timings, progress=progress,
+                   cost_budget_per_hour=cost_budget_per_hour, deployable=deployable)
+    _raise_if_bounded(prep.graph.model, prep.instance)  # the TPOT targets too ([Note: placement bounds])
+    analysis = Analysis(prep, objective, progress) if analyse else None  # forks before any solve ([Note: a forked
+    try:  # analysis] in compiler/sensitivity.py)
+        return _placed(prep, analysis, objective=objective, time_limit_s=time_limit_s, baselines=baselines,
+                       progress=progress, timings=timings, on_placed=on_placed, exact=exact)
+    finally:
+        if analysis is not None:
+            analysis.close()
+
+
+def _placed(prep: Prepared, analysis, *, objective: str, time_limit_s: float, baselines: bool,
+            progress: Progress | None, timings: Timings, on_placed: Callable[[Plan], None] | None,
+            exact: bool) -> Compilation:
+    """`compile` once the options are costed: place, then the baselines and `analysis` (None: none)."""
     from compiler.emit.emit_plan import emit_plan
     from compiler.place.baselines import baselines as solve_baselines
     from compiler.place.infeasible import explain
     from compiler.place.ilp import OPTIMAL_GAP, solve
 
-    timings = timings if timings is not None else Timings()
     note = progress or _quiet
-    prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, slo_ttft_ms=slo_ttft_ms,
-                   slo_tpot_ms=slo_tpot_ms, precision=precision, timings=timings, progress=progress,
-                   cost_budget_per_hour=cost_budget_per_hour, deployable=deployable)
-    _raise_if_bounded(prep.graph.model, prep.instance)  # the TPOT targets too ([Note: placement bounds])
     note(f"solving the placement ({len(prep.options)} pool options) (MILP, HiGHS)")
     with timings.step("place"):
         sol = solve(prep.instance, objective, time_limit_s=time_limit_s, exact=exact)
         if not sol.feasible:
             raise Infeasible(explain(prep.graph.model, prep.instance, sol))
+    if analysis is not None:
+        analysis.begin(sol)  # the child starts on its share of the moves now
     draft_graph = prep.draft.graph if prep.draft is not None else None
     emit = lambda base, moved: emit_plan(prep.graph, prep.cluster, prep.workload, prep.precision,  # noqa: E731
                                          prep.instance, sol, base, moved, draft_graph=draft_graph)
@@ -388,7 +405,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
             base = solve_baselines(prep.instance, objective, time_limit_s=time_limit_s, fleets=fleets,
                                    gap=max(sol.objective.solver_gap, OPTIMAL_GAP), exact=exact)
     with timings.step("sensitivity"):
-        moved = sensitivity(prep, sol, objective, progress=progress) if analyse else []
+        moved = analysis.finish() if analysis is not None else []
     with timings.step("emit"):
         plan = emit(base, moved)
     return Compilation(plan, sol, prep, timings, fleets)
@@ -407,114 +424,11 @@ def fleets_of(prep: Prepared) -> list:
     return [(name, deployable(f, prep.cluster.engine) if not isinstance(f, str) else f) for name, f in fleets]
 
 
-#: How far `sensitivity` moves each assumed efficiency factor, both ways.
-SENSITIVITY_CHANGE = 0.2
-SENSITIVITY_FIELDS = ("compute_eff", "mem_eff")
-
-
 def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Progress | None = None) -> list:
-    """Which uncertain efficiencies would change the plan: each factor of a device that fewer than two of its own
-    measurements pin down (`Derate.assumed`, counted per device id), and each factor at a bound of its fit
-    (`Derate.uncertain`), moved by +-20%, re-costs that device's options and solves again; so does each family's
-    assumed node power (``node_w_label`` assumed) when the power budget counts it.
+    """`compiler.sensitivity.sensitivity`: each uncertain factor moved +-20%, re-costed and re-solved."""
+    from compiler.sensitivity import sensitivity as moved
 
-    Returns a `Sensitivity` per (factor, direction); the plan lists them, and the summary names those that
-    change the chosen pools. Each solve starts from the plan's placement and stops within `ANALYSIS_GAP` of its
-    bound; pools are reported as changed only where the objective moves by more than that gap (within it, other
-    pools are ties the solver's tolerance cannot tell from the plan's).
-    """
-    from dataclasses import replace as with_fields
-    from functools import partial
-
-    from backends.registry import device
-    from compiler.cost.costing import with_node_power
-    from compiler.cost.pool_options import enumerate_options
-    from compiler.ir.placement import Sensitivity
-    from compiler.place.ilp import ANALYSIS_GAP, concurrently, solve
-    from cost_models.derates import derate_for
-
-    note = progress or _quiet
-    offered = [dev_id for dev_id in prep.cluster.inventory() if any(dev_id in o.device_types for o in prep.options)]
-
-    def families_where(assumed: Callable) -> dict[str, set[str]]:  # device types in the options, by family
-        out: dict[str, set[str]] = {}
-        for dev_id in offered:
-            spec = device(dev_id)
-            if assumed(spec):
-                out.setdefault(spec.family, set()).add(dev_id)
-        return out
-
-    def recosted(devices: set[str], name: str, change: float) -> list:
-        """The options with an uncertain factor of `devices` moved: theirs costed again."""
-        adjust = lambda d: with_fields(d, **{name: _moved(name, getattr(d, name), change)})  # noqa: E731
-        others = [o for o in prep.options if not set(o.device_types) & devices]
-        moved, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only=devices,
-                                     adjust=adjust, draft=prep.draft, rivals=others)
-        if prep.deployable:
-            from compiler.emit.serving import engines_run
-
-            moved = [o for o in moved if engines_run(o)]
-        return others + moved
-
-    def repowered(devices: set[str], change: float) -> list:
-        """The options with an assumed node power (host share) of `devices` moved: what they provision and draw."""
-        cluster = prep.cluster
-        return [with_node_power(o, devices, change, cluster.power_basis, cluster.pue_factor) for o in prep.options]
-
-    before = _pool_shapes(sol)
-    unmoved = sorted(prep.options, key=lambda o: o.key)
-    used = {d for o, _n in sol.used() for d in o.device_types}
-
-    def one(label: str, change: float, options_at: Callable[[float], list], devices: set[str]) -> Sensitivity:
-        if not devices & used and _worsens(label.rsplit(".", 1)[1], change):
-            return Sensitivity(label, change, 0.0)  # [Note: moves that cannot change the plan]
-        note(f"sensitivity: {label} {change:+.0%}")
-        options = sorted(options_at(change), key=lambda o: o.key)
-        if options == unmoved:  # the factor reaches no option (fp8 efficiency in a bf16 plan): the plan stands
-            return Sensitivity(label, change, 0.0)
-        s = solve(prep.instance.with_options(options), objective, gap=ANALYSIS_GAP, hint=sol)
-        value = s.objective.value if s.feasible else 0.0
-        moved_by = value / sol.objective.value - 1 if sol.objective.value else 0.0
-        # Within the solver's tolerance the plan still stands: pools differing there are ties, not changes.
-        after = before if abs(moved_by) <= ANALYSIS_GAP else _pool_shapes(s) if s.feasible else set()
-        return Sensitivity(label, change, moved_by, tuple(sorted(after - before)),
-                           tuple(sorted(before - after)), s.objective.gap if s.feasible else 0.0)
-
-    uncertain = {dev_id: derate_for(device(dev_id).family, device_id=dev_id).uncertain(SENSITIVITY_FIELDS)
-                 for dev_id in sorted(offered)}
-    # Node powers matter only where a budget counts them: an assumed one moves like an assumed efficiency.
-    counted = prep.cluster.power_basis != "chip" and prep.instance.power_budget_w is not None
-    powered = families_where(lambda spec: spec.node_w_label == "assumed") if counted else {}
-    moves = [(f"{dev_id}.{name}", sign * SENSITIVITY_CHANGE, partial(recosted, {dev_id}, name), {dev_id})
-             for dev_id, names in uncertain.items() for name in names for sign in (1, -1)]
-    moves += [(f"{family}.node_w", sign * SENSITIVITY_CHANGE, partial(repowered, devices), devices)
-              for family, devices in sorted(powered.items()) for sign in (1, -1)]
-    return concurrently(lambda m: one(*m), moves)
-
-
-#: [Note: moves that cannot change the plan] A move that only makes the options of device types the plan does not
-#: use worse (an efficiency down, an overhead or a node's watts up) leaves the plan feasible at its value, and
-#: every other placement no better than before: the optimum and the chosen pools stand, so `sensitivity`
-#: reports the move (objective +0.0%, re-solve gap 0) without costing or solving it again.
-
-
-def _worsens(name: str, change: float) -> bool:
-    """Whether moving factor `name` by `change` makes every option it reaches worse: an efficiency (``*_eff``)
-    down, a time (``*_s``) or a node's watts (``node_w``) up. Any other factor: not known, so False."""
-    if name.endswith("_eff"):
-        return change < 0
-    return change > 0 if name.endswith("_s") or name == "node_w" else False
-
-
-def _moved(name: str, value: float, change: float) -> float:
-    """`value` of factor `name` moved by `change`; an efficiency stays a share (at most 1)."""
-    moved = value * (1 + change)
-    return min(1.0, moved) if name.endswith("_eff") else moved
-
-
-def _pool_shapes(sol: Solution) -> set[str]:
-    """The chosen pools as kind:devices:tp:pp (batch sizes and class splits aside)."""
-    return {f"{o.kind}:{'+'.join(o.device_types)}:tp{o.tp}:pp{o.pp}" for o, _n in sol.used()}
+    return moved(prep, sol, objective, progress=progress)
 
 
 #: Slowest TPOT target `pareto` sweeps: 200 ms is 5 tokens/s per user, slower than anyone reads.

@@ -1,0 +1,307 @@
+"""The plan's sensitivity to what the cost model assumes: each uncertain factor moved +-20%, re-costed, re-solved.
+
+Before: a `Prepared` compile and its placement. After: a `Sensitivity` per (factor, direction), in a fixed
+order; the plan lists them and the summary names those that change the chosen pools.
+
+The moves are many (42 on the 70B mix of the mixed fleet) and each one re-costs a device type's options and
+builds and solves a MILP, mostly in Python, which holds the GIL: threads share one core. [Note: a forked
+analysis] `Analysis` therefore forks a child process before the first placement solve, while the process
+runs one thread (a fork copies no other thread, nor the locks it may hold, and HiGHS has not yet started its
+own). Once the placement is known the child gets the plan (value, replicas, pools, device types used: JSON
+over a pipe, no pickle) and a share of the moves, and works through them on the other core while this
+process writes plan.json, solves the baselines and then its own share; the child's `Sensitivity` rows come
+back as JSON. Every move is deterministic on its own, so the rows are the same whichever process solved
+them. A child that cannot start, dies or stays silent past its deadline costs only time: its moves are then
+solved here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import multiprocessing
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    from compiler.driver import Prepared
+    from compiler.ir.placement import Sensitivity, Solution
+
+log = logging.getLogger(__name__)
+
+#: How far each uncertain factor moves, both ways.
+SENSITIVITY_CHANGE = 0.2
+SENSITIVITY_FIELDS = ("compute_eff", "mem_eff")
+#: Of every five moves, the child takes these: this process also solves the baselines meanwhile.
+CHILD_SHARE = (0, 1, 3)
+#: Seconds to wait for the child beyond the time this process took for its own share, at least.
+CHILD_GRACE_S = 60.0
+
+
+@dataclass(frozen=True)
+class PlanPoint:
+    """What a move is compared with: the plan's objective value, replicas (the re-solves' start), chosen pool
+    shapes and device types used."""
+
+    value: float
+    replicas: tuple[tuple[str, int], ...]
+    shapes: frozenset[str]
+    used: frozenset[str]
+
+    @staticmethod
+    def of(sol: Solution) -> PlanPoint:
+        return PlanPoint(sol.objective.value, sol.replicas, frozenset(pool_shapes(sol)),
+                         frozenset(d for o, _n in sol.used() for d in o.device_types))
+
+    def to_json(self) -> dict:
+        return {"value": self.value, "replicas": [list(r) for r in self.replicas], "shapes": sorted(self.shapes),
+                "used": sorted(self.used)}
+
+    @staticmethod
+    def from_json(d: dict) -> PlanPoint:
+        return PlanPoint(float(d["value"]), tuple((str(k), int(n)) for k, n in d["replicas"]),
+                         frozenset(d["shapes"]), frozenset(d["used"]))
+
+
+@dataclass(frozen=True)
+class Move:
+    """One factor moved one way: ``<device>.<field>`` (an efficiency or overhead of one device id) or
+    ``<family>.node_w`` (the assumed host share of a family's node power, on `devices`)."""
+
+    label: str
+    change: float
+    devices: frozenset[str]
+
+    @property
+    def name(self) -> str:
+        return self.label.rsplit(".", 1)[1]
+
+
+def moves(prep: Prepared) -> list[Move]:
+    """Each factor of a device that fewer than two of its own measurements pin down (`Derate.assumed`, counted
+    per device id), and each factor at a bound of its fit (`Derate.uncertain`), +-`SENSITIVITY_CHANGE`; and each
+    family's assumed node power (``node_w_label`` assumed) where the power budget counts it."""
+    from backends.registry import device
+    from cost_models.derates import derate_for
+
+    offered = [dev_id for dev_id in prep.cluster.inventory() if any(dev_id in o.device_types for o in prep.options)]
+    uncertain = {dev_id: derate_for(device(dev_id).family, device_id=dev_id).uncertain(SENSITIVITY_FIELDS)
+                 for dev_id in sorted(offered)}
+    out = [Move(f"{dev_id}.{name}", sign * SENSITIVITY_CHANGE, frozenset({dev_id}))
+           for dev_id, names in uncertain.items() for name in names for sign in (1, -1)]
+    # Node powers matter only where a budget counts them: an assumed one moves like an assumed efficiency.
+    if prep.cluster.power_basis != "chip" and prep.instance.power_budget_w is not None:
+        powered: dict[str, set[str]] = {}
+        for dev_id in offered:
+            spec = device(dev_id)
+            if spec.node_w_label == "assumed":
+                powered.setdefault(spec.family, set()).add(dev_id)
+        out += [Move(f"{family}.node_w", sign * SENSITIVITY_CHANGE, frozenset(devices))
+                for family, devices in sorted(powered.items()) for sign in (1, -1)]
+    return out
+
+
+def evaluate(prep: Prepared, point: PlanPoint, objective: str, move: Move,
+             progress: Callable[[str], None] | None = None) -> Sensitivity:
+    """`move` applied: its device's options costed again (or their node power moved) and the placement solved
+    from the plan's, to `ANALYSIS_GAP`. Pools are reported as changed only where the objective moves by more
+    than that gap (within it, other pools are ties the solver's tolerance cannot tell from the plan's)."""
+    from compiler.ir.placement import Objective, Sensitivity, Solution
+    from compiler.place.ilp import ANALYSIS_GAP, solve
+
+    if not move.devices & point.used and worsens(move.name, move.change):
+        return Sensitivity(move.label, move.change, 0.0)  # [Note: moves that cannot change the plan]
+    if progress is not None:
+        progress(f"sensitivity: {move.label} {move.change:+.0%}")
+    options = sorted(_options_at(prep, move), key=lambda o: o.key)
+    if options == sorted(prep.options, key=lambda o: o.key):  # the factor reaches no option (fp8 in a bf16 plan)
+        return Sensitivity(move.label, move.change, 0.0)
+    start = Solution("optimal", Objective(objective, point.value, point.value), replicas=point.replicas)
+    s = solve(prep.instance.with_options(options), objective, gap=ANALYSIS_GAP, hint=start)
+    value = s.objective.value if s.feasible else 0.0
+    moved_by = value / point.value - 1 if point.value else 0.0
+    before = set(point.shapes)
+    after = before if abs(moved_by) <= ANALYSIS_GAP else pool_shapes(s) if s.feasible else set()
+    return Sensitivity(move.label, move.change, moved_by, tuple(sorted(after - before)),
+                       tuple(sorted(before - after)), s.objective.gap if s.feasible else 0.0)
+
+
+def _options_at(prep: Prepared, move: Move) -> list:
+    """The options with `move` applied: its device's costed again with the factor moved, or every option's node
+    power on its devices moved."""
+    if move.name == "node_w":
+        from compiler.cost.costing import with_node_power
+
+        cluster = prep.cluster
+        return [with_node_power(o, set(move.devices), move.change, cluster.power_basis, cluster.pue_factor)
+                for o in prep.options]
+    from compiler.cost.pool_options import enumerate_options
+
+    name = move.name
+    adjust = lambda d: replace(d, **{name: moved(name, getattr(d, name), move.change)})  # noqa: E731
+    others = [o for o in prep.options if not set(o.device_types) & move.devices]
+    recosted, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only=set(move.devices),
+                                    adjust=adjust, draft=prep.draft, rivals=others)
+    if prep.deployable:
+        from compiler.emit.serving import engines_run
+
+        recosted = [o for o in recosted if engines_run(o)]
+    return others + recosted
+
+
+#: [Note: moves that cannot change the plan] A move that only makes the options of device types the plan does not
+#: use worse (an efficiency down, an overhead or a node's watts up) leaves the plan feasible at its value, and
+#: every other placement no better than before: the optimum and the chosen pools stand, so `evaluate` reports
+#: the move (objective +0.0%, re-solve gap 0) without costing or solving it again.
+
+
+def worsens(name: str, change: float) -> bool:
+    """Whether moving factor `name` by `change` makes every option it reaches worse: an efficiency (``*_eff``)
+    down, a time (``*_s``) or a node's watts (``node_w``) up. Any other factor: not known, so False."""
+    if name.endswith("_eff"):
+        return change < 0
+    return change > 0 if name.endswith("_s") or name == "node_w" else False
+
+
+def moved(name: str, value: float, change: float) -> float:
+    """`value` of factor `name` moved by `change`; an efficiency stays a share (at most 1)."""
+    out = value * (1 + change)
+    return min(1.0, out) if name.endswith("_eff") else out
+
+
+def pool_shapes(sol: Solution) -> set[str]:
+    """The chosen pools as kind:devices:tp:pp (batch sizes and class splits aside)."""
+    return {f"{o.kind}:{'+'.join(o.device_types)}:tp{o.tp}:pp{o.pp}" for o, _n in sol.used()}
+
+
+def sensitivity(prep: Prepared, sol: Solution, objective: str, *,
+                progress: Callable[[str], None] | None = None) -> list[Sensitivity]:
+    """Every move of `moves`, evaluated here (two solves at a time: HiGHS releases the GIL while it solves)."""
+    analysis = Analysis(prep, objective, progress, fork=False)
+    analysis.begin(sol)
+    return analysis.finish()
+
+
+class Analysis:
+    """The sensitivity analysis of one compile, its moves shared with a forked child where one can run ([Note: a
+    forked analysis]): construct it before the first placement solve, `begin` once the plan is known, `finish`
+    for the rows, `close` always."""
+
+    def __init__(self, prep: Prepared, objective: str, progress: Callable[[str], None] | None = None, *,
+                 fork: bool = True):
+        self.prep, self.objective, self.progress = prep, objective, progress
+        self.moves: list[Move] = []
+        self.point: PlanPoint | None = None
+        self.child = _Child.start(prep, objective) if fork and _may_fork() else None
+        self.theirs: list[int] = []
+
+    def begin(self, sol: Solution) -> None:
+        """The plan is known: hand the child its share of the moves."""
+        self.point = PlanPoint.of(sol)
+        self.moves = moves(self.prep)
+        if self.child is not None:
+            self.theirs = [i for i in range(len(self.moves)) if i % 5 in CHILD_SHARE]
+            if not self.child.send({"point": self.point.to_json(), "moves": self.theirs}):
+                self.child, self.theirs = None, []
+
+    def finish(self) -> list[Sensitivity]:
+        """Every move's row, in the order of `moves`."""
+        from compiler.place.ilp import concurrently
+
+        assert self.point is not None, "begin() first"
+        mine = [i for i in range(len(self.moves)) if i not in set(self.theirs)]
+        started = time.perf_counter()
+        one = lambda i: evaluate(self.prep, self.point, self.objective, self.moves[i], self.progress)  # noqa: E731
+        rows = dict(zip(mine, map(one, mine) if self.child is not None else concurrently(one, mine)))
+        if self.theirs:
+            got = self.child.receive(max(CHILD_GRACE_S, 2 * (time.perf_counter() - started)))
+            if got is None:
+                log.info("the sensitivity child sent nothing; solving its %d moves here", len(self.theirs))
+                got = dict(zip(self.theirs, concurrently(one, self.theirs)))
+            rows.update(got)
+        return [rows[i] for i in range(len(self.moves))]
+
+    def close(self) -> None:
+        if self.child is not None:
+            self.child.stop()
+            self.child = None
+
+
+def _may_fork() -> bool:
+    """Whether a child may be forked here: Linux, more than one core, and one thread in this process."""
+    return sys.platform == "linux" and (os.cpu_count() or 1) > 1 and threading.active_count() == 1
+
+
+class _Child:
+    """The forked process and its two pipes."""
+
+    def __init__(self, process, to_child, from_child):
+        self.process, self.to_child, self.from_child = process, to_child, from_child
+
+    @staticmethod
+    def start(prep: Prepared, objective: str) -> _Child | None:
+        ctx = multiprocessing.get_context("fork")
+        tasks, to_child = ctx.Pipe(duplex=False)
+        from_child, results = ctx.Pipe(duplex=False)
+        process = ctx.Process(target=_child_main, args=(prep, objective, tasks, results), daemon=True)
+        try:
+            process.start()
+        except OSError as e:
+            log.debug("no child process for the sensitivity analysis (%s)", e)
+            return None
+        tasks.close()
+        results.close()
+        return _Child(process, to_child, from_child)
+
+    def send(self, message: dict) -> bool:
+        try:
+            self.to_child.send_bytes(json.dumps(message).encode())
+            return True
+        except OSError:
+            return False
+
+    def receive(self, timeout_s: float) -> dict[int, Sensitivity] | None:
+        from compiler.ir.placement import Sensitivity
+
+        try:
+            if not self.from_child.poll(timeout_s):
+                return None
+            rows = json.loads(self.from_child.recv_bytes())
+        except (EOFError, OSError):
+            return None
+        return {int(i): Sensitivity(r["factor"], r["change"], r["objective_change"], tuple(r["pools_added"]),
+                                    tuple(r["pools_removed"]), r["solve_gap"]) for i, r in rows.items()}
+
+    def stop(self) -> None:
+        for end in (self.to_child, self.from_child):
+            end.close()
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+
+
+def _child_main(prep: Prepared, objective: str, tasks, results) -> None:
+    """The child: wait for the plan and its share of the moves, evaluate them one after another, send the rows,
+    and leave without running the parent's exit handlers."""
+    code = 0
+    try:
+        message = json.loads(tasks.recv_bytes())
+        point = PlanPoint.from_json(message["point"])
+        every = moves(prep)
+        rows = {i: evaluate(prep, point, objective, every[i]) for i in message["moves"]}
+        results.send_bytes(json.dumps({str(i): {
+            "factor": r.factor, "change": r.change, "objective_change": r.objective_change,
+            "pools_added": list(r.pools_added), "pools_removed": list(r.pools_removed),
+            "solve_gap": r.solve_gap if math.isfinite(r.solve_gap) else 0.0} for i, r in rows.items()}).encode())
+    except (EOFError, OSError, KeyboardInterrupt):  # the parent closed the pipe, or left
+        code = 1
+    except Exception:  # noqa: BLE001 (anything else: the parent solves these moves itself)
+        log.debug("the sensitivity child failed", exc_info=True)
+        code = 1
+    finally:
+        os._exit(code)

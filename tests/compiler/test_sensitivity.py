@@ -1,0 +1,60 @@
+"""The sensitivity analysis: moves that cannot change the plan, and the forked child that shares the moves."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import REPO
+
+MIXED = str(REPO / "examples" / "clusters" / "mixed.yaml")
+WORKLOAD = str(REPO / "examples" / "tiny_split" / "workload.yaml")
+
+
+@pytest.fixture(scope="module")
+def planned():
+    from compiler.driver import prepare
+    from compiler.place.ilp import solve
+
+    prep = prepare("llama-tiny", MIXED, WORKLOAD)
+    return prep, solve(prep.instance, "throughput")
+
+
+def test_a_move_that_only_worsens_an_unused_type_is_what_a_re_solve_finds(planned):
+    """[Note: moves that cannot change the plan]: every move the analysis skips (a device type the plan does not
+    use, made worse), solved anyway, leaves the objective within the re-solve's gap and the chosen pools as
+    they were."""
+    from compiler.sensitivity import PlanPoint, evaluate, moves, worsens
+
+    prep, sol = planned
+    point = PlanPoint.of(sol)
+    skipped = [m for m in moves(prep) if not m.devices & point.used and worsens(m.name, m.change)]
+    assert len(skipped) >= 2
+    everything = PlanPoint(point.value, point.replicas, point.shapes, frozenset(prep.cluster.inventory()))
+    for m in skipped:
+        assert evaluate(prep, point, "throughput", m).objective_change == 0.0
+        solved = evaluate(prep, everything, "throughput", m)  # "used" everywhere: nothing is skipped
+        assert solved.objective_change <= 1e-9 and not solved.changes_pools, m
+
+
+def test_the_forked_child_returns_the_rows_this_process_would_and_its_loss_costs_only_time(planned):
+    """[Note: a forked analysis]: with a child, the rows are those of the analysis run here, in the same order;
+    a child killed before it answers leaves its moves to this process, with the same rows."""
+    from compiler.sensitivity import Analysis, sensitivity
+
+    prep, sol = planned
+    here = sensitivity(prep, sol, "throughput")
+    shared = Analysis(prep, "throughput")
+    try:
+        assert shared.child is not None  # Linux, two cores, one thread: the child starts
+        shared.begin(sol)
+        assert shared.theirs
+        assert shared.finish() == here
+    finally:
+        shared.close()
+    lost = Analysis(prep, "throughput")
+    try:
+        lost.begin(sol)
+        lost.child.process.kill()
+        assert lost.finish() == here
+    finally:
+        lost.close()
