@@ -53,10 +53,13 @@ def backend_of(device_spec: DeviceSpec) -> Backend:
 
 
 def device(device_id: str) -> DeviceSpec:
-    """The device with this id; an unknown id lists the known ones."""
+    """The device with this id; an unknown id lists the known ones. Backends are asked in order and the first
+    match returned, so a catalog device never builds the host's (which reads its calibration record)."""
+    for b in backends():
+        for d in b.devices:
+            if d.id == device_id:
+                return d
     devices = {d.id: d for d in all_devices()}
-    if device_id in devices:
-        return devices[device_id]
     close = difflib.get_close_matches(device_id, list(devices), n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise BadInput(f"device {device_id!r} is not known; {hint}known ids: {', '.join(sorted(devices))}")

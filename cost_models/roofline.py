@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from compiler.ir.block_graph import Block, expert_touch_fraction
+from compiler.ir.block_graph import Block, Work, expert_touch_fraction
 from compiler.ir.device_spec import DeviceSpec
 from compiler.ir.precision import Precision
 from cost_models.derates import Derate
@@ -87,6 +87,30 @@ def block_time(block: Block, point: dict[str, float], device: DeviceSpec, *, pre
                            tiers=tiers, kv_tiers=kv_tiers, kv_shards=kv_shards)
 
 
+#: [Note: block work memo] Costing every pool option evaluates the same block at the same point (batch,
+#: lengths) on every device type, parallelism and batch size: the work of its ops (polynomials in B, S, L)
+#: depends on none of them. `ops_work` keeps the last `WORK_MEMO` results, keyed by the block's identity (held
+#: in the entry, so a freed block's id reused by another never matches), the point, the precision and the
+#: share of experts touched.
+WORK_MEMO = 20_000
+_work_memo: dict[tuple, tuple] = {}
+
+
+def ops_work(block: Block, point: dict[str, float], precision: Precision,
+             touched: float) -> tuple[tuple[tuple[str, str, bool], Work], ...]:
+    """Each op of `block` at `point` as ((op, kind, expert weights), its `Work`), memoised ([Note: block work
+    memo])."""
+    key = (id(block), tuple(sorted(point.items())), precision, touched)
+    hit = _work_memo.get(key)
+    if hit is not None and hit[0] is block:
+        return hit[1]
+    out = tuple(((op.op, op.kind, op.expert_weights), op.work(precision, touched, **point)) for op in block.ops)
+    if len(_work_memo) >= WORK_MEMO:
+        _work_memo.clear()
+    _work_memo[key] = (block, out)
+    return out
+
+
 def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: DeviceSpec, *, precision: Precision,
                     derate: Derate, shards: int = 1, tiers: TierSplit | None = None,
                     kv_tiers: TierSplit | None = None, attention_scale: Sequence[float] | None = None,
@@ -114,10 +138,9 @@ def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: Dev
         if block.window_tokens and block.phase == "prefill" and point.get("S", 0) > block.window_tokens:
             scale = min(scale, block.window_tokens / point["S"])  # a query sees its window, not all S x S
         seen = block.at(point)  # a sliding window caps what a decode step attends to
-        for op in block.ops:
-            w = op.work(precision, touched, **seen)
-            m = merged.setdefault((op.op, op.kind, op.expert_weights), [0.0, 0.0, 0.0, 0.0])
-            m[0] += w.flops * (scale if op.kind == "attention" else 1.0)
+        for key, w in ops_work(block, seen, precision, touched):
+            m = merged.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+            m[0] += w.flops * (scale if key[1] == "attention" else 1.0)
             m[1] = max(m[1], w.weight_bytes)  # read once per step, however many batches use it
             m[2] += w.kv_bytes
             m[3] += w.act_bytes

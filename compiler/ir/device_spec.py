@@ -104,7 +104,10 @@ class DeviceSpec:
         return tuple(d for d, _ in self.peak_flops_per_s)
 
     def tier(self, name: str) -> MemoryTier | None:
-        return next((t for t in self.memory if t.name == name), None)
+        for t in self.memory:  # a loop, not next(generator): the cost model asks this hundreds of thousands of times
+            if t.name == name:
+                return t
+        return None
 
     @property
     def serving_tiers(self) -> tuple[MemoryTier, ...]:
