@@ -12,6 +12,19 @@ also prefills each new request's prompt into its own cache. Drafter and
 target wait for each other: no overlap across rounds is assumed. Every time
 is a prediction of the roofline.
 
+[Note: fused speculation] An engine may compile drafter and target into one
+program on the target's devices (NxD Inference's ``enable_fused_speculation``:
+"the draft model and target model are fused into a single compiled model",
+https://github.com/aws-neuron/aws-neuron-sdk/blob/0348aef8c44efdc7a40d29673886bcda4d76cc25/libraries/nxd-inference/developer_guides/feature-guide.rst;
+its token-generation forward loops over the k draft steps and then verifies,
+inside the traced graph). A round is then one launch: the host's per-step time
+(the derate's step overhead, the engine's per-sequence time) is paid once, by
+the verification, and the k draft steps cost their device time alone (blocks,
+per-block gaps, TP all-reduces). The drafter's prefill runs in the target's
+prefill program the same way. No token leaves the devices, so nothing is
+transferred. ``Drafting.fused`` says which case a drafter is; no new constant
+enters, only which of the existing step costs a draft step pays.
+
 >>> round(expected_tokens(0.8, 4), 4)
 3.3616
 >>> expected_tokens(0.0, 4)
@@ -20,7 +33,7 @@ is a prediction of the roofline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from compiler.ir.block_graph import BlockGraph
 from cost_models.comm import p2p_s
@@ -41,7 +54,11 @@ def expected_tokens(acceptance: float, draft_tokens: int) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Drafting:
-    """A drafter replica serving one target replica, and how the two exchange tokens."""
+    """A drafter replica serving one target replica, and how the two exchange tokens.
+
+    ``fused``: the drafter runs inside the target's program on the target's devices ([Note: fused speculation]);
+    the link fields are then unused.
+    """
 
     graph: BlockGraph  # the draft model
     dep: Deployment  # one drafter replica
@@ -49,6 +66,21 @@ class Drafting:
     draft_tokens: int
     link_bw_bytes_per_s: float
     link_latency_s: float
+    fused: bool = False
+
+    @property
+    def step_dep(self) -> Deployment:
+        """The deployment a draft step or prefill runs as: the drafter's own, or, fused, the same without the host's
+        per-step and per-sequence time (the round's one launch pays it; [Note: fused speculation])."""
+        if not self.fused:
+            return self.dep
+        return replace(self.dep, derate=replace(self.dep.derate, step_overhead_s=0.0),
+                       engine=replace(self.dep.engine, seq_overhead_s=0.0))
+
+
+def drafter_prefill(drafting: Drafting, batch: float, prompt: float) -> StepTime:
+    """The drafter's prefill of `batch` prompts of `prompt` tokens (fused: device time only)."""
+    return prefill_time(drafting.graph, drafting.step_dep, batch, prompt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,18 +104,23 @@ class SpecRound:
 def speculative_round(graph: BlockGraph, target: Deployment, drafting: Drafting, batch: float, context: float,
                       prompt: float, output_len: float, plan: MemoryPlan | None = None) -> SpecRound:
     """A round of `batch` sequences at `context` cached tokens; requests have `prompt` tokens and `output_len`
-    output tokens (how often the drafter prefills a new one); see [Note: speculative decoding placement]."""
+    output tokens (how often the drafter prefills a new one); see [Note: speculative decoding placement] and, for a
+    fused drafter, [Note: fused speculation]."""
     k = drafting.draft_tokens
+    if drafting.fused and drafting.dep.device != target.device:
+        raise ValueError(f"a fused drafter runs on the target's devices ({target.device.id}), not on "
+                         f"{drafting.dep.device.id}")
     plan = plan or memory_plan(graph, target, graph.kv_bytes_per_sequence(context, target.precision) * batch
                                / target.group)
     verify = step(graph, target, Batch(decodes=batch, context=context, prefill_tokens=batch * k,
                                        prefill_requests=batch, prefill_context=context, every_logit=True), plan)
     tokens = expected_tokens(drafting.acceptance, k)
     arrivals = batch * tokens / max(output_len, 1.0)  # requests that start per round
-    draft = _sum(((k, decode_step(drafting.graph, drafting.dep, batch, context)),
-                  (arrivals, prefill_time(drafting.graph, drafting.dep, 1, prompt))))
-    transfer = sum(p2p_s(nbytes, bw_bytes_per_s=drafting.link_bw_bytes_per_s, latency_s=drafting.link_latency_s)
-                   for nbytes in (batch * k * TOKEN_BYTES, batch * TOKEN_BYTES))
+    draft = _sum(((k, decode_step(drafting.graph, drafting.step_dep, batch, context)),
+                  (arrivals, drafter_prefill(drafting, 1, prompt))))
+    transfer = 0.0 if drafting.fused else sum(
+        p2p_s(nbytes, bw_bytes_per_s=drafting.link_bw_bytes_per_s, latency_s=drafting.link_latency_s)
+        for nbytes in (batch * k * TOKEN_BYTES, batch * TOKEN_BYTES))
     return SpecRound(draft.time_s + verify.time_s + transfer, draft, verify, transfer, tokens)
 
 

@@ -36,8 +36,9 @@ rows alone: the fitter refuses a held-out row, and in a leave-one-out fold the r
 
 A row measured under an engine release other than the one its family's derate is fitted at runs at that release's
 published speed (`cost_models.derates.release_speed`, [Note: engine releases]; never read from the row's own
-number); a row with a ``drafter`` decodes speculatively (`cost_models.speculative`, `speculative`); a row whose
-``engine`` is optimum-habana or SGLang runs as that engine (`engine_of`).
+number); a row with a ``drafter`` decodes speculatively (`cost_models.speculative`, `speculative`; fused with the
+target where its ``fused`` column says so); a row whose ``engine`` is optimum-habana or SGLang runs as that engine
+(`engine_of`).
 
 Rows with ``batch=max`` use the static-batch mode at the largest batch that fits
 memory (`--batch max`); rows with ``concurrency`` use the closed-loop mode
@@ -163,13 +164,14 @@ def predict(row: dict, graphs: dict, derates: dict | None = None, exclude: froze
 def speculative(row: dict, graphs: dict, dep, plain) -> float:
     """`row`'s metric when it decodes speculatively: the drafter (``drafter``, a preset) drafts ``draft_tokens``
     per round with per-token acceptance ``acceptance`` (`cost_models.speculative`, Leviathan et al. 2023) on the
-    target's own devices at the target's parallelism (fused drafting: no transfer between them); TTFT adds the
-    drafter's prefill of the prompt to the plain estimate's (`plain`)."""
+    target's own devices at the target's parallelism (no transfer between them); TTFT adds the drafter's prefill of
+    the prompt to the plain estimate's (`plain`). A row whose ``fused`` is ``yes`` drafts inside the target's program
+    ([Note: fused speculation] in cost_models/speculative.py): its draft steps and prefill pay no host time of their
+    own; any other runs each draft step as an engine step."""
     from compiler.cost.deployment import deployment
     from compiler.driver import block_graph
     from compiler.ir.precision import Precision
-    from cost_models.serving import prefill_time
-    from cost_models.speculative import Drafting, speculative_round
+    from cost_models.speculative import Drafting, drafter_prefill, speculative_round
 
     drafter = row["drafter"]
     if drafter not in graphs:
@@ -177,18 +179,27 @@ def speculative(row: dict, graphs: dict, dep, plain) -> float:
     drafter_dep = replace(deployment(row["device"], int(row["count"]), int(row["tp"]), int(row["pp"]),
                                      Precision.of(row["dtype"]), engine_of(row)), derate=dep.derate)
     drafting = Drafting(graphs[drafter], drafter_dep, float(row["acceptance"]), int(row["draft_tokens"]),
-                        link_bw_bytes_per_s=math.inf, link_latency_s=0.0)
+                        link_bw_bytes_per_s=math.inf, link_latency_s=0.0, fused=fused(row))
     batch = int(row.get("concurrency") or row["batch"])
     input_len, output_len = int(row["input_len"]), int(row["output_len"])
     tpot_s = speculative_round(graphs[row["model"]], dep, drafting, batch, input_len + output_len / 2, input_len,
                                output_len).tpot_s
-    ttft_s = plain.ttft_ms / 1e3 + prefill_time(graphs[drafter], drafter_dep, batch, input_len).time_s
+    ttft_s = plain.ttft_ms / 1e3 + drafter_prefill(drafting, batch, input_len).time_s
     values = {"tpot_ms": tpot_s * 1e3, "ttft_ms": ttft_s * 1e3, "tokens_per_s_per_user": 1.0 / tpot_s,
               "output_tokens_per_s": batch * dep.replicas * output_len / (ttft_s + (output_len - 1) * tpot_s)}
     if row["metric"] not in values:
         raise ValueError(f"{row['id']}: metric {row['metric']} is not predicted for a speculative row; "
                          f"use one of {', '.join(values)}")
     return values[row["metric"]]
+
+
+def fused(row: dict) -> bool:
+    """Whether a speculative row's source says the drafter ran fused with the target (its ``fused`` column: ``yes``;
+    empty, or a file without the column, for separate drafting)."""
+    value = row.get("fused", "").strip().lower()
+    if value not in ("", "yes"):
+        raise ValueError(f"{row['id']}: fused is {value!r}; write yes (the source says so) or leave it empty")
+    return value == "yes"
 
 
 SWEEPS_CSV = SHARED / "reference" / "serving_sweeps.csv"
@@ -481,7 +492,7 @@ def markdown(argv: list[str], loo_table: list[dict] | None, heldout: list[dict] 
            "*APE* is the absolute percentage error, the signed *error* (predicted - measured) / measured. Each family's "
            "derate (cost_models/derates.py) is fitted on its rows; rows measured under another engine release run at "
            "that release's published speed ([Note: engine releases]); rows that decode speculatively through the "
-           "speculative model (their `drafter` columns).", ""]
+           "speculative model (their `drafter` columns; `fused` where drafter and target ran as one program).", ""]
     if loo_table is not None:
         out += ["## Leave one row out, per device", "",
                 "Each row predicted with its family's derate fitted on the family's other rows only (the fitter "
