@@ -292,8 +292,8 @@ class SolverReport(_Frozen):
         if self.status == "feasible":
             return f"feasible, within {100 * self.gap:.3f}% of its bound"
         if self.pruning > 0:
-            return (f"optimal over the options kept (near-twins pruned), within {100 * self.gap:.3f}% of every "
-                    f"option's optimum")
+            return (f"optimal over the options kept after pruning near-twins (the optimum over all of them is at "
+                    f"most {100 * self.gap:.3f}% higher)")
         return self.status
 
     @property
