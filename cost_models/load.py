@@ -307,38 +307,56 @@ def prefill_table(graph: BlockGraph, dep: Deployment, batches: tuple[int, ...], 
 
 
 Curve = tuple[tuple[float, float, float, float, float], ...]
+#: Per point of a curve, the mean TTFT split as the engines' histograms split it ([Note: TTFT parts]).
+Parts = tuple[tuple[float, float], ...]
+
+# [Note: TTFT parts] Besides its percentiles, each curve point carries the mean TTFT's two parts that vLLM's
+# histograms measure apart: the queue (``vllm:request_queue_time_seconds``, from the engine core's queue to
+# the scheduler admitting the request) and the prefill (``vllm:request_prefill_time_seconds``, from admission
+# to the first token). Queue: the mean M/D/c waits ([Note: queueing model]) and, on a colocated replica, half a
+# step (the running step ends before the scheduler admits anyone). Prefill: what runs after admission, at the
+# median occupancy: a prefill replica's batch, a colocated replica's look-ahead steps and the prompt's own
+# chunks. The front end's latency (`Engine.request_overhead_s`) is in neither. A decode replica's queue is its
+# wait for a slot, its prefill zero (the KV hand-off is not costed here). `compiler.replan.correct` fits service
+# times to the prefill part alone, so that a queue the model did not foresee does not read as slow service.
 
 
-def decode_curve(table: StepTable, batch: int, output_len: float, percentile: float) -> tuple[float, Curve]:
-    """A decode replica holding `batch` sequences: its capacity, and per utilisation the wait for a slot
-    (M/D/batch, service = a request's decode) and the TPOT at the busy slots' median and percentile."""
+def decode_curve(table: StepTable, batch: int, output_len: float, percentile: float) -> tuple[float, Curve, Parts]:
+    """A decode replica holding `batch` sequences: its capacity, per utilisation the wait for a slot
+    (M/D/batch, service = a request's decode) and the TPOT at the busy slots' median and percentile, and the
+    mean TTFT's parts ([Note: TTFT parts])."""
     full = table.at(batch)
     rate = batch / (output_len * full)
-    curve = []
+    curve, parts = [], []
     for rho in UTILISATIONS:
         t50 = table.at(_occupancy(rho * batch, batch, 0.5))
         tp = table.at(_occupancy(rho * batch, batch, percentile))
         curve.append((rho, wait_percentile_s(batch, rho, output_len * t50, 0.5),
                       wait_percentile_s(batch, rho, output_len * tp, percentile), t50, tp))
-    return rate, tuple(curve)
+        parts.append((mdc_mean_wait_s(batch, rho, output_len * t50), 0.0))
+    return rate, tuple(curve), tuple(parts)
 
 
-def prefill_curve(table: StepTable, batch: int, request_overhead_s: float, percentile: float) -> tuple[float, Curve]:
-    """A prefill replica batching up to `batch` prompts: capacity, and TTFT per utilisation (front end, the wait
-    for a batch slot (M/D/batch), the batch that holds the busy slots)."""
+def prefill_curve(table: StepTable, batch: int, request_overhead_s: float, percentile: float
+                  ) -> tuple[float, Curve, Parts]:
+    """A prefill replica batching up to `batch` prompts: capacity, TTFT per utilisation (front end, the wait
+    for a batch slot (M/D/batch), the batch that holds the busy slots), and the mean TTFT's parts ([Note: TTFT
+    parts])."""
     full = table.at(batch)
-    curve = []
+    curve, parts = [], []
     for rho in UTILISATIONS:
         ttft = [request_overhead_s + wait_percentile_s(batch, rho, full, p) + table.at(_occupancy(rho * batch, batch, p))
                 for p in (0.5, percentile)]
         curve.append((rho, ttft[0], ttft[1], 0.0, 0.0))
-    return batch / full, tuple(curve)
+        parts.append((mdc_mean_wait_s(batch, rho, full), table.at(_occupancy(rho * batch, batch, 0.5))))
+    return batch / full, tuple(curve), tuple(parts)
 
 
 def colocated_curve(graph: BlockGraph, dep: Deployment, slots: int, shape: RequestShape, table: StepTable,
-                    percentile: float) -> tuple[float, Curve]:
+                    percentile: float) -> tuple[float, Curve, Parts]:
     """A continuous-batching replica with `slots` requests in flight: capacity (the closed loop of `slots`
-    clients without waves), and per utilisation its TTFT and TPOT under Poisson arrivals.
+    clients without waves), per utilisation its TTFT and TPOT under Poisson arrivals, and the mean TTFT's parts
+    ([Note: TTFT parts]).
 
     The prefill tokens a step carries grow with the arrival rate, so the extra time they add to a decode step
     scales with utilisation; a prompt waits behind the prompts ahead (M/D/1 on the prefill budget) and for a
@@ -350,7 +368,7 @@ def colocated_curve(graph: BlockGraph, dep: Deployment, slots: int, shape: Reque
     chunk_extra = max(0.0, full.chunk_step_s - full.decode_only_step_s)
     room = max(1.0, dep.engine.prefill_budget_tokens - slots)
     own_steps = math.ceil(shape.computed_prompt / room)
-    curve = []
+    curve, parts = [], []
     for rho in UTILISATIONS:
         point = []
         for p in (0.5, percentile):
@@ -362,5 +380,8 @@ def colocated_curve(graph: BlockGraph, dep: Deployment, slots: int, shape: Reque
                     + wait_percentile_s(1, prefill_rho, service, p) + service)
             life = ttft + (shape.output_len - 1) * step_s
             point.append((ttft + wait_percentile_s(slots, rho, life, p), step_s))
+            if p == 0.5:  # [Note: TTFT parts], at the median occupancy
+                parts.append((0.5 * step_s + mdc_mean_wait_s(1, prefill_rho, service)
+                              + mdc_mean_wait_s(slots, rho, life), dep.engine.lookahead_steps * step_s + service))
         curve.append((rho, point[0][0], point[1][0], point[0][1], point[1][1]))
-    return rate, tuple(curve)
+    return rate, tuple(curve), tuple(parts)

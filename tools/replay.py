@@ -14,11 +14,13 @@ rates drive the simulated engines, which write their Prometheus metrics. Two run
   when its decision acts, the deployment runs the next plan from the next window (its metrics start afresh).
 
 Printed per window: the class rates, the SLO attainment (share of requests meeting both targets) and the mean
-power of each run, and the replans made; then the day's totals (requests meeting their SLO, attainment, energy)
-and the forecast's one-step error on the trace's windows (Holt against the last value,
+power of each run, and the replans made; then the day's totals (requests meeting their SLO, attainment, energy,
+replans, and flaps: changes undone within two windows, `reversals`) and the forecast's one-step error on the
+trace's windows (Holt against the last value,
 `compiler.replan.forecast.errors`). All latencies and powers are the simulation's (the cost model's predictions,
 as the simulation's module docstring states), not measurements. A replanned plan's new shapes behave as the
-cost model predicts them for the workload the replan measured.
+cost model predicts them for the workload the replan measured. ``--cooldown`` and ``--forecast-error-weight``
+are ``gimletc replan``'s anti-flap settings, for both paths (``0`` turns each off).
 
 With ``--endpoints DIR/deploy/endpoints.json`` (a running ``gimletc deploy DIR --local``) the trace is sent to
 the real engines instead, time-compressed by ``--speed``: each request a prompt of random token ids of its
@@ -100,7 +102,7 @@ def generate_day(path: str | Path, *, seconds_per_hour: float = 15.0, chat_peak_
         day = 0.5 * (1 + math.cos(2 * math.pi * (hour - 14) / 24))  # 1 at 14:00, 0 at 02:00
         rates = {"chat": chat_peak_per_s * (0.1 + 0.9 * day), "docs": docs_peak_per_s * (0.1 + 0.9 * (1 - day))}
         periods.append((hour * seconds_per_hour, (hour + 1) * seconds_per_hour, rates))
-    return _write_poisson(path, periods, {"chat": ((1, 1023), (1, 511)), "docs": ((4000, 8000), (1, 255))}, seed)
+    return write_poisson(path, periods, {"chat": ((1, 1023), (1, 511)), "docs": ((4000, 8000), (1, 255))}, seed)
 
 
 def generate_shift(path: str | Path, *, windows: int = 8, window_s: float = 45.0, chat_per_s: tuple = (2.0, 0.2),
@@ -116,10 +118,10 @@ def generate_shift(path: str | Path, *, windows: int = 8, window_s: float = 45.0
         periods.append((k * window_s, (k + 1) * window_s,
                         {"chat": chat_per_s[0] + (chat_per_s[1] - chat_per_s[0]) * x,
                          "docs": docs_per_s[0] + (docs_per_s[1] - docs_per_s[0]) * x}))
-    return _write_poisson(path, periods, {"chat": ((16, 112), (8, 56)), "docs": ((512, 1024), (8, 24))}, seed)
+    return write_poisson(path, periods, {"chat": ((16, 112), (8, 56)), "docs": ((512, 1024), (8, 24))}, seed)
 
 
-def _write_poisson(path: str | Path, periods: list, lengths: dict, seed: int) -> int:
+def write_poisson(path: str | Path, periods: list, lengths: dict, seed: int) -> int:
     """Poisson arrivals of each class over each (start, end, rates by class) period, lengths uniform over the
     class's (prompt, output) ranges in `lengths`, written sorted by time (`_write_rows`); returns the rows."""
     rng = random.Random(seed)
@@ -160,16 +162,20 @@ def class_rates(requests: list[Request], classes, window_s: float) -> list[dict[
 
 
 def simulate(plan_dir: Path, requests: list[Request], window_s: float, *, replanning: bool, seed: int = 0,
-             max_moves: int | None = None, forecast: str = "auto", progress=print) -> list[dict]:
-    """One run over the trace (the module docstring); a record per window."""
+             max_moves: int | None = None, forecast: str = "auto", cooldown: int | None = None,
+             forecast_weight: float | None = None, windows: int | None = None, progress=print) -> list[dict]:
+    """One run over the trace (the module docstring); a record per window (the first `windows` only, when given).
+    `cooldown` and `forecast_weight` are ``gimletc replan --cooldown`` and ``--forecast-error-weight`` (None:
+    their defaults)."""
     from compiler.compile_inputs import CompileInputs
     from compiler.driver import prepare
     from compiler.emit.plan_checks import load_plan
     from compiler.ir.files import atomic_write_text
     from compiler.place.moves import base_key
     from compiler.replan.metrics import parse
-    from compiler.replan.replan import Settings, replan
+    from compiler.replan.replan import COOLDOWN_WINDOWS, FORECAST_WEIGHT, Settings, replan
     from compiler.replan.simulate import Deployment, SimClass
+    from compiler.replan.write import REPLAN_FILE, summary_json
 
     inputs = CompileInputs.load(plan_dir)
     prep = prepare(inputs.model, inputs.cluster, inputs.workload, power_budget_w=inputs.power_budget_w,
@@ -185,7 +191,7 @@ def simulate(plan_dir: Path, requests: list[Request], window_s: float, *, replan
     snaps = [parse(sim.scrape(), "scrape-0")]
     current, records = plan_dir, []
     with tempfile.TemporaryDirectory(prefix="gimletc-replay-") as scratch:
-        for i, rates in enumerate(class_rates(requests, w.classes, window_s)):
+        for i, rates in enumerate(class_rates(requests, w.classes, window_s)[:windows]):
             stats = sim.step(rates, window_s)
             snaps.append(parse(sim.scrape(), f"scrape-{i + 1}"))
             record = {"window": i, "rates": {c: round(r, 4) for c, r in rates.items()},
@@ -194,27 +200,52 @@ def simulate(plan_dir: Path, requests: list[Request], window_s: float, *, replan
                       "overloaded": list(stats.overloaded), "replicas": sum(p.replicas for p in sim.plan.pools),
                       "replanned": None}
             if replanning and len(snaps) >= 2:
-                settings = Settings(window_s=window_s, max_moves=max_moves, forecast=forecast)
+                settings = Settings(window_s=window_s, max_moves=max_moves, forecast=forecast,
+                                    cooldown_windows=COOLDOWN_WINDOWS if cooldown is None else cooldown,
+                                    forecast_weight=FORECAST_WEIGHT if forecast_weight is None else forecast_weight)
                 r = replan(current, inputs if current == plan_dir else CompileInputs.load(current), snaps, settings,
                            workload_dir=Path(scratch) / f"w{i}")
+                record["decision"] = r.decision.reason
+                record["gain"] = None if r.decision.gain is None else round(r.decision.gain, 6)
                 if r.decision.act:
                     nxt = Path(scratch) / f"plan-{i}"
                     atomic_write_text(nxt / "plan.json", r.plan.dumps())
                     nxt_inputs = CompileInputs(**{**json.loads(inputs.to_json()),
                                                   "workload": str(Path(scratch) / f"w{i}" / "workload.yaml")})
                     atomic_write_text(nxt / "report" / "inputs.json", nxt_inputs.to_json())
+                    atomic_write_text(nxt / "report" / REPLAN_FILE, summary_json(r))  # the cool-down's history
                     for o in r.prepared.options:  # the new shapes, as the model costs them for the measured mix
                         options.setdefault(base_key(o.key), o)
                     sim.use(r.plan)
                     snaps, current = [parse(sim.scrape(), f"scrape-{i + 1}-after")], nxt
                     record["replanned"] = (f"{r.decision.moves} move(s): "
                                            + ", ".join(f"{c.shape} {c.before}->{c.after}" for c in r.changes))
+                    record["changes"] = [[c.shape, c.before, c.after] for c in r.changes]
             records.append(record)
             progress(f"{'replan' if replanning else 'static'} window {i}: "
                      + ", ".join(f"{c} {v:.2f}/s" for c, v in record["rates"].items())
                      + f"; SLO {record['slo_attainment']:.1%}, {record['power_w']:.0f} W"
                      + (f"; replanned: {record['replanned']}" if record["replanned"] else ""))
     return records
+
+
+#: Windows within which a change undone counts as a flap (`reversals`): the next window or the one after, too soon
+#: for the load to have moved on.
+FLAP_WINDOWS = 2
+
+
+def reversals(records: list[dict], within: int = FLAP_WINDOWS) -> int:
+    """Flaps: shapes whose replicas a replan moved the other way from their last change, made at most `within`
+    windows before (a replica added and soon removed, or removed and soon added back)."""
+    last: dict[str, tuple[int, bool]] = {}  # shape -> (window, up) of its last change
+    count = 0
+    for r in records:
+        for shape, before, after in r.get("changes") or ():
+            up = after > before
+            if shape in last and last[shape][1] != up and r["window"] - last[shape][0] <= within:
+                count += 1
+            last[shape] = (r["window"], up)
+    return count
 
 
 def totals(records: list[dict], window_s: float) -> dict:
@@ -224,6 +255,7 @@ def totals(records: list[dict], window_s: float) -> dict:
             "slo_attainment": round(met / requests, 6) if requests else 1.0,
             "energy_kwh": round(sum(r["power_w"] for r in records) * window_s / 3.6e6, 6),
             "replans": sum(1 for r in records if r["replanned"]),
+            f"reversals_within_{FLAP_WINDOWS}_windows": reversals(records),
             "windows_overloaded": sum(1 for r in records if r["overloaded"])}
 
 
@@ -310,6 +342,9 @@ def replay_engines(args, requests: list[Request]) -> int:
         cmd += ["--workload", args.workload] if args.workload else []
         cmd += ["--apply"] if args.apply else []
         cmd += ["--max-moves", str(args.max_moves)] if args.max_moves is not None else []
+        cmd += ["--cooldown", str(args.cooldown)] if args.cooldown is not None else []
+        cmd += ["--forecast-error-weight", str(args.forecast_error_weight)] \
+            if args.forecast_error_weight is not None else []
         t = time.monotonic()
         done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
         (scrapes.parent / f"replan-w{i:02d}.txt").write_text(" ".join(cmd) + "\n\n" + done.stdout + done.stderr)
@@ -448,6 +483,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=duration_s, default=15.0, help="replan window (default 15s: an hour of the "
                                                                      "generated day)")
     ap.add_argument("--max-moves", type=int, default=None)
+    ap.add_argument("--cooldown", type=int, default=None, metavar="N",
+                    help="the replans' cool-down in windows (gimletc replan --cooldown; default its default; 0: off)")
+    ap.add_argument("--forecast-error-weight", type=float, default=None, metavar="W",
+                    help="gimletc replan --forecast-error-weight for the replans (default its default; 0: off)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--forecast", choices=("auto", "holt", "none"), default="auto",
                     help="the replans' forecast (gimletc replan --forecast; default auto)")
@@ -487,7 +526,9 @@ def main(argv: list[str] | None = None) -> int:
     plan_dir = Path(args.plan)
     classes = load_workload(CompileInputs.load(plan_dir).workload).classes
     runs = {name: simulate(plan_dir, requests, args.window, replanning=name == "replan", seed=args.seed,
-                           max_moves=args.max_moves, forecast=args.forecast) for name in ("static", "replan")}
+                           max_moves=args.max_moves, forecast=args.forecast, cooldown=args.cooldown,
+                           forecast_weight=args.forecast_error_weight)
+            for name in ("static", "replan")}
     summary = {name: totals(records, args.window) for name, records in runs.items()}
     summary["forecast"] = forecast_errors(requests, classes, args.window)
     print(json.dumps(summary, indent=1, sort_keys=True))

@@ -54,6 +54,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def nonneg_float(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
 def power_w(text: str) -> float:
     """``200kW`` / ``1.5MW`` / ``50000W`` / ``2e5W`` -> watts. The unit is required: cluster files speak kW, so a
     bare ``200`` would be ambiguous.

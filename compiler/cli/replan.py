@@ -20,8 +20,9 @@ DESCRIPTION = (
     "where that replayed better); re-cost the "
     "measured workload, correct it, and re-solve the placement from the running one with the fewest moves. Prints "
     "the diff (pools scaled, added, removed; routing shares; the predicted gain and its standard error) and "
-    "whether it clears the hysteresis (--min-gain and two standard errors). Advisory by default: --out DIR2 writes "
-    "the next plan directory with its manifests, --apply starts and stops the engines of a local deployment "
+    "whether it clears the hysteresis (--min-gain and two standard errors, the forecast's replayed error among "
+    "them; a move back of a change made in the last --cooldown windows needs --cooldown-gain more). Advisory by "
+    "default: --out DIR2 writes the next plan directory with its manifests, --apply starts and stops the engines of a local deployment "
     "(gimletc deploy DIR --local). Every objective value and latency it prints beside a measurement is a "
     "prediction.")
 
@@ -49,7 +50,7 @@ def fraction(text: str) -> float:
 
 
 def register(sub) -> None:
-    from compiler.replan.replan import MIN_GAIN, SLACK
+    from compiler.replan.replan import COOLDOWN_GAIN, COOLDOWN_WINDOWS, FORECAST_WEIGHT, MIN_GAIN, SLACK
 
     p = sub.add_parser("replan", help="re-plan a running deployment from its engines' metrics, with the fewest moves",
                        description=DESCRIPTION)
@@ -65,6 +66,16 @@ def register(sub) -> None:
     p.add_argument("--min-gain", type=fraction, default=MIN_GAIN, metavar="FRACTION",
                    help=f"hysteresis: propose moves only for a predicted gain of at least this much, and above two "
                         f"standard errors of the measurements (default {MIN_GAIN:g})")
+    p.add_argument("--cooldown", type=options.nonneg_int, default=COOLDOWN_WINDOWS, metavar="N",
+                   help=f"anti-flap: for N windows after a replan changed a shape, moving that shape back needs "
+                        f"--min-gain plus --cooldown-gain (default {COOLDOWN_WINDOWS}; 0: off; the changes are read "
+                        "from DIR/report/replan.json)")
+    p.add_argument("--cooldown-gain", type=fraction, default=COOLDOWN_GAIN, metavar="FRACTION",
+                   help=f"the extra predicted gain a move back within --cooldown needs (default {COOLDOWN_GAIN:g})")
+    p.add_argument("--forecast-error-weight", type=options.nonneg_float, default=FORECAST_WEIGHT, metavar="W",
+                   help=f"anti-flap: the gain's standard error includes each class's forecast rate moved by W times "
+                        f"the one-step error its forecast replayed on the windows read (default {FORECAST_WEIGHT:g}; "
+                        "0: off)")
     p.add_argument("--move-slack", type=fraction, default=SLACK, metavar="FRACTION",
                    help=f"give up at most this much of the reachable objective for fewer moves (default {SLACK:g})")
     p.add_argument("--forecast", choices=("auto", "holt", "none"), default="auto",
@@ -111,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
     out = check_out_dir(args.out) if args.out else None
     snaps = _snapshots(args, load, merged)
     settings = Settings(window_s=args.window, max_moves=args.max_moves, min_gain=args.min_gain,
-                        slack=args.move_slack, forecast=args.forecast, time_limit_s=args.time_limit)
+                        slack=args.move_slack, forecast=args.forecast, time_limit_s=args.time_limit,
+                        cooldown_windows=args.cooldown, cooldown_gain=args.cooldown_gain,
+                        forecast_weight=args.forecast_error_weight)
     progress = (lambda m: print(f"gimletc: {m}", file=sys.stderr)) if not (args.quiet or args.json) else None
     with tempfile.TemporaryDirectory(prefix="gimletc-replan-") as scratch:
         if out is not None:
@@ -165,13 +178,23 @@ def render(r, out, wrote: list[str], applied, scaling=None) -> str:
                       f"{c.share:.1%}", f"{c.share_se:.1%}", f"{c.input_mean:.0f}", f"{c.output_mean:.0f}"]
                      for c in r.classes]), r.forecast, "",
              "pools: measured mean latency / the plan's model at the measured load (prediction) / corrected "
-             "prediction, ms; factor (requests measured)",
-             _table(["pool", "role", "device", "model util", "TTFT meas/pred/corr", "TTFT factor (n)",
+             "prediction, ms; factor (requests measured); the TTFT factor is fitted to the service the engines "
+             "measure (basis: prefill = admission to first token, ttft-queue = TTFT less the queue wait, ttft = "
+             "TTFT with its queueing)",
+             _table(["pool", "role", "device", "model util", "TTFT basis", "meas/pred/corr", "TTFT factor (n)",
                      "TPOT meas/pred/corr", "TPOT factor (n)", "throughput ratio"],
-                    [[f.pool, f.role, f.device, f"{f.utilisation:.2f}", *_est(f.ttft), *_est(f.tpot),
-                      "-" if f.throughput_ratio is None else f"{f.throughput_ratio:.2f}"] for f in r.pools])]
+                    [[f.pool, f.role, f.device, f"{f.utilisation:.2f}", f.ttft.basis if f.ttft else "-", *_est(f.ttft),
+                      *_est(f.tpot), "-" if f.throughput_ratio is None else f"{f.throughput_ratio:.2f}"]
+                     for f in r.pools])]
     notes = [f"  {f.pool}: {f.note}" for f in r.pools if f.note]
     lines += notes
+    queues = [f for f in r.pools if f.queue is not None]
+    if queues:
+        lines += ["queue wait before admission: measured mean +- s.e. / the queueing model's at the measured load "
+                  "(prediction) / with the corrected service (prediction), ms; reported, not a factor",
+                  _table(["pool", "measured", "+-", "model", "corrected", "measured/corrected"],
+                         [[f.pool, _ms(f.queue.measured_s), _ms(f.queue.se_s), _ms(f.queue.predicted_s),
+                           _ms(f.queue.corrected_s), f"{f.queue.ratio:.2f}"] for f in queues])]
     lines += ["", "correction factors (measured/modelled service time; per shape, then per device type):",
               _table(["device", "shape", "TTFT", "+-", "n", "TPOT", "+-", "n"],
                      [[f.device, f.shape or "(type)", f"{f.ttft:.3f}", f"{f.ttft_rel_se:.1%}", f"{f.ttft_samples:.0f}",

@@ -43,11 +43,30 @@ class ClassService:
     ``curve`` samples the class's latencies at increasing utilisation (TTFT is the whole
     time to first token for colocated and prefill options, the wait for a decode slot for
     decode options; TPOT is zero where the option does not decode).
+    ``parts`` splits the mean TTFT at each point of ``curve`` as serving engines' histograms
+    split it: (the mean wait before the scheduler admits the request, the mean time from
+    admission to the first token), seconds; the front end's latency is the rest. Empty where
+    the option was not costed with the split.
     """
 
     name: str
     rate_per_s: float
     curve: tuple[CurvePoint, ...]
+    parts: tuple[tuple[float, float], ...] = ()
+
+    def parts_at(self, utilisation: float) -> tuple[float, float] | None:
+        """(mean queue wait, mean prefill) at `utilisation`, interpolated as `at` does; None without ``parts``."""
+        if not self.parts:
+            return None
+        us = [p[0] for p in self.curve]
+        if utilisation <= us[0]:
+            return self.parts[0]
+        for i in range(1, len(us)):
+            if utilisation <= us[i]:
+                w = (utilisation - us[i - 1]) / (us[i] - us[i - 1])
+                (q0, p0), (q1, p1) = self.parts[i - 1], self.parts[i]
+                return q0 + w * (q1 - q0), p0 + w * (p1 - p0)
+        return self.parts[-1]
 
     def at(self, utilisation: float) -> CurvePoint:
         """Latencies at `utilisation`, linear between samples (the first sample below it, the last above)."""

@@ -10,8 +10,9 @@ its measured mean latency at its measured load. If every step takes k times what
 replica serves 1/k of its modelled requests/s, so at the measured arrivals it runs at utilisation k·u (u: the
 model's utilisation there), and a queue whose service times all scale by k has, at the same utilisation, every
 wait and latency scaled by k (time rescaling). So the corrected latency at the measured load is k × L(k·u), and
-k solves k × L(k·u) = measured: one bisection, the left side rising with k. Prefill work sets TTFT and decode
-steps set TPOT: a TTFT factor k_t scales the TTFT columns of a curve, a TPOT factor k_d the TPOT columns, and a
+k solves k × L(k·u) = measured: one bisection, the left side rising with k. L is a service time where the
+engines measure one ([Note: service, not queue]). Prefill work sets TTFT and decode steps set TPOT: a TTFT
+factor k_t scales the TTFT columns of a curve (and its TTFT parts), a TPOT factor k_d the TPOT columns, and a
 replica's capacity scales by a request's service time: k_t for a prefill replica, k_d for a decode replica
 (whose TTFT column, the wait for a decode slot, is decode service too), and p·k_t + (1 − p)·k_d for a colocated
 one, p the prefill's share of an unloaded request (TTFT over TTFT + (output − 1) × TPOT, at the curve's first
@@ -25,6 +26,19 @@ decode (the cost model's error taken to be the device's: its efficiencies, the e
 type with no measurement stays as modelled; an option spanning two types (attention/FFN, a drafter elsewhere)
 is not corrected. A pool whose queue grew over the window, or whose modelled load is past its curve's end, is
 overloaded: its latencies measure a growing queue, not its service, and give no factor.
+
+[Note: service, not queue] An engine's TTFT is its front end, its queue and its prefill. The queue grows
+without bound as the utilisation nears one, so a small error in the modelled load, or a burst inside the
+window, moves it far more than it moves the service: a factor fitted to the whole TTFT takes the queue's error
+for slow service (on the CPU engines of examples/replan/cpu_replay.md: TTFT factors of 2.6-10x with standard
+errors near 50%, and predicted gains of +124% to +737% that did not show). So the TTFT factor is fitted to the
+prefill alone (the time-rescaling above holds for it: k × P(k·u)), against the model's prefill part ([Note: TTFT
+parts] in `cost_models.load`), in the best form the snapshot has (`Estimate.basis`): ``prefill``, the prefill
+histogram against the prefill part; ``ttft-queue``, TTFT less the queue (SGLang) against the mean TTFT less the
+queue part; ``ttft``, the whole TTFT, when the snapshot has neither (or the options carry no parts): the old
+fit, and the pool's note says it is queue-contaminated, with its standard error. TPOT is fitted to the
+inter-token latency, which holds no queue. The queue is compared apart (`QueueCheck`): measured against the
+queueing model's prediction at the measured load, as modelled and corrected; reported, never folded in.
 
 [Note: predicted means] The engines' histograms give exact means (``_sum`` over ``_count``) but coarse
 quantiles (vLLM's buckets are 1-2-5 per decade apart), so measured and predicted are compared as means. The
@@ -41,7 +55,7 @@ from dataclasses import dataclass, replace
 from compiler.ir.placement import ClassTarget
 from compiler.ir.pool_option import ClassService, PoolOption
 from compiler.place.moves import base_key
-from compiler.replan.observe import Observation, PoolMeasure
+from compiler.replan.observe import Latency, Observation, PoolMeasure
 
 #: A queue that grew by more than this share of a pool's arrivals marks it overloaded.
 OVERLOAD_BACKLOG_SHARE = 0.01
@@ -65,11 +79,17 @@ def tpot_mean_s(point, _percentile: float = 0.5) -> float:
     return point[3]
 
 
+#: What a factor's measured and predicted means are, by `Estimate.basis` ([Note: service, not queue]).
+BASES = {"prefill": "prefill (admission to first token)", "ttft-queue": "TTFT less the queue wait",
+         "ttft": "TTFT, queueing included", "tpot": "inter-token latency"}
+
+
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """One latency of one pool at its measured load: measured mean, the model's prediction, the fitted factor
     (with its relative standard error and the requests it rests on), and the corrected prediction (the type's
-    factors applied: `Factors`). Seconds; the two predictions are predictions."""
+    factors applied: `Factors`). Seconds; the two predictions are predictions. `basis` names the latency
+    (`BASES`): a TTFT factor's is its service where the snapshot measured it ([Note: service, not queue])."""
 
     measured_s: float
     predicted_s: float
@@ -77,6 +97,7 @@ class Estimate:
     rel_se: float
     samples: float
     corrected_s: float | None = None
+    basis: str = "ttft"
 
     @property
     def ratio(self) -> float:
@@ -85,9 +106,30 @@ class Estimate:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueCheck:
+    """A pool's mean queue wait (the engine's queue histogram) against the queueing model's at the measured load:
+    as modelled (`predicted_s`) and with the corrected service (`corrected_s`, at the corrected utilisation).
+    Reported beside the factors, never folded into them ([Note: service, not queue]). Seconds; measured with its
+    standard error and the requests it rests on; the two predictions are predictions."""
+
+    measured_s: float
+    se_s: float
+    samples: float
+    predicted_s: float
+    corrected_s: float | None = None
+
+    @property
+    def ratio(self) -> float:
+        """Measured over the corrected prediction (the modelled one before correction)."""
+        reference = self.corrected_s if self.corrected_s is not None else self.predicted_s
+        return self.measured_s / reference if reference > 0 else math.inf
+
+
+@dataclass(frozen=True, slots=True)
 class PoolFactors:
     """A pool's factors: TTFT, TPOT (None: not measured, or not fitted, `note` says why) and throughput
-    (measured requests/s over the plan's share of the measured traffic: how the router's split compares)."""
+    (measured requests/s over the plan's share of the measured traffic: how the router's split compares); and
+    its queue against the model's (`QueueCheck`; None where the snapshot has no queue histogram)."""
 
     pool: str
     shape: str
@@ -99,6 +141,7 @@ class PoolFactors:
     throughput_ratio: float | None
     throughput_samples: float
     note: str = ""
+    queue: QueueCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,15 +180,40 @@ def capacity_scale(o: PoolOption, cls: str, output_len: float, k_ttft: float, k_
     return k_tpot
 
 
+def _mean_s(s: ClassService, u: float, percentile: float, quantity: str) -> float:
+    """One class's mean `quantity` at utilisation `u`: a `BASES` key or ``queue``."""
+    if quantity == "tpot":
+        return tpot_mean_s(s.at(u), percentile)
+    if quantity == "ttft":
+        return ttft_mean_s(s.at(u), percentile)
+    queue_s, prefill_s = s.parts_at(u)
+    if quantity == "queue":
+        return queue_s
+    if quantity == "prefill":
+        return prefill_s
+    return ttft_mean_s(s.at(u), percentile) - queue_s  # "ttft-queue"
+
+
 def _predicted(o: PoolOption, arrivals: dict[str, float], targets: dict[str, ClassTarget], u: float,
                quantity: str) -> float:
-    """The mean latency the model predicts at utilisation `u`: TTFT per request, TPOT per output token after the
-    first (the engines' inter-token latency histogram counts tokens), so each class weighs by its arrivals, times
-    its output tokens less one for TPOT."""
-    fn = ttft_mean_s if quantity == "ttft" else tpot_mean_s
-    weights = {c: r * (1.0 if quantity == "ttft" else max(targets[c].output_len - 1, 1.0)) for c, r in arrivals.items()}
+    """The mean latency the model predicts at utilisation `u`: TTFT and its parts per request, TPOT per output
+    token after the first (the engines' inter-token latency histogram counts tokens), so each class weighs by
+    its arrivals, times its output tokens less one for TPOT."""
+    weights = {c: r * (max(targets[c].output_len - 1, 1.0) if quantity == "tpot" else 1.0)
+               for c, r in arrivals.items()}
     total = sum(weights.values())
-    return sum(w * fn(o.service(c).at(u), targets[c].percentile) for c, w in weights.items()) / total
+    return sum(w * _mean_s(o.service(c), u, targets[c].percentile, quantity) for c, w in weights.items()) / total
+
+
+def ttft_basis(m: PoolMeasure, o: PoolOption, arrivals: dict[str, float], targets: dict[str, ClassTarget],
+               u: float) -> tuple[str, Latency | None]:
+    """What the TTFT factor is fitted to, and its measurement ([Note: service, not queue]): the pool's measured
+    prefill where its snapshot has one and the options carry the model's parts (positive at `u`), else TTFT."""
+    if m.prefill is not None and all(o.service(c).parts for c in arrivals):
+        basis = m.prefill_source
+        if _predicted(o, arrivals, targets, u, basis) > 0:
+            return basis, m.prefill
+    return "ttft", m.ttft
 
 
 def _utilisation(o: PoolOption, arrivals: dict[str, float], replicas: int) -> float:
@@ -169,15 +237,21 @@ def fit_pool(m: PoolMeasure, o: PoolOption, targets: dict[str, ClassTarget], sha
         return PoolFactors(utilisation=u, ttft=None, tpot=None, note=(
             f"overloaded (queue grew {m.backlog_per_s:.3g} req/s; modelled utilisation {u:.2f}): its latencies "
             "measure the queue, not the service; no factor"), **base)
-    measured = {"ttft": m.ttft if o.kind != "decode" else None, "tpot": m.tpot if o.kind != "prefill" else None}
+    basis, first = ttft_basis(m, o, arrivals, targets, u)
+    kinds = {"ttft": basis, "tpot": "tpot"}
+    measured = {"ttft": first if o.kind != "decode" else None, "tpot": m.tpot if o.kind != "prefill" else None}
     measured = {q: v for q, v in measured.items() if v is not None and v.mean_s > 0}
+    queue = None
+    if m.queue is not None and o.kind != "decode" and all(o.service(c).parts for c in arrivals):
+        queue = QueueCheck(m.queue.mean_s, m.queue.se_s, m.queue.samples, _predicted(o, arrivals, targets, u, "queue"))
+    base["queue"] = queue
     if not measured:
         return PoolFactors(utilisation=u, ttft=None, tpot=None, note="no latency histograms", **base)
     weights = {c: r / o.service(c).rate_per_s for c, r in arrivals.items()}  # each class's share of the load
     load = sum(weights.values())
 
     def factors_at(s: float) -> dict[str, float]:
-        k = {q: v.mean_s / _predicted(o, arrivals, targets, s * u, q) for q, v in measured.items()}
+        k = {q: v.mean_s / _predicted(o, arrivals, targets, s * u, kinds[q]) for q, v in measured.items()}
         one = next(iter(k.values()))  # a colocated pool measured on one side only: one scale for both
         return {"ttft": k.get("ttft", one), "tpot": k.get("tpot", one)}
 
@@ -189,9 +263,15 @@ def fit_pool(m: PoolMeasure, o: PoolOption, targets: dict[str, ClassTarget], sha
 
     s = _bisect(excess)
     k = factors_at(s)
-    out = {q: Estimate(v.mean_s, _predicted(o, arrivals, targets, u, q), k[q], v.se_s / v.mean_s, v.samples)
-           for q, v in measured.items()}
-    return PoolFactors(utilisation=u, ttft=out.get("ttft"), tpot=out.get("tpot"), **base)
+    out = {q: Estimate(v.mean_s, _predicted(o, arrivals, targets, u, kinds[q]), k[q], v.se_s / v.mean_s, v.samples,
+                       basis=kinds[q]) for q, v in measured.items()}
+    note = ""
+    if "ttft" in out and basis == "ttft":
+        missing = "no prefill histogram" + ("" if m.queue is not None else " nor queue histogram") \
+            if m.prefill is None else "no TTFT parts in the cost model's options"
+        note = (f"TTFT factor fitted to TTFT, queueing included ({missing}): queue-contaminated, "
+                f"s.e. {out['ttft'].rel_se:.0%}")
+    return PoolFactors(utilisation=u, ttft=out.get("ttft"), tpot=out.get("tpot"), note=note, **base)
 
 
 def _bisect(excess) -> float:
@@ -264,7 +344,8 @@ def corrected_option(o: PoolOption, f: Factors, output_lens: dict[str, float]) -
     for s in o.classes:
         scale = capacity_scale(o, s.name, output_lens.get(s.name, 1.0), f.ttft, f.tpot)
         curve = tuple((u, t50 * k_ttft, tn * k_ttft, p50 * f.tpot, pn * f.tpot) for u, t50, tn, p50, pn in s.curve)
-        services.append(ClassService(s.name, s.rate_per_s / scale, curve))
+        parts = tuple((q * k_ttft, pf * k_ttft) for q, pf in s.parts)
+        services.append(ClassService(s.name, s.rate_per_s / scale, curve, parts))
     return replace(o, classes=tuple(services))
 
 
@@ -308,8 +389,10 @@ def with_corrected_predictions(pools: tuple[PoolFactors, ...], obs: Observation,
             out.append(f)
             continue
         u = _utilisation(o, arrivals, m.replicas)
-        updates = {q: replace(getattr(f, q), corrected_s=_predicted(o, arrivals, targets, u, q))
+        updates = {q: replace(getattr(f, q), corrected_s=_predicted(o, arrivals, targets, u, getattr(f, q).basis))
                    for q in ("ttft", "tpot") if getattr(f, q) is not None}
+        if f.queue is not None and all(o.service(c).parts for c in arrivals):
+            updates["queue"] = replace(f.queue, corrected_s=_predicted(o, arrivals, targets, u, "queue"))
         out.append(replace(f, **updates))
     return tuple(out)
 

@@ -14,10 +14,19 @@ for (``--metrics pool0=URL``); a source naming no pool with samples naming none 
 
 Names (`NAMES`): vLLM's ``vllm:`` metrics as vLLM 0.32 exposes them (``vllm:time_to_first_token_seconds``,
 ``vllm:inter_token_latency_seconds``, ``vllm:request_time_per_output_token_seconds`` and its older name
-``vllm:time_per_output_token_seconds``, ``vllm:request_success_total``, ``vllm:num_requests_waiting``,
-``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc``, ``vllm:prompt_tokens_total``,
-``vllm:generation_tokens_total``, ``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens``) and
-SGLang's ``sglang:`` counterparts; the first name present wins.
+``vllm:time_per_output_token_seconds``, ``vllm:request_queue_time_seconds``, ``vllm:request_prefill_time_seconds``,
+``vllm:request_success_total``, ``vllm:num_requests_waiting``, ``vllm:num_requests_running``,
+``vllm:kv_cache_usage_perc``, ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
+``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens``) and SGLang's ``sglang:`` counterparts; the
+first name present wins.
+
+[Note: queue and service histograms] TTFT holds the wait in the engine's queue as well as the service. vLLM
+(v1 engine, `vllm/v1/metrics/stats.py`) times a request's phases apart: ``vllm:request_queue_time_seconds``
+from the engine core's queue to the scheduler admitting it, ``vllm:request_prefill_time_seconds`` from
+admission to its first token; TTFT adds the front end (from the API server's arrival). The inter-token latency
+is the time between a running request's tokens: service, the queue excluded. SGLang exports its queue wait
+(``sglang:queue_time_seconds``) but its prefill only as ``sglang:per_stage_req_latency_seconds``, whose stage
+labels vary between versions: not read; there the prefill is TTFT less the queue (`compiler.replan.observe`).
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ NAMES: dict[str, tuple[str, ...]] = {
     "tpot_s": ("vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds",
                "vllm:time_per_output_token_seconds", "sglang:inter_token_latency_seconds",
                "sglang:time_per_output_token_seconds"),
+    "queue_s": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),
+    "prefill_s": ("vllm:request_prefill_time_seconds",),
     "requests": ("vllm:request_success", "sglang:num_requests"),
     "prompt_tokens": ("vllm:prompt_tokens", "sglang:prompt_tokens"),
     "generation_tokens": ("vllm:generation_tokens", "sglang:generation_tokens"),

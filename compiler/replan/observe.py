@@ -22,6 +22,12 @@ class, a common scale for a pool that mixes them. Output lengths are read the sa
 decode (a prefill-only engine generates one token). Arrivals: the requests completed at the pools a request
 enters (colocated and prefill), plus the growth of their queues (``vllm:num_requests_waiting`` and
 ``vllm:num_requests_running``) over the window, shared over the classes as their completions are.
+
+Latencies ([Note: queue and service histograms] in `compiler.replan.metrics`): a pool's mean TTFT, its mean
+queue wait, and its mean prefill: from the prefill histogram where the engine exports one (vLLM's, the
+``prefill`` source), else TTFT less the queue where it exports the queue (SGLang's: ``ttft-queue``, with the
+front end's latency in it, and a standard error that adds both in quadrature, the two means' covariance
+unknown), else none: then only the TTFT, queueing included, is known.
 """
 
 from __future__ import annotations
@@ -84,6 +90,9 @@ class PoolMeasure:
     backlog_per_s: float  # requests/s the queue grew by (not served)
     ttft: Latency | None
     tpot: Latency | None
+    queue: Latency | None = None  # the wait before the scheduler admits a request
+    prefill: Latency | None = None  # admission to first token (module docstring: `prefill_source`)
+    prefill_source: str = ""  # "prefill" (its own histogram), "ttft-queue" (TTFT less the queue), "" (none)
 
     @property
     def requests_per_s(self) -> float:
@@ -171,6 +180,21 @@ def latency(h: Histogram | None, samples: float | None = None) -> Latency | None
     return Latency(h.mean, spread / math.sqrt(n), n)
 
 
+def service_to_first_token(prefill: Histogram | None, ttft: Latency | None, queue: Latency | None,
+                           samples: float) -> tuple[Latency | None, str]:
+    """The mean prefill (admission to first token) and where it came from (module docstring).
+
+    >>> service_to_first_token(None, Latency(0.5, 0.03, 100), Latency(0.4, 0.04, 100), 100)
+    (Latency(mean_s=0.09999999999999998, se_s=0.05, samples=100), 'ttft-queue')
+    """
+    measured = latency(prefill, samples)
+    if measured is not None:
+        return measured, "prefill"
+    if ttft is not None and queue is not None and ttft.mean_s > queue.mean_s:
+        return Latency(ttft.mean_s - queue.mean_s, math.hypot(ttft.se_s, queue.se_s), ttft.samples), "ttft-queue"
+    return None, ""
+
+
 def observe(w: Window, plan, classes: list[ClassShape], shares: dict[str, float] | None = None) -> Observation:
     """The `Observation` of window `w` of the running `plan` (a `compiler.emit.plan.Plan`) whose workload has
     `classes` in `shares` (where recognition starts; even when None)."""
@@ -194,10 +218,14 @@ def observe(w: Window, plan, classes: list[ClassShape], shares: dict[str, float]
         if p.role in DECODE_ROLES:
             _ratio(out_ratio, w.histogram("output_len", p.name), counts, {c: s.output_mean for c, s in shapes.items()})
         entry = p.role in ENTRY_ROLES
+        ttft = latency(w.histogram("ttft_s", p.name), completed) if entry else None
+        queue = latency(w.histogram("queue_s", p.name), completed) if entry else None
+        prefill, source = service_to_first_token(w.histogram("prefill_s", p.name) if entry else None, ttft, queue,
+                                                 completed)
         pools.append(PoolMeasure(
-            p.name, p.option, p.role, p.device, p.replicas, completed, arrivals, backlog / w.seconds,
-            latency(w.histogram("ttft_s", p.name), completed) if entry else None,
-            latency(w.histogram("tpot_s", p.name), completed) if p.role in DECODE_ROLES else None))
+            p.name, p.option, p.role, p.device, p.replicas, completed, arrivals, backlog / w.seconds, ttft,
+            latency(w.histogram("tpot_s", p.name), completed) if p.role in DECODE_ROLES else None,
+            queue, prefill, source))
     total = sum(entry_counts.values())
     estimates = []
     for c in classes:

@@ -18,7 +18,7 @@ Steps:
    stopped, then the fewest moves within ``slack`` of that optimum. Two more solves price the choice: the running
    placement kept (re-routed only: routing is free) and a fresh compile (no move limit), both on the same corrected
    costs and forecast workload.
-5. **Decide** ([Note: hysteresis]).
+5. **Decide** ([Note: hysteresis], [Note: cool-down]).
 
 [Note: hysteresis] A move is proposed only when it pays beyond the noise: the gain (the proposed placement's
 objective over the running one's, both predicted on the corrected costs, as a relative change: larger
@@ -27,6 +27,28 @@ comes from the measurements: each measured device type's factors and each class'
 error, one at a time, both placements re-valued, and the gain's changes added in quadrature. When the running
 placement cannot meet the forecast workload at all (its re-solve is infeasible), moving is not optional and
 the threshold does not apply. A held replan still reports what it would have moved.
+
+[Note: forecast error] The gain is predicted for the forecast mix, and the forecast is the least certain input:
+replayed on the trace of `tools/replay.py`, its one-step error is 19-43% of a class's rate, against a share's
+sampling error under 1%. A move tuned to one mix may lose its gain, or overload, when the next window brings
+another (on the simulated day: a move made for 1.6 documents/s, undone two windows later at 2.9/s). So the
+gain's standard error also takes each class's forecast rate moved up and down by ``forecast_weight`` times the
+one-step error its forecast replayed on the windows read (mean absolute percentage error, taken as one
+standard error), one class at a time, the others kept. A class whose forecast has not been replayed (fewer
+than three windows read) adds nothing: it is stated with the forecast. ``forecast_weight`` 0 leaves it out.
+
+[Note: cool-down] The hysteresis judges one window; a load that drifts back and forth around the point where two
+placements tie gets a move each way, each over the threshold (on the simulated day of `tools/replay.py`, a
+colocated H200 c8 replica added and removed three windows apart, c128 added and removed twice: three reversals
+in a day). So a replan that moves a shape back (fewer replicas of a shape a recent replan scaled up or added,
+or more of one it scaled down or removed) within ``cooldown_windows`` windows of that change must clear
+``min_gain + cooldown_gain``, not ``min_gain`` (and two standard errors, as always). It still moves back at once
+when it must: when the running placement cannot serve the forecast workload, or when the running plan, routing
+as it does now (a held replan changes no route), would run a pool at or past `MAX_UTILISATION` at the forecast
+rates on the corrected costs. The changes come from the running plan's own
+``report/replan.json`` (`read_history`): each replan records the changes of the last ``cooldown_windows``
+windows before its window's end, with this one's when it acts, so the next replan of the directory it writes
+knows them. A plan compiled from scratch has none. ``cooldown_windows`` 0 turns the rule off.
 
 Every objective value, latency and gain here is a prediction of the (corrected) cost model; the `Observation`
 and the factors' measured sides are measurements, from the snapshots named.
@@ -47,6 +69,8 @@ from compiler.replan.correct import PoolFactors, Factors, corrected, fit, with_c
 from compiler.replan.forecast import ALPHA, BETA, ForecastError, errors, holt
 from compiler.replan.metrics import Snapshot, window, windows
 from compiler.replan.observe import ClassShape, Observation, observe
+from compiler.replan.routes import routed_utilisation
+from cost_models.queueing import MAX_UTILISATION
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +80,11 @@ MIN_GAIN = 0.10
 SLACK = 0.02
 #: How many standard errors the gain must clear ([Note: hysteresis]).
 GAIN_SIGMAS = 2.0
+#: [Note: cool-down]: for how many windows a change is recent, and the gain a move back needs beyond min_gain.
+COOLDOWN_WINDOWS = 3
+COOLDOWN_GAIN = 0.10
+#: [Note: forecast error]: how many replayed one-step errors of each class's forecast enter the gain's error.
+FORECAST_WEIGHT = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +97,23 @@ class Settings:
     slack: float = SLACK
     forecast: str = "auto"  # "holt", "none" (the last window's rates), or "auto" (`chosen_forecast`)
     time_limit_s: float = 60.0
+    cooldown_windows: int = COOLDOWN_WINDOWS  # [Note: cool-down]; 0: off
+    cooldown_gain: float = COOLDOWN_GAIN
+    forecast_weight: float = FORECAST_WEIGHT  # [Note: forecast error]; 0: off
+
+
+@dataclass(frozen=True, slots=True)
+class PastChange:
+    """A change of replicas of one shape a replan made, and when: its window's end (the last snapshot's time, s)."""
+
+    time_s: float
+    shape: str
+    before: int
+    after: int
+
+    @property
+    def up(self) -> bool:
+        return self.after > self.before
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +180,7 @@ class Decision:
     min_gain: float
     act: bool
     reason: str
+    moved_back: tuple[str, ...] = ()  # shapes the proposal moves back within the cool-down ([Note: cool-down])
 
     @property
     def below_fresh(self) -> float:
@@ -161,6 +208,8 @@ class Replan:
     routes: tuple[RouteChange, ...]
     workload_yaml: str
     forecast: str  # the forecast used and its replayed error, in words (`forecast_statement`)
+    #: the changes of the last cool-down windows, this one's included when it acts ([Note: cool-down])
+    history: tuple[PastChange, ...] = ()
     solution: Solution = field(repr=False, compare=False, default=None)
     instance: Instance = field(repr=False, compare=False, default=None)
     prepared: object = field(repr=False, compare=False, default=None)
@@ -226,8 +275,13 @@ def replan(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot], s
                                        prep.instance.classes)
     note("re-solving from the running placement (MILP, HiGHS)")
     current = current_replicas(plan)
-    decision, proposed, stay = decide(prep.instance, factors, inputs.objective, current, classes, settings)
+    now_s = obs.start_s + obs.seconds
+    recent = recent_changes(read_history(plan_dir), now_s, settings)
     inst = with_factors(prep.instance, factors)
+    busiest = max(routed_utilisation(plan, inst.options, {c.name: c.forecast_requests_per_s for c in classes}
+                                     ).values(), default=0.0)
+    decision, proposed, stay = decide(prep.instance, factors, inputs.objective, current, classes, settings,
+                                      recent, now_s, busiest)
     from compiler.emit.emit_plan import emit_plan
 
     draft = prep.draft.graph if prep.draft is not None else None
@@ -236,9 +290,53 @@ def replan(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot], s
     chosen = proposed if decision.act else stay
     nxt = emit(chosen)
     candidate = nxt if chosen is proposed else emit(proposed)
+    changes = pool_changes(current, proposed)
+    history = recent + (tuple(PastChange(now_s, c.shape, c.before, c.after) for c in changes) if decision.act else ())
     return Replan(str(plan_dir), tuple(s.source for s in snaps), obs, classes, pools, factors, decision,
-                  pool_changes(current, proposed), route_changes(plan, candidate), text,
-                  forecast_statement(settings, classes), chosen, inst, prep, nxt)
+                  changes, route_changes(plan, candidate), text, forecast_statement(settings, classes), history,
+                  chosen, inst, prep, nxt)
+
+
+def read_history(plan_dir: str | Path) -> tuple[PastChange, ...]:
+    """The changes a plan directory's ``report/replan.json`` records ([Note: cool-down]); none for a compiled
+    plan, or one written before the history was."""
+    import json
+
+    path = Path(plan_dir) / "report" / "replan.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    return tuple(PastChange(float(c["time_s"]), str(c["shape"]), int(c["before"]), int(c["after"]))
+                 for c in data.get("history", ()))
+
+
+def recent_changes(history: tuple[PastChange, ...], now_s: float, settings: Settings) -> tuple[PastChange, ...]:
+    """The changes made within the last ``cooldown_windows`` windows before `now_s` (half a window's slack: a
+    scrape's time wanders by milliseconds around the window's end).
+
+    >>> h = (PastChange(0.0, "a", 0, 1), PastChange(30.0, "b", 1, 0))
+    >>> [c.shape for c in recent_changes(h, 60.0, Settings(window_s=15.0, cooldown_windows=3))]
+    ['b']
+    """
+    horizon = (settings.cooldown_windows + 0.5) * settings.window_s
+    return tuple(c for c in history if settings.cooldown_windows > 0 and 0 <= now_s - c.time_s <= horizon)
+
+
+def moved_back(recent: tuple[PastChange, ...], current: tuple[tuple[str, int], ...],
+               after: tuple[tuple[str, int], ...]) -> tuple[PastChange, ...]:
+    """The recent changes that going from `current` to `after` reverses: a shape scaled the other way.
+
+    >>> moved_back((PastChange(0.0, "c8", 0, 1),), (("c8", 1), ("b4", 1)), (("b4", 2),))
+    (PastChange(time_s=0.0, shape='c8', before=0, after=1),)
+    """
+    now, nxt = dict(current), dict(after)
+    out = []
+    for c in recent:
+        delta = nxt.get(c.shape, 0) - now.get(c.shape, 0)
+        if delta and (delta > 0) != c.up:
+            out.append(c)
+    return tuple(out)
 
 
 def with_factors(raw: Instance, factors: tuple[Factors, ...]) -> Instance:
@@ -366,10 +464,12 @@ def moves_between(a: tuple[tuple[str, int], ...], b: tuple[tuple[str, int], ...]
 
 
 def decide(raw: Instance, factors: tuple[Factors, ...], objective: str, current: tuple[tuple[str, int], ...],
-           classes: tuple[ClassPlan, ...], settings: Settings) -> tuple[Decision, Solution, Solution | None]:
+           classes: tuple[ClassPlan, ...], settings: Settings, recent: tuple[PastChange, ...] = (),
+           now_s: float = 0.0, busiest: float = 0.0) -> tuple[Decision, Solution, Solution | None]:
     """The proposal, the running placement and a fresh compile on `raw` corrected by `factors`, and whether to
-    move ([Note: hysteresis]); returns the `Decision`, the proposal and the running placement re-routed (None
-    when it cannot meet the workload)."""
+    move ([Note: hysteresis], [Note: cool-down]: `recent` the changes of the cool-down as of `now_s`, `busiest`
+    the running plan's busiest pool's utilisation at the forecast rates as it routes them now); returns the
+    `Decision`, the proposal and the running placement re-routed (None when it cannot meet the workload)."""
     from compiler.ir.placement import OBJECTIVE_QUANTITIES
 
     inst = with_factors(raw, factors)
@@ -386,6 +486,8 @@ def decide(raw: Instance, factors: tuple[Factors, ...], objective: str, current:
     current_value = stay.objective.value if stay.feasible else None
     gain = _sense_gain(objective, current_value, proposed.objective.value)
     se = _gain_se(raw, factors, objective, current, after, classes, settings) if moves and gain is not None else 0.0
+    back = moved_back(recent, current, after)
+    short = busiest >= MAX_UTILISATION  # [Note: cool-down]: the running plan, as routed, cannot carry the forecast
     if not moves:
         act, reason = False, "the running placement is still the best reachable: no move"
     elif current_value is None:
@@ -393,16 +495,28 @@ def decide(raw: Instance, factors: tuple[Factors, ...], objective: str, current:
     elif gain < settings.min_gain:
         act, reason = False, (f"held: the predicted gain {gain:+.1%} is below the threshold {settings.min_gain:.0%} "
                               "(--min-gain)")
+    elif back and not short and gain < settings.min_gain + settings.cooldown_gain:
+        what = ", ".join(f"{c.shape} {c.before}->{c.after} {round((now_s - c.time_s) / settings.window_s)} window(s) "
+                         "ago" for c in back)
+        act, reason = False, (f"held: the proposal moves back a recent change ({what}; --cooldown "
+                              f"{settings.cooldown_windows} windows) and its predicted gain {gain:+.1%} is below the "
+                              f"threshold plus the cool-down margin ({settings.min_gain:.0%} + "
+                              f"{settings.cooldown_gain:.0%}, --cooldown-gain)")
     elif gain <= GAIN_SIGMAS * se:
         act, reason = False, (f"held: the predicted gain {gain:+.1%} is within {GAIN_SIGMAS:g} standard errors "
                               f"({se:.1%}) of the measurements' noise")
     else:
         act, reason = True, (f"move: the predicted gain {gain:+.1%} clears the threshold {settings.min_gain:.0%} and "
                              f"{GAIN_SIGMAS:g} standard errors ({se:.1%})")
+        if back:
+            reason += (f"; it moves back a change of the last {settings.cooldown_windows} windows, as the running "
+                       f"plan routed now would run a pool at {busiest:.0%} at the forecast rates" if short else
+                       f"; it moves back a change of the last {settings.cooldown_windows} windows and clears the "
+                       f"cool-down margin ({settings.min_gain:.0%} + {settings.cooldown_gain:.0%})")
     decision = Decision(objective, OBJECTIVE_QUANTITIES[objective], current_value, proposed.objective.value,
                         fresh.objective.value if fresh.feasible else math.nan, moves,
                         moves_between(current, shapes_of(fresh)) if fresh.feasible else 0, settings.max_moves, gain,
-                        se, settings.min_gain, act, reason)
+                        se, settings.min_gain, act, reason, tuple(sorted({c.shape for c in back})))
     return decision, proposed, (stay if stay.feasible else None)
 
 
@@ -425,6 +539,7 @@ def _gain_se(raw: Instance, factors: tuple[Factors, ...], objective: str, curren
             total = sum(shares.values())
             pair.append(replace(inst, classes=tuple(replace(t, share=shares[t.name] / total) for t in inst.classes)))
         variants.append(tuple(pair))
+    variants += _forecast_variants(inst, classes, settings)
     var = 0.0
     for up, down in variants:
         g = [_sense_gain(objective, value_of(i, objective, current, settings.time_limit_s),
@@ -432,6 +547,45 @@ def _gain_se(raw: Instance, factors: tuple[Factors, ...], objective: str, curren
         if all(x is not None for x in g):
             var += ((g[0] - g[1]) / 2) ** 2
     return math.sqrt(var)
+
+
+def forecast_error(c: ClassPlan, how: str) -> float | None:
+    """The replayed one-step error (a fraction of the rate) of the forecast class `c` got; None when unmeasured."""
+    if not c.error_points:
+        return None
+    pick = chosen_forecast(how, ForecastError(c.error_points, c.holt_mape, c.last_value_mape))
+    return c.holt_mape if pick == "holt" else c.last_value_mape
+
+
+def forecast_mixes(classes: tuple[ClassPlan, ...], settings: Settings) -> list[tuple[dict[str, float], ...]]:
+    """Pairs of class shares: each class's forecast rate moved up and down by ``forecast_weight`` times its
+    replayed error ([Note: forecast error]), the others kept: the mixes the next window may bring instead.
+
+    >>> chat = ClassPlan("chat", 30.0, 30.0, 0.75, 0.01, 512, 256, 5, 0.3, 0.2, 3)   # last value: 20% off
+    >>> docs = ClassPlan("docs", 10.0, 10.0, 0.25, 0.01, 6000, 128, 5, 0.5, 0.6, 3)  # Holt: 50% off
+    >>> [[round(m["chat"], 4) for m in pair] for pair in forecast_mixes((chat, docs), Settings())]
+    [[0.7826, 0.7059], [0.6667, 0.8571]]
+    """
+    out = []
+    rates = {c.name: c.forecast_requests_per_s for c in classes}
+    for c in classes if settings.forecast_weight > 0 and len(classes) > 1 else ():
+        err = forecast_error(c, settings.forecast)
+        if not err or not rates[c.name]:
+            continue
+        pair = []
+        for sign in (1, -1):
+            moved = dict(rates, **{c.name: rates[c.name] * max(1 + sign * settings.forecast_weight * err, 0.0)})
+            shares = {n: max(r / sum(moved.values()), MIN_SHARE) for n, r in moved.items()}
+            pair.append({n: v / sum(shares.values()) for n, v in shares.items()})
+        out.append(tuple(pair))
+    return out
+
+
+def _forecast_variants(inst: Instance, classes: tuple[ClassPlan, ...], settings: Settings
+                       ) -> list[tuple[Instance, Instance]]:
+    """`inst` with each pair of `forecast_mixes`."""
+    return [tuple(replace(inst, classes=tuple(replace(t, share=mix.get(t.name, t.share)) for t in inst.classes))
+                  for mix in pair) for pair in forecast_mixes(classes, settings)]
 
 
 def pool_changes(current: tuple[tuple[str, int], ...], sol: Solution) -> tuple[PoolChange, ...]:

@@ -20,8 +20,11 @@ The model, stated (a fluid model with sampled histograms, not a discrete-event s
   their SLO.
 - Distributions (for histograms and SLO attainment): lengths uniform (`compiler.replan.observe.length_support`,
   the spread class recognition assumes); TTFT a shifted exponential through the curve's median
-  and percentile ([Note: predicted means]); TPOT normal through the same two. A disaggregated request meets its
-  TTFT target when its prefill does within the target less the decode pool's mean wait for a slot (the KV
+  and percentile ([Note: predicted means]); TPOT normal through the same two. Where the option carries the
+  TTFT's parts ([Note: TTFT parts] in `cost_models.load`), the engines also export their queue wait
+  (exponential, of the queue part's mean) and prefill (normal, of the prefill part's mean, sd a tenth of it),
+  scaled as the TTFT is; ``service_histograms=False`` leaves both out (an engine that exports TTFT alone). A
+  disaggregated request meets its TTFT target when its prefill does within the target less the decode pool's mean wait for a slot (the KV
   hand-off is left out).
 - Power: each pool's predicted draw at its true load (`cost_models.power.drawn_w`).
 Deterministic for a seed.
@@ -35,6 +38,7 @@ from statistics import NormalDist
 
 from compiler.place.moves import base_key
 from compiler.replan.correct import capacity_scale
+from compiler.replan.routes import pool_routes
 from compiler.replan.observe import length_support
 from cost_models.power import drawn_w
 
@@ -50,7 +54,11 @@ METRICS = {  # quantity -> (vLLM metric name, buckets)
     "output_len": ("vllm:request_generation_tokens", PROMPT_BUCKETS),
     "ttft_s": ("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
     "tpot_s": ("vllm:inter_token_latency_seconds", TPOT_BUCKETS),
+    "queue_s": ("vllm:request_queue_time_seconds", TTFT_BUCKETS),
+    "prefill_s": ("vllm:request_prefill_time_seconds", TTFT_BUCKETS),
 }
+#: The spread of a simulated prefill around its mean (a share of it).
+PREFILL_SPREAD = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,10 +167,12 @@ def _normal_cdf(mu: float, sd: float):
 class Deployment:
     """A simulated deployment of `plan`: `step` one window, `scrape` its metrics (module docstring)."""
 
-    def __init__(self, plan, options: dict, classes: list[SimClass], *, seed: int = 0, start_s: float = 1.0e6):
+    def __init__(self, plan, options: dict, classes: list[SimClass], *, seed: int = 0, start_s: float = 1.0e6,
+                 service_histograms: bool = True):
         import numpy as np
 
         self.rng = np.random.default_rng(seed)
+        self.service_histograms = service_histograms
         self.classes = {c.name: c for c in classes}
         self.options = options  # shape (`base_key`) -> PoolOption costed for the true lengths
         self.time_s = start_s
@@ -177,10 +187,11 @@ class Deployment:
         if missing:
             raise ValueError(f"no costed option for shapes {missing}: cost the simulation's options for this plan")
         self.plan = plan
-        self.hist = {(q, p.name): _Hist(buckets) for q, (_name, buckets) in METRICS.items() for p in plan.pools}
+        self.hist = {(q, p.name): _Hist(buckets) for q, (_name, buckets) in METRICS.items() for p in plan.pools
+                     if self.service_histograms or q not in ("queue_s", "prefill_s")}
         self.counters = {("requests", p.name): 0.0 for p in plan.pools}
         self.gauges = {(q, p.name): 0.0 for q in ("waiting", "running") for p in plan.pools}
-        self.routes = _routes(plan)
+        self.routes = pool_routes(plan)
 
     def step(self, rates: dict[str, float], seconds: float, truth: Truth = Truth()) -> WindowStats:
         """Advance `seconds` with each class arriving at `rates` (requests/s)."""
@@ -228,6 +239,12 @@ class Deployment:
                 if entry:
                     self._add(p.name, "ttft_s", n, _exp_cdf(a, theta), a + theta, theta)
                     entries.setdefault(c, []).append((r, a, theta, over, p.role))
+                    parts = o.service(c).parts_at(min(u, 1.0))
+                    if parts is not None and self.service_histograms:
+                        queue_s, prefill_s = (x * k_first * m_ttft * lat for x in parts)
+                        self._add(p.name, "queue_s", n, _exp_cdf(0.0, queue_s), queue_s, queue_s)
+                        self._add(p.name, "prefill_s", n, _normal_cdf(prefill_s, PREFILL_SPREAD * prefill_s),
+                                  prefill_s, PREFILL_SPREAD * prefill_s)
                 if decode:
                     self._add(p.name, "tpot_s", int(n * max(cls.output_mean - 1, 0.0)), _normal_cdf(mu, sd), mu, sd)
                     ok = 0.0 if over else 1.0 if cls.tpot_slo_s is None else _normal_cdf(mu, sd)(cls.tpot_slo_s)
@@ -271,6 +288,8 @@ class Deployment:
         t = int(round(self.time_s * 1000))
         lines = []
         for quantity, (name, buckets) in sorted(METRICS.items()):
+            if not any(q == quantity for q, _pool in self.hist):
+                continue
             lines.append(f"# TYPE {name} histogram")
             for (q, pool), h in sorted(self.hist.items()):
                 if q != quantity:
@@ -292,18 +311,3 @@ class Deployment:
                 if q == quantity:
                     lines.append(f'{name}{{pod="gimletc-{pool}-0"}} {v!r} {t}')
         return "\n".join(lines) + "\n"
-
-
-def _routes(plan) -> dict[tuple[str, str, str], float]:
-    """(class, side, pool) -> the class's share there (side ``entry``: colocated and prefill pools; ``decode``:
-    colocated and decode), from the pools' predicted per-class requests/s."""
-    totals: dict[tuple[str, str], float] = {}
-    out: dict[tuple[str, str, str], float] = {}
-    for p in plan.pools:
-        for side, roles in (("entry", ("colocated", "prefill")), ("decode", ("colocated", "decode"))):
-            if p.role not in roles:
-                continue
-            for c in p.predicted_classes:
-                out[(c.name, side, p.name)] = c.requests_per_s
-                totals[(c.name, side)] = totals.get((c.name, side), 0.0) + c.requests_per_s
-    return {k: v / totals[(k[0], k[1])] for k, v in out.items() if totals[(k[0], k[1])] > 0}

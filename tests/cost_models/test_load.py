@@ -75,16 +75,27 @@ def test_latency_curves_rise_with_utilisation(graph, kind):
     dep, shape = _dep(), RequestShape(2048, 256)
     table = decode_table(graph, dep, (1, 8, 64), shape)
     if kind == "colocated":
-        rate, curve = colocated_curve(graph, dep, 64, shape, table, 0.9)
+        rate, curve, parts = colocated_curve(graph, dep, 64, shape, table, 0.9)
     elif kind == "decode":
-        rate, curve = decode_curve(table, 64, shape.output_len, 0.9)
+        rate, curve, parts = decode_curve(table, 64, shape.output_len, 0.9)
     else:
-        rate, curve = prefill_curve(prefill_table(graph, dep, (1, 2, 4), shape, memory_plan(graph, dep)), 4, 0.0, 0.9)
+        rate, curve, parts = prefill_curve(prefill_table(graph, dep, (1, 2, 4), shape, memory_plan(graph, dep)), 4,
+                                           0.0, 0.9)
     assert rate > 0
     for index in (1, 2, 3, 4):  # TTFT p50, TTFT p90, TPOT p50, TPOT p90
         values = [point[index] for point in curve]
         assert all(a <= b * (1 + 1e-12) for a, b in zip(values, values[1:])), (kind, index, values)
     assert all(p[2] >= p[1] and p[4] >= p[3] for p in curve)  # the 90th percentile is never below the median
+    # [Note: TTFT parts]: one (queue, prefill) pair a point; the queue grows with load; the mean TTFT they make
+    # with the front end (0 here for prefill; the engine's for colocated) is at least the median when the median
+    # request waits for nothing, and the queue alone is the decode pool's whole TTFT wait
+    assert len(parts) == len(curve) and all(q >= 0 and pf >= 0 for q, pf in parts)
+    assert all(a[0] <= b[0] * (1 + 1e-12) for a, b in zip(parts, parts[1:])), parts
+    front = dep.engine.request_overhead_s if kind == "colocated" else 0.0
+    light = curve[0]
+    assert front + sum(parts[0]) == pytest.approx(light[1], rel=0.02)  # 5% load: almost nothing waits
+    if kind == "decode":
+        assert all(pf == 0.0 for _q, pf in parts)
 
 
 def _engine_costs(dep, **fields):

@@ -67,3 +67,45 @@ def test_replanning_through_the_night_keeps_the_slo(day, tmp_path):
     assert runs["static"]["windows_overloaded"] >= 3 and runs["static"]["slo_attainment"] < 0.8
     assert runs["replan"]["replans"] >= 1
     assert runs["replan"]["slo_attainment"] > runs["static"]["slo_attainment"] + 0.1
+
+
+def _undone(records: list[dict], within: int) -> list[tuple[int, str]]:
+    """(window, shape) of every change that reverses the shape's previous change made at most `within` windows
+    before: replicas added then removed, or removed then added back."""
+    last, out = {}, []
+    for r in records:
+        for shape, before, after in r.get("changes") or ():
+            if shape in last and last[shape][1] != (after > before) and r["window"] - last[shape][0] <= within:
+                out.append((r["window"], shape))
+            last[shape] = (r["window"], after > before)
+    return out
+
+
+#: How much SLO attainment (a share of the day's requests) the anti-flap rules may cost on the simulated day.
+SLO_MARGIN = 0.005
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_anti_flap_rules_stop_moves_undone_at_once_on_the_simulated_day(day):
+    """The committed day through the day plan, replanning after every window, with the anti-flap rules off
+    (--cooldown 0 --forecast-error-weight 0) and at their defaults. Off, some change is undone within two
+    windows (a move made for one mix, moved back when the next window brought another); on, none is; every
+    change moved back within the cool-down clears the threshold plus its margin or is forced by a pool the
+    running plan would overload; the day's SLO attainment is not worse by more than SLO_MARGIN, with no more
+    replans."""
+    from compiler.replan.replan import COOLDOWN_GAIN, COOLDOWN_WINDOWS, MIN_GAIN
+
+    plan_dir, _compiled = day
+    requests = replay.read_trace(REPO / "examples" / "replan" / "day_trace.csv")
+    runs = {name: replay.simulate(plan_dir, requests, 15.0, replanning=True, progress=lambda _m: None, **kw)
+            for name, kw in (("off", {"cooldown": 0, "forecast_weight": 0.0}), ("on", {}))}
+    sums = {name: replay.totals(records, 15.0) for name, records in runs.items()}
+    flaps = {name: _undone(records, 2) for name, records in runs.items()}
+    print(sums, flaps)
+    assert flaps["off"] and not flaps["on"]
+    for window, _shape in _undone(runs["on"], COOLDOWN_WINDOWS):
+        record = runs["on"][window]
+        assert record["gain"] >= MIN_GAIN + COOLDOWN_GAIN or "would run a pool" in record["decision"], record
+    assert sums["on"]["slo_attainment"] >= sums["off"]["slo_attainment"] - SLO_MARGIN
+    assert sums["on"]["replans"] <= sums["off"]["replans"]

@@ -1,0 +1,48 @@
+"""How a running plan routes each request class over its pools: the shares its router was given, from the pools'
+predicted per-class requests/s. Read by the cool-down's capacity check (`compiler.replan.replan`) and by the
+simulation (`compiler.replan.simulate`), which routes as the plan says."""
+
+from __future__ import annotations
+
+#: The roles a request enters by (``entry``) and decodes on (``decode``).
+SIDES = (("entry", ("colocated", "prefill")), ("decode", ("colocated", "decode")))
+
+
+def pool_routes(plan) -> dict[tuple[str, str, str], float]:
+    """(class, side, pool) -> the class's share there (side ``entry``: colocated and prefill pools; ``decode``:
+    colocated and decode), from the pools' predicted per-class requests/s."""
+    totals: dict[tuple[str, str], float] = {}
+    out: dict[tuple[str, str, str], float] = {}
+    for p in plan.pools:
+        for side, roles in SIDES:
+            if p.role not in roles:
+                continue
+            for c in p.predicted_classes:
+                out[(c.name, side, p.name)] = c.requests_per_s
+                totals[(c.name, side)] = totals.get((c.name, side), 0.0) + c.requests_per_s
+    return {k: v / totals[(k[0], k[1])] for k, v in out.items() if totals[(k[0], k[1])] > 0}
+
+
+def routed_utilisation(plan, options, rates: dict[str, float]) -> dict[str, float]:
+    """Each pool's utilisation (requests/s over what its replicas serve, per class on `options`, by shape) when
+    the classes arrive at `rates` and the plan routes them as it does now; pools of a shape missing from
+    `options` are left out."""
+    from compiler.place.moves import base_key
+
+    shapes: dict = {}
+    for o in sorted(options, key=lambda o: (-len(o.classes), o.key)):  # the shape's option serving most classes
+        shapes.setdefault(base_key(o.key), o)
+    routes = pool_routes(plan)
+    out = {}
+    for p in plan.pools:
+        o = shapes.get(base_key(p.option))
+        if o is None:
+            continue
+        side = "entry" if p.role in SIDES[0][1] else "decode"
+        load = 0.0
+        for c, r in rates.items():
+            share = routes.get((c, side, p.name), 0.0)
+            if share and o.service(c) is not None:
+                load += r * share / o.service(c).rate_per_s
+        out[p.name] = load / max(p.replicas, 1)
+    return out
