@@ -29,6 +29,7 @@ from compiler.inputs.model_spec import ModelSpec, checkpoint_precision, resolve_
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.precision import Precision
+from compiler.cost.prepared import Prepared
 from compiler.place.bounds import infeasible_by_bounds
 
 if TYPE_CHECKING:  # typing only: importing them would load pydantic, which `import compiler` must not
@@ -173,20 +174,6 @@ def _check_parallelism(graph: BlockGraph, config: dict, tp: int, pp: int, engine
         raise BadInput(f"--tp {tp}: {name} splits {graph.model}'s {kv_heads} KV heads evenly, or replicates each "
                        f"tp / {kv_heads} times when tp is above them, so tp must divide {kv_heads} or be a "
                        f"multiple of it; use another --tp")
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """The first half of a compile: inputs, BlockGraph, costed options and the placement instance."""
-
-    graph: BlockGraph
-    cluster: Cluster
-    workload: Workload
-    precision: Precision
-    options: tuple[PoolOption, ...]
-    instance: Instance
-    draft: DraftModel | None = None  # the workload's drafter, traced (``speculative:``)
-    deployable: bool = False  # options restricted to what public engines run (``--deployable``)
 
 
 def draft_model(model: str, workload: Workload, workload_path: str, *, timings: Timings | None = None,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
-    from compiler.driver import Prepared
+    from compiler.cost.prepared import Prepared
     from compiler.ir.placement import Sensitivity, Solution
 
 log = logging.getLogger(__name__)
