@@ -411,13 +411,6 @@ def fleets_of(prep: Prepared) -> list:
     return [(name, deployable(f, prep.cluster.engine) if not isinstance(f, str) else f) for name, f in fleets]
 
 
-def sensitivity(prep: Prepared, sol: Solution, objective: str, *, progress: Progress | None = None) -> list:
-    """`compiler.sensitivity.sensitivity`: each uncertain factor moved +-20%, re-costed and re-solved."""
-    from compiler.sensitivity import sensitivity as moved
-
-    return moved(prep, sol, objective, progress=progress)
-
-
 #: Slowest TPOT target `pareto` sweeps: 200 ms is 5 tokens/s per user, slower than anyone reads.
 MAX_TPOT_S = 0.2
 #: Relative gap at which each point of the sweep stops: a frontier of many solves affords 0.5% (each row's

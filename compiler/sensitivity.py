@@ -214,7 +214,8 @@ class Analysis:
         from compiler.place.ilp import concurrently
 
         assert self.point is not None, "begin() first"
-        mine = [i for i in range(len(self.moves)) if i not in set(self.theirs)]
+        theirs = set(self.theirs)
+        mine = [i for i in range(len(self.moves)) if i not in theirs]
         started = time.perf_counter()
         one = lambda i: evaluate(self.prep, self.point, self.objective, self.moves[i], self.progress)  # noqa: E731
         rows = dict(zip(mine, map(one, mine) if self.child is not None else concurrently(one, mine)))

@@ -379,7 +379,7 @@ def gain(sense: str, plan: float | None, baseline: float | None) -> float | None
 
 @dataclass(frozen=True, slots=True)
 class Sensitivity:
-    """What moving one assumed efficiency factor does to the placement (`compiler.driver.sensitivity`).
+    """What moving one assumed efficiency factor does to the placement (`compiler.sensitivity`).
 
     ``factor`` is ``<family>.<field>`` (e.g. ``amd.mem_eff``), ``change`` the relative move (+0.2 or -0.2);
     ``objective_change`` is the relative move of the objective's value; ``pools_added`` and ``pools_removed``

@@ -9,7 +9,8 @@ WORKLOAD = REPO / "examples" / "tiny_split" / "workload.yaml"
 
 
 def test_deployable_holds_in_the_placement_the_sensitivity_moves_and_the_baselines():
-    from compiler.driver import fleets_of, prepare, sensitivity
+    from compiler.driver import fleets_of, prepare
+    from compiler.sensitivity import sensitivity
     from compiler.emit.serving import engines_run
     from compiler.place.ilp import solve
 

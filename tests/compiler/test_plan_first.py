@@ -32,7 +32,8 @@ def test_status_records_when_plan_json_was_first_written(tmp_path):
 def test_an_assumed_node_power_moves_the_objective_the_way_the_budget_says(tmp_path):
     """MI300X's node power is assumed (no published platform power): where the power budget binds, 20% more node
     power buys fewer devices (throughput falls), 20% less buys more (it rises)."""
-    from compiler.driver import prepare, sensitivity
+    from compiler.driver import prepare
+    from compiler.sensitivity import sensitivity
     from compiler.place.ilp import solve
 
     cluster = tmp_path / "c.yaml"
