@@ -11,7 +11,8 @@ This module reads no files: a measured `Calibration` is handed to `derate_for`.
 Fields:
 - ``compute_eff``: fraction of dense peak FLOP/s reached by large matmuls and attention.
 - ``fp8_compute_eff``: the same for matmuls computed at FP8, of the FP8 peak (None: ``compute_eff``; `matmul_eff`).
-- ``vector_eff``: the same for elementwise FLOPs (vector units), rarely binding.
+- ``vector_eff``: the same for elementwise FLOPs (vector units): rarely binding, save where a weight-only-quantised
+  matmul converts its weights ([Note: weight-only dequantisation] in cost_models/roofline.py).
 - ``mem_eff``: fraction of peak memory bandwidth reached by weight and KV streaming.
 - ``elementwise_traffic``: fraction of the unfused elementwise traffic (norms, RoPE,
   activations) a serving engine still moves after kernel fusion.

@@ -1,6 +1,8 @@
 """Roofline time of a block on a device: compute- or memory-bound, per op, with overheads.
 
-An op takes ``max(flops / achievable FLOP/s, bytes / achievable bytes/s)``;
+An op takes ``max(flops / achievable FLOP/s, bytes / achievable bytes/s)``
+(the compute side includes converting weights stored narrower than the
+matmul computes, [Note: weight-only dequantisation]);
 a block takes the sum of its ops plus a fixed per-kernel-group overhead.
 Achievable = datasheet peak (``DeviceSpec``) x efficiency (`Derate`), kept
 apart so a peak is never a fitted number.
@@ -18,7 +20,7 @@ from typing import Sequence
 
 from compiler.ir.block_graph import Block, Work, expert_touch_fraction
 from compiler.ir.device_spec import DeviceSpec
-from compiler.ir.precision import Precision
+from compiler.ir.precision import Precision, dtype_bytes
 from cost_models.derates import Derate
 
 #: Matmul dtype actually used when the weight dtype has no native throughput: weight-only quantisation, the weights
@@ -30,6 +32,35 @@ from cost_models.derates import Derate
 #: weights at fp8.
 COMPUTE_FALLBACK = {"fp4": ("fp4", "bf16", "fp16", "fp8", "fp32"), "fp8": ("fp8", "bf16", "fp16", "fp32"),
                     "bf16": ("bf16", "fp16", "fp32"), "fp16": ("fp16", "bf16", "fp32"), "fp32": ("fp32", "bf16")}
+
+
+#: [Note: weight-only dequantisation] A matmul whose weights are stored narrower than it computes (W4A16: the
+#: `COMPUTE_FALLBACK` above, GPT-OSS's MXFP4 experts on Hopper) converts every weight it reads to the compute dtype
+#: inside the kernel, on the SMs' vector (CUDA-core) units, before the tensor cores see it: unpack the 4-bit field,
+#: convert e2m1 to bf16, apply the 32-element block's e8m0 scale, pack the pair into the MMA operand. That is
+#: vector work in proportion to the weights read, `DEQUANT_OPS_PER_WEIGHT` operations per element at the device's
+#: FP32 vector peak times `Derate.vector_eff`, and it overlaps the weight stream (it adds to the op's compute
+#: side, not its memory side). It is why the H100 and H200, with the same SMs and clocks (`HOPPER_TFLOPS` in
+#: backends/nvidia.py) and 3.35 against 4.8 TB/s, decode GPT-OSS-120B under vLLM at nearly the same speed: the 39
+#: configurations measured on both (../shared/reference/serving_sweeps.csv) run a median 1.041x slower on the H100,
+#: where streaming the weights from HBM would make it up to 1.43x (the serving model at one set of efficiencies for
+#: both: 1.128x without this term, 1.024x with it; `tools/device_pairs.py`). The count of 4 per element is an
+#: assumption (the four steps above, one operation each); 2 would leave the weight stream binding on both GPUs, 8
+#: would make GPT-OSS decode 20-40% slower than measured. It is charged once per weight a step reads (a decode
+#: step's tokens fit one tile of the matmul); a prefill GEMM that converts its weights again for each tile of
+#: tokens pays more, which is not modelled. A stored dtype not listed, or a device that publishes no FP32 rate, is
+#: not charged.
+DEQUANT_OPS_PER_WEIGHT: dict[str, float] = {"fp4": 4.0}
+
+
+def dequant_s_per_byte(device: DeviceSpec, stored: str, computed: str, derate: Derate) -> float:
+    """Vector time per stored weight byte that converting `stored` weights to `computed` costs on `device` (0 where
+    they match or the conversion is not modelled); see [Note: weight-only dequantisation]."""
+    ops = DEQUANT_OPS_PER_WEIGHT.get(stored, 0.0)
+    vector = device.peak("fp32")
+    if stored == computed or not ops or not vector:
+        return 0.0
+    return ops / dtype_bytes(stored) / (vector * derate.vector_eff)
 
 
 def compute_peak(device: DeviceSpec, dtype: str) -> tuple[float, str]:
@@ -145,13 +176,17 @@ def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: Dev
             m[2] += w.kv_bytes
             m[3] += w.act_bytes
     fast_bw = device.memory[0].bw_bytes_per_s * derate.mem_eff
+    stored = {True: precision.weights, False: precision.dense or precision.weights}  # by expert weights or not
+    dequant = {expert: dequant_s_per_byte(device, dtype, at, derate) for expert, dtype in stored.items()}
     total = comp_total = mem_total = 0.0
-    for (_op, kind, _expert), (flops, weights, kv, act) in merged.items():
+    for (_op, kind, expert), (flops, weights, kv, act) in merged.items():
         heavy = kind in ("matmul", "attention")
         if not heavy:  # serving engines fuse norms, RoPE and activations into neighbouring kernels
             act *= derate.elementwise_traffic
         eff = derate.matmul_eff(at) if heavy else derate.vector_eff
         comp = flops / shards / (peak * eff) if flops else 0.0
+        if heavy and weights:  # [Note: weight-only dequantisation]
+            comp += weights / shards * dequant[expert]
         mem = (tiers.read_s(weights / shards, device, derate)
                + kv_tiers.read_s(kv / (kv_shards or shards), device, derate) + act / shards / fast_bw)
         comp_total += comp
