@@ -195,10 +195,12 @@ def render(r, out, wrote: list[str], applied, scaling=None) -> str:
                   _table(["pool", "measured", "+-", "model", "corrected", "measured/corrected"],
                          [[f.pool, _ms(f.queue.measured_s), _ms(f.queue.se_s), _ms(f.queue.predicted_s),
                            _ms(f.queue.corrected_s), f"{f.queue.ratio:.2f}"] for f in queues])]
-    lines += ["", "correction factors (measured/modelled service time; per shape, then per device type):",
-              _table(["device", "shape", "TTFT", "+-", "n", "TPOT", "+-", "n"],
-                     [[f.device, f.shape or "(type)", f"{f.ttft:.3f}", f"{f.ttft_rel_se:.1%}", f"{f.ttft_samples:.0f}",
-                       f"{f.tpot:.3f}", f"{f.tpot_rel_se:.1%}", f"{f.tpot_samples:.0f}"] for f in r.factors]), ""]
+    lines += ["", "correction factors (measured/modelled service time, the model's memory efficiency divided by "
+              "'mem eff /' first; per shape, then per device type):",
+              _table(["device", "shape", "mem eff /", "TTFT", "+-", "n", "TPOT", "+-", "n"],
+                     [[f.device, f.shape or "(type)", f"{f.mem_eff_divisor:.3f}", f"{f.ttft:.3f}",
+                       f"{f.ttft_rel_se:.1%}", f"{f.ttft_samples:.0f}", f"{f.tpot:.3f}", f"{f.tpot_rel_se:.1%}",
+                       f"{f.tpot_samples:.0f}"] for f in r.factors]), ""]
     unit = d.quantity
     cur = "cannot serve it" if d.current_value is None else f"{d.current_value:.4g}"
     lines.append(f"objective {d.objective} ({unit}, predictions on the corrected costs): running placement {cur}, "

@@ -2,8 +2,9 @@
 the pool options rescaled by them.
 
 Before: an `Observation` (`compiler.replan.observe`) and the pool options costed for the measured workload.
-After: a `PoolFactors` per pool of the plan, `Factors` per measured shape and per device type, and options
-whose curves and capacities carry them (`corrected`).
+After: a `PoolFactors` per pool of the plan, `Factors` per measured shape and per device type, the options of
+each device type whose decode steps measured slow or fast costed again at the memory efficiency that explains
+them (`at_measured_efficiency`), and options whose curves and capacities carry the factors (`corrected`).
 
 [Note: correction as a service-time scale] A factor k is the scale of a pool's service time that reproduces
 its measured mean latency at its measured load. If every step takes k times what the cost model says, a
@@ -22,10 +23,29 @@ A measured shape (an option's key without its class or KV-target suffix: device,
 the factors its pools measured: what the cost model got wrong may be the shape's own (its batch, its
 parallelism). Every other option on a measured device type takes the type's: its pools' factors combined in
 log space, weighted by the inverse of their variance, TTFT from the pools that prefill and TPOT from those that
-decode (the cost model's error taken to be the device's: its efficiencies, the engine's overheads on it). A
-type with no measurement stays as modelled; an option spanning two types (attention/FFN, a drafter elsewhere)
-is not corrected. A pool whose queue grew over the window, or whose modelled load is past its curve's end, is
-overloaded: its latencies measure a growing queue, not its service, and give no factor.
+decode, after its decode error is carried to them as a memory efficiency ([Note: a TPOT factor carried as
+memory efficiency]). A type with no measurement stays as modelled; an option spanning two types
+(attention/FFN, a drafter elsewhere) takes no factor (only the re-costing). A pool whose queue grew over the
+window, or whose modelled load is past its curve's end, is overloaded: its latencies measure a growing queue,
+not its service, and give no factor.
+
+[Note: a TPOT factor carried as memory efficiency] One service-time scale for every option of a device type
+assumes that an error slows every shape's steps alike. It does not when the error is the device's memory
+efficiency, the first suspect for a decode step: a step slows by its share of memory time, so a tp1 decode
+step more than a tp2 or tp4 one (less weight per device, more fixed time), a colocated step less (its prompt
+chunks are compute), and a long-context class (KV reads) more than a short one. With the engines' TPOT 1.3x
+the prediction on the two H200 decode pools of the two-tier example (tests/replan/test_acceptance.py), the
+H200's memory efficiency divided by 1.24 slows the tp1 decode shapes' steps 1.18-1.23x, the tp2 c256
+colocated one's 1.07-1.11x and the tp4 shapes' 1.03-1.20x, where the type's factor charged every one 1.26x:
+on the corrected costs the fresh optimum was 67.9 requests/s and is 73.6, the running placement 67.9 and
+70.3 (a fresh compile at that efficiency: 73.6 and 70.4). So a device type whose decode side measured a TPOT
+factor has its options costed again (`Recost`) with its memory efficiency divided by the number at which its
+pools' TPOT factors, fitted against those options as above, are one (their inverse-variance-weighted log
+mean zero; `at_measured_efficiency`; at most 1.0 as an efficiency). The factors are then fitted again against
+the re-costed options and correct them as above: what is left (the TTFT's error, a shape's own) stays a
+service-time scale. A pool that the re-costed model runs past its curve's end at the measured load is
+overloaded there and gives no factor. The prefill's error stays a service-time scale: a prefill batch is
+matmul time on every shape alike.
 
 [Note: service, not queue] An engine's TTFT is its front end, its queue and its prefill. The queue grows
 without bound as the utilisation nears one, so a small error in the modelled load, or a burst inside the
@@ -51,6 +71,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Callable, Sequence
 
 from compiler.ir.placement import ClassTarget
 from compiler.ir.pool_option import ClassService, PoolOption
@@ -147,7 +168,9 @@ class PoolFactors:
 @dataclass(frozen=True, slots=True)
 class Factors:
     """Factors of one replica shape (``shape``) or of a whole device type (``shape`` empty), combined over the
-    pools that measured them; 1.0 with no samples where none did."""
+    pools that measured them; 1.0 with no samples where none did. ``mem_eff_divisor``: the device type's memory
+    efficiency was divided by it before the factors were fitted, and the options they correct are costed so
+    ([Note: a TPOT factor carried as memory efficiency]); 1.0: as modelled."""
 
     device: str
     shape: str = ""
@@ -157,6 +180,7 @@ class Factors:
     tpot: float = 1.0
     tpot_rel_se: float = 0.0
     tpot_samples: float = 0.0
+    mem_eff_divisor: float = 1.0
 
     def moved(self, sigmas: float) -> Factors:
         """Both factors moved by `sigmas` of their relative standard errors (the gain's uncertainty)."""
@@ -334,6 +358,86 @@ def combine(pools) -> tuple[Factors, ...]:
 
 #: The least relative standard error a factor is given: a histogram's buckets bound what its mean can tell.
 MIN_REL_SE = 1e-3
+#: The range the memory efficiency's divisor is searched in (what lies beyond stays in the factors), and how
+#: close to one the re-costed TPOT factor must come (or the search's steps, at most).
+DIVISOR_RANGE = (0.25, 4.0)
+DIVISOR_TOLERANCE = 1e-3
+DIVISOR_STEPS = 16
+
+#: A device type's options costed again with its memory efficiency divided by a number (at most 1.0 as an
+#: efficiency): what the replan binds to its prepared compile (`compiler.replan.replan`).
+Recost = Callable[[str, float], Sequence[PoolOption]]
+
+
+def at_measured_efficiency(obs: Observation, plan, options: Sequence[PoolOption], classes: tuple[ClassTarget, ...],
+                           factors: tuple[Factors, ...], recost: Recost
+                           ) -> tuple[list[PoolOption], tuple[Factors, ...]]:
+    """`options` with each device type whose decode side measured a TPOT factor (`factors`, fitted against
+    `options`) costed again at the memory efficiency that leaves its pools none, and the shapes' and types'
+    factors fitted again against them ([Note: a TPOT factor carried as memory efficiency]).
+
+    The options keep their order; a re-costed key takes its old place, a new one comes last."""
+    out = list(options)
+    divisors: dict[str, float] = {}
+    for t in sorted(f.device for f in factors if not f.shape and f.tpot_samples):
+        memo: dict[float, list[PoolOption]] = {}
+
+        def costed(divisor: float, t: str = t) -> list[PoolOption]:
+            if divisor not in memo:
+                memo[divisor] = _replaced(out, t, recost(t, divisor))
+            return memo[divisor]
+
+        def log_factor(log_divisor: float, t: str = t) -> float | None:
+            _pools, refit = fit(obs, plan, costed(math.exp(log_divisor)), classes)
+            f = next((f for f in refit if f.device == t and not f.shape and f.tpot_samples), None)
+            return math.log(f.tpot) if f is not None else None
+
+        k = next(f.tpot for f in factors if f.device == t and not f.shape)
+        divisor = math.exp(_root(log_factor, math.log(k)))
+        if divisor != 1.0:
+            divisors[t] = divisor
+            out = costed(divisor)
+    _pools, refit = fit(obs, plan, out, classes)
+    return out, tuple(replace(f, mem_eff_divisor=divisors.get(f.device, 1.0)) for f in refit)
+
+
+def _replaced(options: Sequence[PoolOption], device: str, recosted: Sequence[PoolOption]) -> list[PoolOption]:
+    """`options` with those on `device` replaced by `recosted` (by key, in place; new keys last)."""
+    fresh = {o.key: o for o in recosted}
+    out = [fresh.pop(o.key, None) if device in o.device_types else o for o in options]
+    return [o for o in out if o is not None] + list(fresh.values())
+
+
+def _root(log_factor, at_one: float) -> float:
+    """The log divisor in `DIVISOR_RANGE` at which `log_factor`, decreasing, is zero; None counts as below zero
+    (every pool overloaded: the model there too slow). `at_one` is its value at a divisor of one (the factors as
+    fitted). False position with the Illinois step, bisection while the slow side is None; the range's end
+    where the root lies beyond it."""
+    if abs(at_one) <= DIVISOR_TOLERANCE:
+        return 0.0
+    lo, hi = (math.log(v) for v in DIVISOR_RANGE)
+    end = hi if at_one > 0 else lo
+    at_end = log_factor(end)
+    if (at_end is None or at_end < 0) == (at_one < 0):
+        return end
+    (fast, f_fast), (slow, f_slow) = ((0.0, at_one), (end, at_end)) if at_one > 0 else ((end, at_end), (0.0, at_one))
+    last = 0
+    for _ in range(DIVISOR_STEPS):
+        x = (fast + slow) / 2 if f_slow is None else (fast * f_slow - slow * f_fast) / (f_slow - f_fast)
+        fx = log_factor(x)
+        if fx is not None and abs(fx) <= DIVISOR_TOLERANCE:
+            return x
+        if fx is not None and fx > 0:
+            fast, f_fast = x, fx
+            if last == 1 and f_slow is not None:
+                f_slow /= 2
+            last = 1
+        else:
+            slow, f_slow = x, fx
+            if last == -1:
+                f_fast /= 2
+            last = -1
+    return (fast + slow) / 2 if f_slow is None else (fast * f_slow - slow * f_fast) / (f_slow - f_fast)
 
 
 def corrected_option(o: PoolOption, f: Factors, output_lens: dict[str, float]) -> PoolOption:

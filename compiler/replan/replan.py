@@ -13,7 +13,9 @@ Steps:
    lengths (a class's longest prompt or output raised to its mean when the mean passed it), and, where the
    compiled workload names an arrival rate, the forecast total.
 3. **Re-cost** that workload with the compile's own inputs (`compiler.driver.prepare`: the same model, cluster,
-   budgets and precision) and **correct** the options with the measured factors (`compiler.replan.correct`).
+   budgets and precision), cost again each device type whose decode steps measured slow or fast at the memory
+   efficiency that explains them, and **correct** the options with what is left of the measured factors
+   (`compiler.replan.correct`, [Note: a TPOT factor carried as memory efficiency]).
 4. **Re-solve** from the running placement (`compiler.place.moves`): at most ``max_moves`` replicas started or
    stopped, then the fewest moves within ``slack`` of that optimum. Two more solves price the choice: the running
    placement kept (re-routed only: routing is free) and a fresh compile (no move limit), both on the same corrected
@@ -65,7 +67,9 @@ from compiler.compile_inputs import CompileInputs, repeat_warnings_muted
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.placement import OBJECTIVE_SENSE, Instance, Solution
 from compiler.place.moves import Moves, base_key
-from compiler.replan.correct import PoolFactors, Factors, corrected, fit, with_corrected_predictions
+from compiler.replan.correct import (
+    Factors, PoolFactors, Recost, at_measured_efficiency, corrected, fit, with_corrected_predictions,
+)
 from compiler.replan.forecast import ALPHA, BETA, ForecastError, errors, holt
 from compiler.replan.metrics import Snapshot, window, windows
 from compiler.replan.observe import ClassShape, Observation, observe
@@ -271,17 +275,18 @@ def replan(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot], s
                        slo_ttft_ms=inputs.slo_ttft_ms, slo_tpot_ms=inputs.slo_tpot_ms, precision=inputs.precision(),
                        cost_budget_per_hour=inputs.cost_budget_per_hour, deployable=inputs.deployable)
     pools, factors = fit(obs, plan, list(prep.options), prep.instance.classes)
-    pools = with_corrected_predictions(pools, obs, corrected(prep.options, factors, prep.instance.classes), plan,
-                                       prep.instance.classes)
+    options, factors = at_measured_efficiency(obs, plan, prep.options, prep.instance.classes, factors, recost_of(prep))
+    raw = prep.instance.with_options(options)
+    pools = with_corrected_predictions(pools, obs, corrected(options, factors, raw.classes), plan, raw.classes)
     note("re-solving from the running placement (MILP, HiGHS)")
     current = current_replicas(plan)
     now_s = obs.start_s + obs.seconds
     recent = recent_changes(read_history(plan_dir), now_s, settings)
-    inst = with_factors(prep.instance, factors)
+    inst = with_factors(raw, factors)
     busiest = max(routed_utilisation(plan, inst.options, {c.name: c.forecast_requests_per_s for c in classes}
                                      ).values(), default=0.0)
-    decision, proposed, stay = decide(prep.instance, factors, inputs.objective, current, classes, settings,
-                                      recent, now_s, busiest)
+    decision, proposed, stay = decide(raw, factors, inputs.objective, current, classes, settings, recent, now_s,
+                                      busiest)
     from compiler.emit.emit_plan import emit_plan
 
     draft = prep.draft.graph if prep.draft is not None else None
@@ -340,8 +345,27 @@ def moved_back(recent: tuple[PastChange, ...], current: tuple[tuple[str, int], .
 
 
 def with_factors(raw: Instance, factors: tuple[Factors, ...]) -> Instance:
-    """`raw` (costed as modelled) with every option corrected by `factors`."""
+    """`raw` (costed as modelled, at the measured memory efficiencies) with every option corrected by `factors`."""
     return raw.with_options(corrected(raw.options, factors, raw.classes))
+
+
+def recost_of(prep) -> Recost:
+    """`prep`'s options on one device type costed again as the compile costs them, with the type's memory
+    efficiency divided by a number (at most 1.0; [Note: a TPOT factor carried as memory efficiency])."""
+    from compiler.cost.pool_options import enumerate_options
+
+    def recost(device: str, divisor: float) -> list:
+        others = [o for o in prep.options if device not in o.device_types]
+        options, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only={device},
+                                       adjust=lambda d: replace(d, mem_eff=min(1.0, d.mem_eff / divisor)),
+                                       draft=prep.draft, rivals=others)
+        if prep.deployable:
+            from compiler.emit.serving import engines_run
+
+            options = [o for o in options if engines_run(o)]
+        return options
+
+    return recost
 
 
 def _forecast(obs: Observation, series: list[Observation], how: str) -> tuple[ClassPlan, ...]:

@@ -4,14 +4,15 @@ length, a correction factor's fit, consecutive windows with a growing queue, the
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
 from compiler.ir.placement import ClassTarget
 from compiler.ir.pool_option import ClassService, PoolOption
-from compiler.replan.correct import Factors, corrected, fit_pool
+from compiler.replan.correct import Factors, at_measured_efficiency, corrected, fit, fit_pool
 from compiler.replan.metrics import Histogram, load, window, windows
-from compiler.replan.observe import ClassShape, Latency, PoolMeasure, recognise
+from compiler.replan.observe import ClassShape, Latency, Observation, PoolMeasure, recognise
 
 CHAT = ClassShape("chat", 512, 1024, 256, 512)  # prompts taken uniform over [1, 1023]
 DOCS = ClassShape("docs", 6000, 8000, 128, 256)  # over [4000, 8000]
@@ -68,6 +69,44 @@ def test_an_overloaded_pool_gives_no_factor():
     m = PoolMeasure("pool0", o.key, "decode", "x", 1, 5700.0, (("c", 10.5),), 1.0, None, Latency(0.5, 0.01, 5700.0))
     f = fit_pool(m, o, {"c": ClassTarget("c", 1.0, None, None, 1e6, 11.0)}, None, 10.5)
     assert f.tpot is None and "overloaded" in f.note
+
+
+def _flat_option(key: str, kind: str, devices: int, step_s: float, ttft_s: float) -> PoolOption:
+    """A replica whose steps take `step_s` at any load (TPOT flat), serving 0.1 / `step_s` requests/s of c."""
+    curve = tuple((u, ttft_s, ttft_s, step_s, step_s) for u in (0.05, 0.5, 0.95))
+    return PoolOption(key, kind, (("x", devices),), 500.0, 700.0, "x", devices, 1, 8,
+                      (ClassService("c", 0.1 / step_s, curve),))
+
+
+def _recost_x(device: str, divisor: float) -> list[PoolOption]:
+    """Device x with its memory efficiency divided by `divisor`: a decode step of 2 ms fixed and 8 ms of memory
+    time, a colocated tp2 step of 6 ms fixed (its prompt chunks, half the weights a device) and 4 ms of memory."""
+    assert device == "x"
+    return [_flat_option("decode:x:tp1:pp1:b8", "decode", 1, 0.002 + 0.008 * divisor, 0.0),
+            _flat_option("colocated:x:tp2:pp1:c8", "colocated", 2, 0.006 + 0.004 * divisor, 0.05)]
+
+
+def test_a_tpot_factor_reaches_other_shapes_as_the_memory_efficiency_that_explains_it():
+    """The decode pool (4 req/s, the model's 10 ms steps) measures 12 ms: a factor of 1.2 against the model.
+    As memory time, 2 + 8 s = 12 ms: the memory efficiency divided by s = 1.25. The colocated shape, measured by
+    no pool, then steps 6 + 4 x 1.25 = 11 ms (1.1x), not 1.2 x 10 ms, and serves 0.1 / 11 ms requests/s."""
+    options = _recost_x("x", 1.0)
+    classes = (ClassTarget("c", 1.0, None, None, 1e6, 11.0),)
+    m = PoolMeasure("pool0", "decode:x:tp1:pp1:b8", "decode", "x", 1, 2400.0, (("c", 4.0),), 0.0, None,
+                    Latency(0.012, 0.0001, 2400.0))
+    obs = Observation(0.0, 600.0, (), (m,))
+    plan = SimpleNamespace(predicted=SimpleNamespace(requests_per_s=4.0),
+                           pools=(SimpleNamespace(name="pool0", predicted_requests_per_s=4.0),))
+    _pools, factors = fit(obs, plan, options, classes)
+    assert next(f for f in factors if not f.shape).tpot == pytest.approx(1.2, rel=1e-6)
+    recosted, factors = at_measured_efficiency(obs, plan, options, classes, factors, _recost_x)
+    x = next(f for f in factors if not f.shape)
+    assert x.mem_eff_divisor == pytest.approx(1.25, rel=2e-3)
+    assert x.tpot == pytest.approx(1.0, abs=2e-3)
+    colocated = next(o for o in corrected(recosted, factors, classes) if o.kind == "colocated")
+    assert colocated.service("c").at(0.5)[3] == pytest.approx(0.011, rel=2e-3)
+    assert colocated.service("c").rate_per_s == pytest.approx(0.1 / 0.011, rel=2e-3)
+    assert [o.key for o in recosted] == [o.key for o in options]
 
 
 def _scrape(t_ms: int, done: float, waiting: float) -> str:
