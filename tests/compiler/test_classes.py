@@ -46,6 +46,7 @@ def test_chat_and_documents_go_to_different_pools_and_each_meets_its_own_slo(pla
     assert classes["chat"]["requests_per_s"] / total == pytest.approx(0.8, abs=0.01)
 
 
+@pytest.mark.slow  # whole compiles, 25-35 s on 2 cores (CI runs -m slow)
 def test_every_pool_runs_below_saturation_at_a_utilisation_its_classes_tolerate(plans):
     plan = plans("llama-3.1-70b", CLUSTERS / "mixed.yaml", WORKLOADS / "mix.yaml")
     assert plan["pools"]

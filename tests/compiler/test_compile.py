@@ -127,6 +127,7 @@ def _mix(plan: dict) -> dict[tuple[str, str], int]:
     return mix
 
 
+@pytest.mark.slow  # whole compiles, 25-35 s on 2 cores (CI runs -m slow)
 def test_prefill_heavy_and_decode_heavy_workloads_get_different_pools(compiled):
     summarize, _, _ = compiled("summarize")
     generate, _, _ = compiled("long_generation")
@@ -141,6 +142,7 @@ def test_prefill_heavy_and_decode_heavy_workloads_get_different_pools(compiled):
     assert decode_slots_per_request(generate) > 3 * decode_slots_per_request(summarize)
 
 
+@pytest.mark.slow  # whole compiles, 25-35 s on 2 cores (CI runs -m slow)
 def test_prefill_decode_disaggregation_emerges_where_it_pays(tmp_path):
     """Nothing hard-codes the split. Long prompts under a tight TPOT SLO: a CS-3 wafer, all compute and little
     memory bandwidth, only pays as a prefill pool handing KV to GPU decode pools, and the solver finds that."""

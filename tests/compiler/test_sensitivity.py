@@ -62,6 +62,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # whole compiles, 25-35 s on 2 cores (CI runs -m slow)
 def test_the_forked_child_returns_the_rows_this_process_would_and_its_loss_costs_only_time():
     """[Note: a forked analysis], in a fresh interpreter (one thread, as the CLI runs it): with a child, the rows
     are those of the analysis run in-process, in the same order; a child killed before it answers leaves its
