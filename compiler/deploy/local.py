@@ -458,5 +458,11 @@ def deploy_local(root: str | Path, *, for_s: float | None = None, ready_timeout_
     except KeyboardInterrupt:
         progress("stopping")
     finally:
-        deployment.stop()
-        signal.signal(signal.SIGTERM, previous)
+        # a second SIGTERM or Ctrl-C while stopping would cut the stop short and leave engines running
+        previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            deployment.stop()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
