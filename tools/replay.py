@@ -454,10 +454,12 @@ def _scrape(endpoints_path: Path, folder: Path, window: int, tag: str = "end") -
     import os
     import urllib.request
 
+    from compiler.deploy.local import ROUTERS
+
     endpoints = _read_json(endpoints_path) or {"processes": []}
     now, files = time.time(), []
     for p in endpoints["processes"]:
-        if p["pool"] == "router":
+        if p["pool"] in ROUTERS:  # the routers' /metrics are no engine's
             continue
         try:
             with urllib.request.urlopen(f"{p['url']}/metrics", timeout=10) as r:

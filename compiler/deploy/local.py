@@ -4,11 +4,12 @@ Before: a plan directory compiled for this host (its engine pools on the
 ``cpu`` platform: `cpu-host` devices) with its ``model/`` folder. After: one
 vLLM OpenAI-compatible server per pool replica and one vllm-router, all on
 loopback, until the caller stops them (Ctrl-C, SIGTERM, ``--for S``) or one of
-them dies. ``DIR/deploy/endpoints.json`` names the router URL, each replica's
-URL and its process id while they run (`gimletc bench` reads it);
-``DIR/deploy/logs/`` holds each process's output. While it runs, ``gimletc replan DIR --apply`` may ask it to
-run another plan: it starts and stops replicas to match ([Note: applying a replan locally] in
-`compiler.deploy.apply`).
+them dies. The plan's router listens on a port of its own behind a second vllm-router, the front, whose URL is
+the deployment's and stays open while an apply changes what is behind it ([Note: handing over the router] in
+`compiler.deploy.router_handover`). ``DIR/deploy/endpoints.json`` names that URL, each replica's and each
+router's URL and process id while they run (`gimletc bench` reads it); ``DIR/deploy/logs/`` holds each
+process's output. While it runs, ``gimletc replan DIR --apply`` may ask it to run another plan: it starts and
+stops replicas to match ([Note: applying a replan locally] in `compiler.deploy.apply`).
 
 How the plan's launch becomes a local process (`local_command`): the spec's
 ``vllm serve MODEL`` becomes ``python -m vllm.entrypoints.openai.api_server
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.deploy.engine_env import engine_python, outside_env, router_binary
+from compiler.deploy.router_handover import SETTLE_S, RouterMoves, front_command, router_moves, tell
 from compiler.emit.plan import Plan, Pool
 from compiler.emit.plan_checks import load_plan
 from compiler.ir.errors import BadInput, RuntimeFailure
@@ -53,16 +55,20 @@ from compiler.ir.files import atomic_write_text
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 10.0
-#: How long a replica that a replan stops may take to finish the requests it holds (after the router stopped
-#: sending it any) before it is stopped anyway.
+#: How long a replica or a router that a replan stops may take to finish the requests it holds (after nothing
+#: sends it any more) before it is stopped anyway.
 DRAIN_S = 60.0
 HOST = "127.0.0.1"
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
+#: The `Proc.pool` of the plan's router and of the front before it ([Note: handing over the router]).
+ROUTER, FRONT = "router", "front"
+ROUTERS = (ROUTER, FRONT)
 
 
 @dataclass
 class Proc:
-    """One process of the deployment: an engine replica (``pool``, ``replica``) or the router (pool ``router``)."""
+    """One process of the deployment: an engine replica (``pool``, ``replica``), the plan's router (pool `ROUTER`)
+    or the front before it (pool `FRONT`)."""
 
     pool: str
     replica: int
@@ -78,7 +84,7 @@ class Proc:
 
     @property
     def name(self) -> str:
-        return "router" if self.pool == "router" else f"pool {self.pool} replica {self.replica}"
+        return {ROUTER: "router", FRONT: "front router"}.get(self.pool, f"pool {self.pool} replica {self.replica}")
 
 
 def check_local(plan: Plan, root: Path) -> list[Pool]:
@@ -161,18 +167,23 @@ class Deployment:
         self.closing = False  # set by `stop`: a `watch` in another thread returns instead of reporting the exits
 
     def start(self, ready_timeout_s: float, progress: Callable[[str], None]) -> None:
-        engines = [p for p in self.procs if p.pool != "router"]
+        engines = [p for p in self.procs if p.pool not in ROUTERS]
         for p in engines:
             self._spawn(p)
         progress(f"started {len(engines)} vLLM engine(s); waiting for /health (about 90 s each, longer side by side)")
         self._await_health(engines, ready_timeout_s)
-        router = [p for p in self.procs if p.pool == "router"]
-        for p in router:
-            self._spawn(p)
-        self._await_health(router, 60.0)
+        for pool in ROUTERS:  # the plan's router, then the front, whose one worker it is
+            routers = [p for p in self.procs if p.pool == pool]
+            for p in routers:
+                self._spawn(p)
+            self._await_health(routers, 60.0)
         if self.plan is not None:
             self._write_endpoints()
-        progress(f"ready: router at {router[0].url}" if router else "ready")
+        front = self._proc(FRONT)
+        progress(f"ready: router at {front.url}" if front else "ready")
+
+    def _proc(self, pool: str) -> Proc | None:
+        return next((p for p in self.procs if p.pool == pool), None)
 
     def _spawn(self, p: Proc) -> None:
         p.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -199,7 +210,8 @@ class Deployment:
             if p.popen is not None and p.popen.poll() is not None:
                 pools = self.plan.pools if self.plan is not None else ()
                 role = next((f"{q.role} engine" for q in pools if q.name == p.pool),
-                            "vllm-router" if p.pool == "router" else "vLLM engine")
+                            {ROUTER: "vllm-router", FRONT: "vllm-router in front of the plan's router"}.get(
+                                p.pool, "vLLM engine"))
                 raise RuntimeFailure(f"{p.name} ({role}) exited with code {p.popen.returncode}; "
                                      f"log {p.log_path}:\n{_tail(p.log_path)}")
 
@@ -235,15 +247,14 @@ class Deployment:
             answer(work, ident, None, f"{type(e).__name__}: {e}")
             return
         options = {p.name: p.option for p in self.plan.pools}
-        running = [(p.pool, p.replica, shape(options[p.pool])) for p in self.procs if p.pool != "router"]
+        running = [(p.pool, p.replica, shape(options[p.pool])) for p in self.procs if p.pool not in ROUTERS]
         change = reconcile(running, [(p.name, shape(p.option), p.replicas) for p in pools.values()])
         progress(f"applying {nxt_root}: starting {len(change.started)}, stopping {len(change.stopped)}, keeping "
                  f"{len(change.kept)} engine replica(s)")
         # Make before break: the next plan's new engines start while the running ones and the router serve; then
-        # the router switches (its port is down for the restart only); then the leaving replicas drain and stop.
+        # the router routes the next plan's way ([Note: handing over the router]); then the leaving replicas
+        # drain and stop.
         leaving = [p for p in self.procs if (p.pool, p.replica) in set(change.stopped)]
-        old_router = [p for p in self.procs if p.pool == "router"]
-        router_port = old_router[0].port if old_router else _free_port()
         base_env = outside_env()
         new = []
         for name, r in change.started:
@@ -255,27 +266,15 @@ class Deployment:
                 self._spawn(p)
             self.procs += new
             self._await_health(new, 900.0)
-            self._stop(old_router)
-            self.procs = [p for p in self.procs if p not in old_router]
-            staying = [p for p in self.procs if p not in leaving]
             renamed = dict(change.kept)
-            for p in staying:
-                if p not in new:
+            for p in self.procs:
+                if p.pool not in ROUTERS and p not in new and p not in leaving:
                     p.pool, p.replica = renamed[(p.pool, p.replica)]
-            urls: dict[str, list[str]] = {}
-            for p in sorted(staying, key=lambda q: (q.pool, q.replica)):
-                urls.setdefault(p.pool, []).append(p.url)
-            if nxt.router is not None and nxt.router.router == "vllm-router":
-                router = Proc("router", 0, router_port, router_command(nxt, self.router, router_port, urls),
-                              logs / f"router-{ident[:8]}.log", env=base_env)
-                self._spawn(router)
-                staying.append(router)
-                self.procs.append(router)
-                self._await_health([router], 60.0)
-            self.procs = staying + leaving  # until they stop, the leaving replicas are still ours to watch
+            self._hand_over(nxt, [p for p in self.procs if p.pool not in ROUTERS and p not in leaving],
+                            logs / f"router-{ident[:8]}.log", progress)
             _drain(leaving, DRAIN_S)
             self._stop(leaving)
-            self.procs = staying
+            self.procs = [p for p in self.procs if p not in leaving]
         except RuntimeFailure as e:
             answer(work, ident, None, str(e))
             raise
@@ -287,11 +286,57 @@ class Deployment:
         answer(work, ident, change)
         progress(f"now running {nxt_root}")
 
-    def _stop(self, procs: list[Proc]) -> None:
+    def _hand_over(self, nxt: Plan, engines: list[Proc], log_path: Path, progress: Callable[[str], None]) -> None:
+        """Make the router send requests to `engines` the way `nxt`'s router would, without closing the
+        deployment's URL ([Note: handing over the router]): through the running router's API where it can
+        change in place, else by a new router that takes the old one's place behind the front."""
+        old, front = self._proc(ROUTER), self._proc(FRONT)
+        urls: dict[str, list[str]] = {}
+        for p in sorted(engines, key=lambda q: (q.pool, q.replica)):
+            urls.setdefault(p.pool, []).append(p.url)
+        routed = nxt.router is not None and nxt.router.router == "vllm-router"
+        if old is not None and routed:
+            metrics_port = old.argv[old.argv.index("--prometheus-port") + 1]
+            wanted = _set(router_command(nxt, self.router, old.port, urls), "--prometheus-port", metrics_port)
+            moves = router_moves(old.argv, wanted)
+            if moves is not None:
+                tell(old.url, moves)
+                old.argv = wanted
+                progress(f"router: {len(moves.add)} engine(s) added, {len(moves.remove)} removed in place")
+                if moves.remove:
+                    time.sleep(SETTLE_S)  # requests the router chose a leaving engine for before it was removed
+                return
+        router = None
+        if routed:
+            port = _free_port()
+            router = Proc(ROUTER, 0, port, router_command(nxt, self.router, port, urls), log_path, env=outside_env())
+            self._spawn(router)
+            self.procs.append(router)
+            self._await_health([router], 60.0)
+        if router is not None and front is None:
+            port = _free_port()
+            front = Proc(FRONT, 0, port, front_command(self.router, HOST, port, router.url, _free_port()),
+                         log_path.with_name(f"front-{log_path.name}"), env=outside_env())
+            self._spawn(front)
+            self.procs.append(front)
+            self._await_health([front], 60.0)
+        elif router is not None:
+            tell(front.url, RouterMoves((router.url,), (old.url,) if old is not None else ()))
+        elif front is not None:  # the next plan has no vllm-router: clients reach its engines at their own URLs
+            self.procs.remove(front)
+            self._stop([front])
+        if old is not None:
+            self.procs.remove(old)
+            time.sleep(SETTLE_S)  # requests the front chose the old router for before it was removed
+            self._stop([old], grace_s=DRAIN_S)  # SIGTERM: vllm-router finishes what it holds, then exits
+        progress("router: the next plan's router took over behind the front" if router is not None else
+                 "router: none in the next plan")
+
+    def _stop(self, procs: list[Proc], grace_s: float = STOP_GRACE_S) -> None:
         for p in procs:
             if p.popen is not None and p.popen.poll() is None:
                 _signal_group(p.popen, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
+        deadline = time.monotonic() + grace_s
         for p in procs:
             if p.popen is None:
                 continue
@@ -309,7 +354,7 @@ class Deployment:
             (work / "endpoints.json").unlink(missing_ok=True)
 
     def _write_endpoints(self) -> None:
-        router = next((p for p in self.procs if p.pool == "router"), None)
+        router = self._proc(FRONT)
         data = {"router": router.url if router else None, "model": self.plan.model, "plan": str(self.plan_root),
                 "deployer_pid": os.getpid(),
                 "served_model_name": self.plan.pools[0].launch.served_model_name if self.plan.pools[0].launch
@@ -328,14 +373,16 @@ def _signal_group(popen: subprocess.Popen, sig: int) -> None:
 
 
 def _drain(procs: list[Proc], timeout_s: float) -> None:
-    """Wait until `procs` hold no request (vLLM's ``vllm:num_requests_running`` and ``..._waiting`` gauges read 0),
-    at most `timeout_s`; an engine whose metrics cannot be read counts as drained."""
+    """Wait until `procs` hold no request (vLLM's ``vllm:num_requests_running`` and ``..._waiting`` gauges read 0
+    twice, 1 s apart: the gauges move when the engine steps, not when a request arrives), at most `timeout_s`; an
+    engine whose metrics cannot be read counts as drained."""
     deadline = time.monotonic() + timeout_s
-    busy = list(procs)
+    busy, quiet = list(procs), set()
     while busy and time.monotonic() < deadline:
-        busy = [p for p in busy if _requests_held(p.url) > 0]
+        idle = {id(p) for p in busy if _requests_held(p.url) <= 0}
+        busy, quiet = [p for p in busy if id(p) not in idle & quiet], idle
         if busy:
-            time.sleep(0.5)
+            time.sleep(1.0)
 
 
 def _requests_held(url: str) -> float:
@@ -388,8 +435,11 @@ def prepare(root: str | Path, python: Path, router: Path) -> Deployment:
             urls.setdefault(pool.name, []).append(procs[-1].url)
     if plan.router is not None and plan.router.router == "vllm-router":
         port = _free_port()
-        procs.append(Proc("router", 0, port, router_command(plan, router, port, urls), work / "logs" / "router.log",
+        procs.append(Proc(ROUTER, 0, port, router_command(plan, router, port, urls), work / "logs" / "router.log",
                           env=base_env))
+        port = _free_port()
+        procs.append(Proc(FRONT, 0, port, front_command(router, HOST, port, procs[-1].url, _free_port()),
+                          work / "logs" / "front.log", env=base_env))
     return Deployment(root, plan, procs, python=python, router=router, kv_dir=kv_dir)
 
 
@@ -408,5 +458,11 @@ def deploy_local(root: str | Path, *, for_s: float | None = None, ready_timeout_
     except KeyboardInterrupt:
         progress("stopping")
     finally:
-        deployment.stop()
-        signal.signal(signal.SIGTERM, previous)
+        # a second SIGTERM or Ctrl-C while stopping would cut the stop short and leave engines running
+        previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            deployment.stop()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
