@@ -48,6 +48,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import random
 import sys
 import tempfile
@@ -346,7 +347,9 @@ def replay_engines(args, requests: list[Request]) -> int:
         cmd += ["--forecast-error-weight", str(args.forecast_error_weight)] \
             if args.forecast_error_weight is not None else []
         t = time.monotonic()
-        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        # in the caller's directory (the plan, scrapes and files may be relative to it), with this checkout's package
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
         (scrapes.parent / f"replan-w{i:02d}.txt").write_text(" ".join(cmd) + "\n\n" + done.stdout + done.stderr)
         summary = _read_json(out / "report" / "replan.json") or {}
         decision = summary.get("decision", {})
