@@ -10,6 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+#: Two one-class workloads on examples/cpu_pd: chat (short prompts, long outputs, TPOT 200 ms: colocated engines)
+#: and documents (long prompts, short outputs, TPOT 4 ms: the prefill/decode split).
+CHAT = {"name": "chat", "arrival_rate_per_s": "maximise", "slo": {"ttft_ms": 5000, "tpot_ms": 200},
+        "classes": [{"name": "chat", "share": 1, "input_len": {"mean": 64, "max": 128},
+                     "output_len": {"mean": 128, "max": 256}}]}
+DOCS = {**CHAT, "name": "docs", "slo": {"ttft_ms": 5000, "tpot_ms": 4},
+        "classes": [{"name": "docs", "share": 1, "input_len": {"mean": 768, "max": 1024},
+                     "output_len": {"mean": 16, "max": 32}}]}
+
+
 def scaled(running: Path, out: Path, role: str = "decode", by: int = 1) -> Path:
     """`running`'s plan with `by` more replicas of its `role` pools (what a replan that scales them writes), its
     router command written for them as the compiler writes it."""

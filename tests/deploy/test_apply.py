@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.deploy.helpers import Load, scaled
+from tests.deploy.helpers import CHAT, DOCS, Load, scaled
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -115,13 +115,7 @@ def _plans(tmp: Path) -> dict[str, Path]:
     one fewer: every kind of hand-over [Note: handing over the router] makes."""
     from compiler.emit.plan_checks import load_plan
 
-    docs = {"name": "docs", "arrival_rate_per_s": "maximise", "slo": {"ttft_ms": 5000, "tpot_ms": 4},
-            "classes": [{"name": "docs", "share": 1, "input_len": {"mean": 768, "max": 1024},
-                         "output_len": {"mean": 16, "max": 32}}]}
-    chat = {**docs, "name": "chat", "slo": {"ttft_ms": 5000, "tpot_ms": 200},
-            "classes": [{"name": "chat", "share": 1, "input_len": {"mean": 64, "max": 128},
-                         "output_len": {"mean": 128, "max": 256}}]}
-    plans = {"running": _plan(tmp, "running", docs), "other": _plan(tmp, "other", chat)}
+    plans = {"running": _plan(tmp, "running", DOCS), "other": _plan(tmp, "other", CHAT)}
     plans["scaled"] = scaled(plans["running"], tmp / "scaled")
     plans["more"] = scaled(plans["other"], tmp / "more", "colocated", 1)
     plans["fewer"] = scaled(plans["more"], tmp / "fewer", "colocated", -1)

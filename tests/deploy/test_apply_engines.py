@@ -19,17 +19,11 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.deploy.helpers import Load, scaled
+from tests.deploy.helpers import CHAT, DOCS, Load, scaled
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(2400)]
 
 CLUSTER = REPO / "examples" / "cpu_pd" / "cluster.yaml"
-CHAT = {"name": "chat", "arrival_rate_per_s": "maximise", "slo": {"ttft_ms": 5000, "tpot_ms": 200},
-        "classes": [{"name": "chat", "share": 1, "input_len": {"mean": 64, "max": 128},
-                     "output_len": {"mean": 128, "max": 256}}]}
-DOCS = {**CHAT, "name": "docs", "slo": {"ttft_ms": 5000, "tpot_ms": 4},
-        "classes": [{"name": "docs", "share": 1, "input_len": {"mean": 768, "max": 1024},
-                     "output_len": {"mean": 16, "max": 32}}]}
 #: Token-id prompts longer than a CPU KV block (128 tokens), so the P/D split moves whole blocks.
 PROMPTS = [[(13 * i + 5 * j) % 500 + 3 for j in range(129 + (37 * i) % 100)] for i in range(6)]
 
