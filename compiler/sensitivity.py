@@ -131,6 +131,22 @@ def evaluate(prep: Prepared, point: PlanPoint, objective: str, move: Move,
                        tuple(sorted(before - after)), s.objective.gap if s.feasible else 0.0)
 
 
+def recosted(prep: Prepared, devices: set[str], adjust, others: list) -> list:
+    """`prep`'s options on `devices` costed again as the compile costs them, each device spec passed through
+    `adjust` first, against the `others` (the options left as they are); held to what public engines run when
+    `prep` is (`compile --deployable`). The sensitivity moves and the replan's memory-efficiency correction
+    (`compiler.replan.replan.recost_of`) re-cost through it."""
+    from compiler.cost.pool_options import enumerate_options
+
+    options, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only=devices,
+                                   adjust=adjust, draft=prep.draft, rivals=others)
+    if prep.deployable:
+        from compiler.emit.serving import engines_run
+
+        options = [o for o in options if engines_run(o)]
+    return options
+
+
 def _options_at(prep: Prepared, move: Move) -> list:
     """The options with `move` applied: its device's costed again with the factor moved, or every option's node
     power on its devices moved."""
@@ -140,18 +156,10 @@ def _options_at(prep: Prepared, move: Move) -> list:
         cluster = prep.cluster
         return [with_node_power(o, set(move.devices), move.change, cluster.power_basis, cluster.pue_factor)
                 for o in prep.options]
-    from compiler.cost.pool_options import enumerate_options
-
     name = move.name
     adjust = lambda d: replace(d, **{name: moved(name, getattr(d, name), move.change)})  # noqa: E731
     others = [o for o in prep.options if not set(o.device_types) & move.devices]
-    recosted, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only=set(move.devices),
-                                    adjust=adjust, draft=prep.draft, rivals=others)
-    if prep.deployable:
-        from compiler.emit.serving import engines_run
-
-        recosted = [o for o in recosted if engines_run(o)]
-    return others + recosted
+    return others + recosted(prep, set(move.devices), adjust, others)
 
 
 #: [Note: moves that cannot change the plan] A move that only makes the options of device types the plan does not

@@ -60,10 +60,11 @@ _ALLOWED = {
     "compiler/emit": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.trace", "compiler.emit"),
     "compiler/runtime": ("compiler.ir", "backends", "compiler.inputs", "compiler.emit", "compiler.runtime"),
     # replan reads engines' metrics and a plan, and re-solves it with the driver's passes (issue 23)
-    # ... and what it was compiled from (compiler.compile_inputs, standard library only)
+    # ... and what it was compiled from (compiler.compile_inputs, standard library only); it re-costs a device
+    # type as the sensitivity analysis does (compiler.sensitivity.recosted)
     "compiler/replan": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.cost",
                         "compiler.place", "compiler.emit", "compiler.deploy", "compiler.replan", "compiler.driver",
-                        "compiler.compile_inputs"),
+                        "compiler.compile_inputs", "compiler.sensitivity"),
     # deploy reads a plan directory, as the runtime does, and starts public engines on it
     "compiler/deploy": ("compiler.ir", "backends", "compiler.emit", "compiler.deploy"),
     # calibrate is a pipeline of its own: it reuses the driver's cached block_graph pass

@@ -357,18 +357,11 @@ def with_factors(raw: Instance, factors: tuple[Factors, ...]) -> Instance:
 def recost_of(prep) -> Recost:
     """`prep`'s options on one device type costed again as the compile costs them, with the type's memory
     efficiency divided by a number (at most 1.0; [Note: a TPOT factor carried as memory efficiency])."""
-    from compiler.cost.pool_options import enumerate_options
+    from compiler.sensitivity import recosted
 
     def recost(device: str, divisor: float) -> list:
-        others = [o for o in prep.options if device not in o.device_types]
-        options, _ = enumerate_options(prep.graph, prep.cluster, prep.workload, prep.precision, only={device},
-                                       adjust=lambda d: replace(d, mem_eff=min(1.0, d.mem_eff / divisor)),
-                                       draft=prep.draft, rivals=others)
-        if prep.deployable:
-            from compiler.emit.serving import engines_run
-
-            options = [o for o in options if engines_run(o)]
-        return options
+        return recosted(prep, {device}, lambda d: replace(d, mem_eff=min(1.0, d.mem_eff / divisor)),
+                        [o for o in prep.options if device not in o.device_types])
 
     return recost
 
