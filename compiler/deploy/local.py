@@ -314,9 +314,7 @@ class Deployment:
             self.procs.append(router)
             self._await_health([router], 60.0)
         if router is not None and front is None:
-            port = _free_port()
-            front = Proc(FRONT, 0, port, front_command(self.router, HOST, port, router.url, _free_port()),
-                         log_path.with_name(f"front-{log_path.name}"), env=outside_env())
+            front = _front(self.router, router.url, log_path.with_name(f"front-{log_path.name}"), outside_env())
             self._spawn(front)
             self.procs.append(front)
             self._await_health([front], 60.0)
@@ -370,6 +368,13 @@ def _signal_group(popen: subprocess.Popen, sig: int) -> None:
         os.killpg(popen.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _front(binary: Path, router_url: str, log_path: Path, env: dict[str, str]) -> Proc:
+    """The front vllm-router on a free port, the plan's router at `router_url` its one worker ([Note: handing over
+    the router])."""
+    port = _free_port()
+    return Proc(FRONT, 0, port, front_command(binary, HOST, port, router_url, _free_port()), log_path, env=env)
 
 
 def _drain(procs: list[Proc], timeout_s: float) -> None:
@@ -437,9 +442,7 @@ def prepare(root: str | Path, python: Path, router: Path) -> Deployment:
         port = _free_port()
         procs.append(Proc(ROUTER, 0, port, router_command(plan, router, port, urls), work / "logs" / "router.log",
                           env=base_env))
-        port = _free_port()
-        procs.append(Proc(FRONT, 0, port, front_command(router, HOST, port, procs[-1].url, _free_port()),
-                          work / "logs" / "front.log", env=base_env))
+        procs.append(_front(router, procs[-1].url, work / "logs" / "front.log", base_env))
     return Deployment(root, plan, procs, python=python, router=router, kv_dir=kv_dir)
 
 
