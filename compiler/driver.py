@@ -344,15 +344,18 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     `on_placed` receives the plan as soon as the placement is solved, before the baselines and the
     sensitivity analysis (the CLI writes it then: [Note: plan first]). `exact` prunes no near-twin options
     (`compiler.place.ilp.solve`)."""
-    from compiler.sensitivity import Analysis
+    from compiler.sensitivity import Analysis, BaselineRequest
 
     timings = timings if timings is not None else Timings()
     prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, slo_ttft_ms=slo_ttft_ms,
                    slo_tpot_ms=slo_tpot_ms, precision=precision, timings=timings, progress=progress,
                    cost_budget_per_hour=cost_budget_per_hour, deployable=deployable)
     _raise_if_bounded(prep.graph.model, prep.instance)  # the TPOT targets too ([Note: placement bounds])
-    analysis = Analysis(prep, objective, progress) if analyse else None  # forks before any solve ([Note: a forked
-    try:  # analysis] in compiler/sensitivity.py)
+    # forks before any solve, and the child solves the baselines beside the placement ([Note: a forked analysis] in
+    # compiler/sensitivity.py)
+    early = BaselineRequest(time_limit_s, exact, fleets_of) if baselines else None
+    analysis = Analysis(prep, objective, progress, baselines=early) if analyse else None
+    try:
         return _placed(prep, analysis, objective=objective, time_limit_s=time_limit_s, baselines=baselines,
                        progress=progress, timings=timings, on_placed=on_placed, exact=exact)
     finally:
@@ -384,15 +387,20 @@ def _placed(prep: Prepared, analysis, *, objective: str, time_limit_s: float, ba
         with timings.step("emit placement"):
             placed = emit([], [])
         on_placed(placed)
+    with timings.step("sensitivity"):  # the child's baselines arrive here too
+        moved = analysis.finish() if analysis is not None else []
     with timings.step("baselines"):
         base, fleets = [], []
         if baselines:
-            note("baselines: each device type alone within the budget, vendor islands, no disaggregation, greedy")
             fleets = fleets_of(prep)
-            base = solve_baselines(prep.instance, objective, time_limit_s=time_limit_s, fleets=fleets,
-                                   gap=max(sol.objective.solver_gap, OPTIMAL_GAP), exact=exact)
-    with timings.step("sensitivity"):
-        moved = analysis.finish() if analysis is not None else []
+            gap = max(sol.objective.solver_gap, OPTIMAL_GAP)
+            early = analysis.baselines if analysis is not None else None
+            if early is not None and gap <= OPTIMAL_GAP:
+                base = early  # solved to the proof beside the placement, as the plan was
+            else:
+                note("baselines: each device type alone within the budget, vendor islands, no disaggregation, greedy")
+                base = solve_baselines(prep.instance, objective, time_limit_s=time_limit_s, fleets=fleets, gap=gap,
+                                       exact=exact)
     with timings.step("emit"):
         plan = emit(base, moved)
     return Compilation(plan, sol, prep, timings, fleets)

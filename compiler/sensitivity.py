@@ -7,12 +7,14 @@ The moves are many (42 on the 70B mix of the mixed fleet) and each one re-costs 
 builds and solves a MILP, mostly in Python, which holds the GIL: threads share one core. [Note: a forked
 analysis] `Analysis` therefore forks a child process before the first placement solve, while the process
 runs one thread (a fork copies no other thread, nor the locks it may hold, and HiGHS has not yet started its
-own). Once the placement is known the child gets the plan (value, replicas, pools, device types used: JSON
-over a pipe, no pickle) and a share of the moves, and works through them on the other core while this
-process writes plan.json, solves the baselines and then its own share; the child's `Sensitivity` rows come
-back as JSON. Every move is deterministic on its own, so the rows are the same whichever process solved
-them. A child that cannot start, dies or stays silent past its deadline costs only time: its moves are then
-solved here.
+own). The baselines do not depend on the plan, so the child solves them first, on the other core while
+this process solves the placement (to the proof: `compiler.driver` solves them again here in the rare case
+that the plan stops short of its proof, [Note: baselines]). Once the placement is known the child gets the
+plan (value, replicas, pools, device types used: JSON over a pipe, no pickle) and a share of the moves, and
+works through them while this process writes plan.json and solves its own share; the child's baselines and
+`Sensitivity` rows come back as JSON. Every solve is deterministic on its own, so the rows are the same
+whichever process solved them. A child that cannot start, dies or stays silent past its deadline costs only
+time: its baselines and moves are then solved here.
 """
 
 from __future__ import annotations
@@ -25,22 +27,39 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
     from compiler.cost.prepared import Prepared
-    from compiler.ir.placement import Sensitivity, Solution
+    from compiler.ir.placement import Baseline, Sensitivity, Solution
 
 log = logging.getLogger(__name__)
 
 #: How far each uncertain factor moves, both ways.
 SENSITIVITY_CHANGE = 0.2
 SENSITIVITY_FIELDS = ("compute_eff", "mem_eff")
-#: Of every five moves, the child takes these: this process also solves the baselines meanwhile.
-CHILD_SHARE = (0, 1, 3)
+#: Of every five moves, the child takes these: it solved the baselines meanwhile.
+CHILD_SHARE = (1, 3)
 #: Seconds to wait for the child beyond the time this process took for its own share, at least.
 CHILD_GRACE_S = 60.0
+
+
+@dataclass(frozen=True)
+class BaselineRequest:
+    """What the child needs to solve the baselines before the plan is known ([Note: a forked analysis])."""
+
+    time_limit_s: float
+    exact: bool
+    fleets: Callable[[Prepared], list]  # the iso-power and iso-cost fleets to solve (`compiler.driver.fleets_of`)
+
+
+def baseline_of(fields: dict) -> Baseline:
+    """A `Baseline` from its fields as JSON (`dataclasses.asdict`)."""
+    from compiler.ir.placement import Baseline, Objective
+
+    objective = Objective(**fields["objective"]) if fields["objective"] is not None else None
+    return Baseline(**{**fields, "objective": objective, "devices": tuple(tuple(d) for d in fields["devices"])})
 
 
 @dataclass(frozen=True)
@@ -201,12 +220,15 @@ class Analysis:
     for the rows, `close` always."""
 
     def __init__(self, prep: Prepared, objective: str, progress: Callable[[str], None] | None = None, *,
-                 fork: bool = True):
+                 fork: bool = True, baselines: BaselineRequest | None = None):
         self.prep, self.objective, self.progress = prep, objective, progress
         self.moves: list[Move] = []
         self.point: PlanPoint | None = None
-        self.child = _Child.start(prep, objective) if fork and _may_fork() else None
+        self.child = _Child.start(prep, objective, baselines) if fork and _may_fork() else None
         self.theirs: list[int] = []
+        #: The baselines the child solved to the proof, or None: not asked for, or no child, or it sent none.
+        self.baselines: list[Baseline] | None = None
+        self._asked = baselines is not None and self.child is not None
 
     def begin(self, sol: Solution) -> None:
         """The plan is known: hand the child its share of the moves."""
@@ -227,8 +249,13 @@ class Analysis:
         started = time.perf_counter()
         one = lambda i: evaluate(self.prep, self.point, self.objective, self.moves[i], self.progress)  # noqa: E731
         rows = dict(zip(mine, map(one, mine) if self.child is not None else concurrently(one, mine)))
+        if self._asked and self.child is not None:  # they come first through the pipe
+            self.baselines = self.child.receive_baselines(max(CHILD_GRACE_S, 2 * (time.perf_counter() - started)))
+            if self.baselines is None:  # gone or silent: its next message could still be these; stop listening
+                self.close()
         if self.theirs:
-            got = self.child.receive(max(CHILD_GRACE_S, 2 * (time.perf_counter() - started)))
+            got = self.child.receive(max(CHILD_GRACE_S, 2 * (time.perf_counter() - started))) \
+                if self.child is not None else None
             if got is None:
                 log.info("the sensitivity child sent nothing; solving its %d moves here", len(self.theirs))
                 got = dict(zip(self.theirs, concurrently(one, self.theirs)))
@@ -253,11 +280,11 @@ class _Child:
         self.process, self.to_child, self.from_child = process, to_child, from_child
 
     @staticmethod
-    def start(prep: Prepared, objective: str) -> _Child | None:
+    def start(prep: Prepared, objective: str, baselines: BaselineRequest | None) -> _Child | None:
         ctx = multiprocessing.get_context("fork")
         tasks, to_child = ctx.Pipe(duplex=False)
         from_child, results = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=_child_main, args=(prep, objective, tasks, results), daemon=True)
+        process = ctx.Process(target=_child_main, args=(prep, objective, baselines, tasks, results), daemon=True)
         try:
             process.start()
         except OSError as e:
@@ -286,6 +313,16 @@ class _Child:
         return {int(i): Sensitivity(r["factor"], r["change"], r["objective_change"], tuple(r["pools_added"]),
                                     tuple(r["pools_removed"]), r["solve_gap"]) for i, r in rows.items()}
 
+    def receive_baselines(self, timeout_s: float) -> list[Baseline] | None:
+        """The child's baselines, or None if it sent none in time."""
+        try:
+            if not self.from_child.poll(timeout_s):
+                return None
+            got = json.loads(self.from_child.recv_bytes())
+        except (EOFError, OSError):
+            return None
+        return [baseline_of(b) for b in got]
+
     def stop(self) -> None:
         for end in (self.to_child, self.from_child):
             end.close()
@@ -294,11 +331,17 @@ class _Child:
         self.process.join()
 
 
-def _child_main(prep: Prepared, objective: str, tasks, results) -> None:
-    """The child: wait for the plan and its share of the moves, evaluate them one after another, send the rows,
-    and leave without running the parent's exit handlers."""
+def _child_main(prep: Prepared, objective: str, baselines: BaselineRequest | None, tasks, results) -> None:
+    """The child: solve the baselines (if asked) and send them; wait for the plan and its share of the moves,
+    evaluate them one after another, send the rows, and leave without running the parent's exit handlers."""
     code = 0
     try:
+        if baselines is not None:
+            from compiler.place.baselines import baselines as solve_baselines
+
+            found = solve_baselines(prep.instance, objective, time_limit_s=baselines.time_limit_s,
+                                    fleets=baselines.fleets(prep), exact=baselines.exact, at_once=1)
+            results.send_bytes(json.dumps([asdict(b) for b in found]).encode())
         message = json.loads(tasks.recv_bytes())
         point = PlanPoint.from_json(message["point"])
         every = moves(prep)

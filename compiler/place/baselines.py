@@ -18,17 +18,17 @@ from typing import Sequence
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.placement import Baseline, Instance, Objective
 from compiler.place.greedy import AT_ARRIVAL_RATE, greedy, mix_rate
-from compiler.place.ilp import OPTIMAL_GAP, concurrently, solve
+from compiler.place.ilp import OPTIMAL_GAP, SOLVES_AT_ONCE, concurrently, solve
 
 
 def baselines(inst: Instance, objective: str, *, time_limit_s: float,
               fleets: Sequence[tuple[str, Instance | str]] = (), explain: bool = True,
-              gap: float = OPTIMAL_GAP, exact: bool = False) -> list[Baseline]:
+              gap: float = OPTIMAL_GAP, exact: bool = False, at_once: int = SOLVES_AT_ONCE) -> list[Baseline]:
     """Every baseline of `inst` for `objective`, in a fixed order: `fleets` (as given), vendor islands,
     no disaggregation, greedy. `explain` False leaves infeasible baselines without their binding families
     (cheaper: the pareto sweep solves many). Each solve stops within `gap` of its bound: the gap the plan
     itself reached, and pruned as the plan's (`exact` as in `compiler.place.ilp.solve`), so that plan and
-    baselines are compared at the same standard ([Note: baselines])."""
+    baselines are compared at the same standard ([Note: baselines]). `at_once` solves run at a time."""
     posed = [*fleets, ("vendor-islands", islands(inst)), ("no-disaggregation", colocated_only(inst))]
 
     def one(entry: tuple[str, Instance | str]) -> Baseline:
@@ -40,7 +40,7 @@ def baselines(inst: Instance, objective: str, *, time_limit_s: float,
     # then fill the other core while it solves, instead of leaving it to finish alone
     order = sorted(range(len(posed)), key=lambda i: -len(posed[i][1].options) if isinstance(posed[i][1], Instance)
                    else 0)
-    found = dict(zip(order, concurrently(one, [posed[i] for i in order])))
+    found = dict(zip(order, concurrently(one, [posed[i] for i in order], at_once)))
     return [*(found[i] for i in range(len(posed))), greedy_baseline(inst, objective)]
 
 

@@ -499,12 +499,14 @@ FEASIBILITY_LIMIT_S = 30.0
 SOLVES_AT_ONCE = 2
 
 
-def concurrently(solve_one: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """`solve_one` of each of `items`, `SOLVES_AT_ONCE` at a time, results in the order of `items`. Every solve
-    is deterministic on its own, so running several at once changes only the wall time."""
+def concurrently(solve_one: Callable[[T], R], items: Sequence[T], at_once: int = SOLVES_AT_ONCE) -> list[R]:
+    """`solve_one` of each of `items`, `at_once` at a time, results in the order of `items`. Every solve is
+    deterministic on its own, so running several at once changes only the wall time."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(SOLVES_AT_ONCE) as pool:
+    if at_once <= 1:
+        return list(map(solve_one, items))
+    with ThreadPoolExecutor(at_once) as pool:
         return list(pool.map(solve_one, items))
 
 

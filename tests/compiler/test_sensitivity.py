@@ -38,23 +38,29 @@ def test_a_move_that_only_worsens_an_unused_type_is_what_a_re_solve_finds(planne
 
 _FORKED = """
 import json, sys
-from compiler.driver import prepare
+from compiler.driver import fleets_of, prepare
+from compiler.place.baselines import baselines
 from compiler.place.ilp import solve
-from compiler.sensitivity import Analysis, sensitivity
+from compiler.sensitivity import Analysis, BaselineRequest, sensitivity
 
 prep = prepare("llama-tiny", sys.argv[1], sys.argv[2])
-shared = Analysis(prep, "throughput")  # before the first solve, one thread: the child starts here
-lost = Analysis(prep, "throughput")
+ask = BaselineRequest(time_limit_s=60.0, exact=False, fleets=fleets_of)
+shared = Analysis(prep, "throughput", baselines=ask)  # before the first solve, one thread: the child starts here
+lost = Analysis(prep, "throughput", baselines=ask)
+lost.child.process.kill()  # before it could answer anything
 sol = solve(prep.instance, "throughput")
 here = sensitivity(prep, sol, "throughput")
+base_here = baselines(prep.instance, "throughput", time_limit_s=60.0, fleets=fleets_of(prep))
 out = {"forked": shared.child is not None and lost.child is not None}
 try:
     shared.begin(sol)
     out["shared"] = len(shared.theirs)
     out["same"] = shared.finish() == here
+    out["same_baselines"] = shared.baselines == base_here
+    out["baselines"] = sorted({b.status for b in base_here})
     lost.begin(sol)
-    lost.child.process.kill()
     out["same_after_loss"] = lost.finish() == here
+    out["none_after_loss"] = lost.baselines is None
 finally:
     shared.close()
     lost.close()
@@ -65,8 +71,9 @@ print(json.dumps(out))
 @pytest.mark.slow  # whole compiles, 25-35 s on 2 cores (CI runs -m slow)
 def test_the_forked_child_returns_the_rows_this_process_would_and_its_loss_costs_only_time():
     """[Note: a forked analysis], in a fresh interpreter (one thread, as the CLI runs it): with a child, the rows
-    are those of the analysis run in-process, in the same order; a child killed before it answers leaves its
-    moves to the parent, with the same rows."""
+    and the baselines (JSON through a pipe) are those of the analysis and the baselines solved in-process, in
+    the same order; a child killed before it answers leaves its moves to the parent, with the same rows, and
+    no baselines (the compile then solves them itself)."""
     import json
     import os
     import subprocess
@@ -76,5 +83,7 @@ def test_the_forked_child_returns_the_rows_this_process_would_and_its_loss_costs
                           timeout=600, cwd=REPO, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out == {"forked": True, "shared": out["shared"], "same": True, "same_after_loss": True}
+    assert out == {"forked": True, "shared": out["shared"], "same": True, "same_after_loss": True,
+                   "same_baselines": True, "baselines": out["baselines"], "none_after_loss": True}
     assert out["shared"] >= 1
+    assert "optimal" in out["baselines"]  # some baseline was solved, not only skipped
