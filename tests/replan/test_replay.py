@@ -89,11 +89,18 @@ SLO_MARGIN = 0.005
 @pytest.mark.timeout(1200)
 def test_the_anti_flap_rules_stop_moves_undone_at_once_on_the_simulated_day(day):
     """The committed day through the day plan, replanning after every window, with the anti-flap rules off
-    (--cooldown 0 --forecast-error-weight 0) and at their defaults. Off, some change is undone within two
-    windows (a move made for one mix, moved back when the next window brought another); on, none is; every
-    change moved back within the cool-down clears the threshold plus its margin or is forced by a pool the
-    running plan would overload; the day's SLO attainment is not worse by more than SLO_MARGIN, with no more
-    replans."""
+    (--cooldown 0 --forecast-error-weight 0) and at their defaults. Off, some change is undone within the
+    cool-down for a gain the rules would not accept (a move made for one mix, moved back when the next window
+    brought another); on, every change moved back within the cool-down clears the threshold plus its margin or
+    is forced by a pool the running plan would overload, and some proposal was held for it; the day's SLO
+    attainment is not worse by more than SLO_MARGIN.
+
+    Counts of replans or reversals are not compared run for run: once a reversal is held the two days take
+    different paths, and which placement a later window's tied solves return (routes that differ by 1e-8 req/s
+    change the simulated measurements) decides whether a later, larger move is made and moved back with a gain
+    that clears the margin (one formulation of the same model undid nothing with the rules on; an equivalent
+    one, without the rows the SLO rows imply, undid a window-14 move at window 15 for +40.7%, as the rule
+    allows)."""
     from compiler.replan.replan import COOLDOWN_GAIN, COOLDOWN_WINDOWS, MIN_GAIN
 
     plan_dir, _compiled = day
@@ -101,11 +108,15 @@ def test_the_anti_flap_rules_stop_moves_undone_at_once_on_the_simulated_day(day)
     runs = {name: replay.simulate(plan_dir, requests, 15.0, replanning=True, progress=lambda _m: None, **kw)
             for name, kw in (("off", {"cooldown": 0, "forecast_weight": 0.0}), ("on", {}))}
     sums = {name: replay.totals(records, 15.0) for name, records in runs.items()}
-    flaps = {name: _undone(records, 2) for name, records in runs.items()}
-    print(sums, flaps)
-    assert flaps["off"] and not flaps["on"]
-    for window, _shape in _undone(runs["on"], COOLDOWN_WINDOWS):
-        record = runs["on"][window]
-        assert record["gain"] >= MIN_GAIN + COOLDOWN_GAIN or "would run a pool" in record["decision"], record
+    print(sums, {name: _undone(records, COOLDOWN_WINDOWS) for name, records in runs.items()})
+
+    def unearned(records):
+        """Reversals within the cool-down that neither clear the margin nor are forced."""
+        return [(w, shape) for w, shape in _undone(records, COOLDOWN_WINDOWS)
+                if (records[w].get("gain") or 0.0) < MIN_GAIN + COOLDOWN_GAIN
+                and "would run a pool" not in (records[w].get("decision") or "")]
+
+    assert unearned(runs["off"]), "the day has no flap for the rules to stop: the test no longer tests them"
+    assert not unearned(runs["on"]), [runs["on"][w] for w, _shape in unearned(runs["on"])]
+    assert any("moves back a recent change" in (r.get("decision") or "") for r in runs["on"])
     assert sums["on"]["slo_attainment"] >= sums["off"]["slo_attainment"] - SLO_MARGIN
-    assert sums["on"]["replans"] <= sums["off"]["replans"]
