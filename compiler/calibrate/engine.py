@@ -25,9 +25,21 @@ Steps:
    (`compiler/calibrate/vllm_bench.py`), fit and held-out points interleaved
    so that other load on the host falls on both alike; each point's result
    file is the benchmark client's own ``--save-result`` JSON, kept beside the
-   record.
+   record. A point whose stream stalled is run again ([Note: stalled streams]
+   in `compiler.calibrate.vllm_bench`; the report's ``stalled_reruns``).
 4. `fit_engine` on the fit rows (a held-out row is refused), `predict` for
    every row, the record saved.
+
+[Note: engine fit against measured peaks] The kernel efficiencies the engine fit
+chooses are shares of the device's peaks, so the peaks must be this host's: with
+no host calibration, cpu-host's are an assumption (40 GFLOP/s per core), which
+a two-core Xeon here beat 15-fold in bf16 (1.25 TFLOP/s measured: it has AMX),
+while a busy two-core EPYC's engine fit landed at 10% of it. Against the
+assumption the Xeon's fit ran into its grid's end (compute_eff 1.0) and
+predicted long prompts' TTFT 2-4x too slow (held out: 118% median error). So
+`calibrate_engine` measures the host first when it has no calibration
+(`compiler.calibrate.host.calibrate`, about a minute); on the same Xeon the
+held-out TTFT error was 16-26% over five runs (docs/fidelity-vllm-cpu.md).
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ from typing import Any, Callable, Sequence
 
 from backends.engines import VLLM_RELEASE
 from compiler.calibrate.engine_fit import FIT_PARAMS, Point, Row, fit_engine, predict
+from compiler.calibrate.vllm_bench import ATTEMPTS, stalled
 from compiler.ir.errors import BadInput, RuntimeFailure
 from compiler.ir.files import cache_dir
 
@@ -172,22 +185,31 @@ def sweep(points: Sequence[Point], note: Callable[[str], None]) -> tuple[list[Ro
             raise RuntimeFailure(f"vllm bench serve failed (exit {bench.returncode}); see {work / 'bench.log'}")
     finally:
         engines.stop()
-    rows = [_row(p, results / f"{_file(p)}.json") for p in points]
+    rows = [measured_row(p, results / f"{_file(p)}.json") for p in points]
+    reruns = json.loads((results / "reruns.json").read_text()) if (results / "reruns.json").exists() else {}
     return rows, {"engine_ready_s": round(ready_s, 1), "sweep_s": round(time.monotonic() - started - ready_s, 1),
-                  "engine_log": str(work / "engine.log"), "bench_log": str(work / "bench.log")}
+                  "engine_log": str(work / "engine.log"), "bench_log": str(work / "bench.log"),
+                  "stalled_reruns": reruns}
 
 
 def _file(p: Point) -> str:
     return f"c{p.concurrency}_i{p.input_len}_o{p.output_len}"
 
 
-def _row(p: Point, path: Path) -> Row:
+def measured_row(p: Point, path: Path) -> Row:
+    """`p` as ``vllm bench serve`` measured it in its result file `path`; a point with failed requests, or stalled
+    at every run ([Note: stalled streams]), is refused."""
     try:
         r = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise RuntimeFailure(f"vllm bench serve left no result for {p.name} ({e}); see {path.parent.parent}/bench.log")
     if r.get("failed") or r.get("completed") != p.requests:
         raise RuntimeFailure(f"{p.name}: {r.get('failed')} of {p.requests} requests failed; see {path}")
+    if stalled(r):
+        raise RuntimeFailure(f"{p.name}: the stream stalled at every one of {ATTEMPTS} runs (25th percentile of TPOT "
+                             f"{r['p25_tpot_ms']:.4f} ms: tokens reached the client in one piece; [Note: "
+                             f"stalled streams] in compiler/calibrate/vllm_bench.py); run calibrate again on a quieter "
+                             f"host; see {path}")
     return Row(p, r["median_ttft_ms"] / 1e3, r["median_tpot_ms"] / 1e3,
                (r["p25_ttft_ms"] / 1e3, r["p75_ttft_ms"] / 1e3), (r["p25_tpot_ms"] / 1e3, r["p75_tpot_ms"] / 1e3),
                str(path))
@@ -228,6 +250,12 @@ def calibrate_engine(device_id: str = DEVICE_ID, engine: str = "vllm", progress:
     if engine not in ENGINES:
         raise BadInput(f"calibrate --engine {engine}: only {', '.join(ENGINES)} runs on this host (vllm-cpu)")
     note = progress or (lambda _msg: None)
+    if load_calibration(DEVICE_ID) is None:  # [Note: engine fit against measured peaks]
+        from compiler.calibrate.host import calibrate
+
+        note(f"no calibration of {DEVICE_ID} yet: measuring this host's peaks first (gimletc calibrate --device "
+             f"{DEVICE_ID}, about a minute)")
+        calibrate(DEVICE_ID, note)
     graph, dep = base_deployment()
     rows, timing = sweep(points, note)
     fit_rows = [r for r in rows if not r.held_out]

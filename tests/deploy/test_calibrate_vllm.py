@@ -41,6 +41,26 @@ def test_the_fit_refuses_a_held_out_row():
         fit_engine(graph, dep, [row])
 
 
+def test_a_point_stalled_at_every_run_is_refused_and_a_streamed_one_read(tmp_path):
+    """[Note: stalled streams]: a result where a quarter of the requests got their tokens in one piece (25th
+    percentile of TPOT 3 us, a step no engine takes) is refused, naming the point; a streamed one is read as its
+    medians."""
+    from compiler.calibrate.engine import measured_row
+    from compiler.calibrate.engine_fit import Point
+    from compiler.ir.errors import RuntimeFailure
+
+    point = Point(4, 128, 64, 8)
+    result = {"completed": 8, "failed": 0, "median_ttft_ms": 20.0, "p25_ttft_ms": 18.0, "p75_ttft_ms": 25.0,
+              "median_tpot_ms": 2.5, "p25_tpot_ms": 0.003, "p75_tpot_ms": 2.7}
+    path = tmp_path / "c4.json"
+    path.write_text(json.dumps(result))
+    with pytest.raises(RuntimeFailure, match="c4 i128 o64: the stream stalled"):
+        measured_row(point, path)
+    path.write_text(json.dumps({**result, "p25_tpot_ms": 2.4}))
+    row = measured_row(point, path)
+    assert (row.ttft_s, row.tpot_s) == (0.020, 0.0025)
+
+
 def test_the_fit_recovers_a_known_engine_and_estimate_reads_its_record():
     """Simulated fit rows from a known engine: the fit predicts its held-out points, and `estimate` through the
     saved record gives what the fitted engine predicts; the record goes stale when the host is recalibrated."""
@@ -91,6 +111,9 @@ def test_calibrate_then_estimate_held_out_points_against_vllm(tmp_path, monkeypa
     done = run_cli("calibrate", "--device", "cpu-host", "--engine", "vllm", "--json", timeout=1400)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
+    # A fresh cache has no host calibration: the engine is fitted against the peaks measured first, not the
+    # assumed ones ([Note: engine fit against measured peaks]).
+    assert report["fitted_against"]["derate"].startswith("measured: gimletc calibrate"), report["fitted_against"]
     held = [r for r in report["rows"] if r["held_out"]]
     fit = {(r["concurrency"], r["input_len"], r["output_len"]) for r in report["rows"] if not r["held_out"]}
     assert len(held) >= 12
@@ -122,4 +145,5 @@ def test_calibrate_then_estimate_held_out_points_against_vllm(tmp_path, monkeypa
     ttft_err, tpot_err = statistics.median(ttft_ape), statistics.median(tpot_ape)
     if ttft_err > 0.20 or tpot_err > 0.10:  # the run above must work; only the accuracy is not there yet
         pytest.xfail(f"issue 21 acceptance not met yet: held-out median APE TTFT {ttft_err:.1%} (target 20%), "
-                     f"TPOT {tpot_err:.1%} (target 10%); first run 24.2% / 33.2% (docs/fidelity-vllm-cpu.md)")
+                     f"TPOT {tpot_err:.1%} (target 10%); on a quiet two-core Xeon, 15.8-25.9% / 5.8-11.7% over five "
+                     f"runs (docs/fidelity-vllm-cpu.md)")
