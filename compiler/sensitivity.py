@@ -301,27 +301,28 @@ class _Child:
         except OSError:
             return False
 
-    def receive(self, timeout_s: float) -> dict[int, Sensitivity] | None:
-        from compiler.ir.placement import Sensitivity
-
+    def _message(self, timeout_s: float):
+        """The child's next message (JSON), or None if it sent none in time or is gone."""
         try:
             if not self.from_child.poll(timeout_s):
                 return None
-            rows = json.loads(self.from_child.recv_bytes())
+            return json.loads(self.from_child.recv_bytes())
         except (EOFError, OSError):
+            return None
+
+    def receive(self, timeout_s: float) -> dict[int, Sensitivity] | None:
+        from compiler.ir.placement import Sensitivity
+
+        rows = self._message(timeout_s)
+        if rows is None:
             return None
         return {int(i): Sensitivity(r["factor"], r["change"], r["objective_change"], tuple(r["pools_added"]),
                                     tuple(r["pools_removed"]), r["solve_gap"]) for i, r in rows.items()}
 
     def receive_baselines(self, timeout_s: float) -> list[Baseline] | None:
         """The child's baselines, or None if it sent none in time."""
-        try:
-            if not self.from_child.poll(timeout_s):
-                return None
-            got = json.loads(self.from_child.recv_bytes())
-        except (EOFError, OSError):
-            return None
-        return [baseline_of(b) for b in got]
+        got = self._message(timeout_s)
+        return None if got is None else [baseline_of(b) for b in got]
 
     def stop(self) -> None:
         for end in (self.to_child, self.from_child):
