@@ -29,7 +29,7 @@ from pathlib import Path
 
 #: [Note: stalled streams]: a TPOT below this (ms) is no engine's step, and how many runs a point may take.
 STALLED_TPOT_MS = 0.1
-ATTEMPTS = 3
+ATTEMPTS = 4
 
 
 def stalled(result: dict) -> bool:
