@@ -110,38 +110,67 @@ def ffn_side(graph: BlockGraph, shape: AFShape) -> Deployment:
 def af_plans(graph: BlockGraph, shape: AFShape, batch: float, kv_tokens: float) -> tuple[MemoryPlan, MemoryPlan]:
     """Memory of one attention group (attention weights, the KV of `batch` sequences of `kv_tokens`) and of
     one FFN-side device (FFN or its share of the experts, embedding, head)."""
+    return _attn_plan(graph, shape, batch, kv_tokens), _ffn_plan(graph, shape)
+
+
+def _attn_plan(graph: BlockGraph, shape: AFShape, batch: float, kv_tokens: float) -> MemoryPlan:
     kv = graph.kv_bytes_per_sequence(kv_tokens, shape.attn.precision) * batch / shape.attn.group
-    plan_a = memory_plan(graph, shape.attn, kv, roles=ATTN_ROLES)
-    plan_f = memory_plan(graph, ffn_side(graph, shape), 0.0, roles=FFN_ROLES + EDGE_ROLES)
-    return plan_a, plan_f
+    return memory_plan(graph, shape.attn, kv, roles=ATTN_ROLES)
+
+
+def _ffn_plan(graph: BlockGraph, shape: AFShape) -> MemoryPlan:
+    return memory_plan(graph, ffn_side(graph, shape), 0.0, roles=FFN_ROLES + EDGE_ROLES)
 
 
 def af_decode_step(graph: BlockGraph, shape: AFShape, batch: float, context: float, *,
-                   plans: tuple[MemoryPlan, MemoryPlan] | None = None) -> AFStep:
+                   memo: dict | None = None) -> AFStep:
     """One decode step with `batch` sequences per attention group at `context` cached tokens; see
-    [Note: attention/FFN ping-pong]."""
+    [Note: attention/FFN ping-pong].
+
+    `memo` (a dict the caller keeps) holds each side's costing between calls: an M:N search costs one
+    attention group at a handful of micro-batch sizes and one FFN group at a handful of pooled token counts,
+    across hundreds of shapes. It is keyed by the deployments' identity, so it must not outlive them (one
+    search's `shape.attn` and `shape.ffn` objects)."""
+    memo = {} if memo is None else memo
     m, layers = shape.micro_batches, graph.num_layers
-    plan_a, plan_f = plans or af_plans(graph, shape, batch, context)
+    a, f = id(shape.attn), id(shape.ffn)
+    plan_a = _kept(memo, ("plan a", a, batch, context), lambda: _attn_plan(graph, shape, batch, context))
+    plan_f = _kept(memo, ("plan f", f, shape.ffn_groups), lambda: _ffn_plan(graph, shape))
     ffn_dep = ffn_side(graph, shape)
     moe = is_moe(graph)
     micro = batch / m
     pooled = shape.attn_groups * micro / (1 if moe else shape.ffn_groups)  # tokens one FFN costing sees
-    attn = blocks_time(graph, shape.attn, "decode", {"B": micro, "L": context}, plan_a, ATTN_ROLES)
-    ffn = blocks_time(graph, ffn_dep, "decode", {"B": pooled, "L": context}, plan_f, FFN_ROLES)
     seam = graph.residual_edge("decode")
     per_token = seam.act_bytes(B=1, L=context)
-    ta = attn.time_s / layers + _tp_allreduce_s(shape.attn, per_token * micro)
-    tf = ffn.time_s / layers + _tp_allreduce_s(shape.ffn, per_token * pooled)
+    attn, ta = _kept(memo, ("attn", a, batch, m, context), lambda: _side(
+        graph, shape.attn, shape.attn, ATTN_ROLES, micro, context, plan_a, per_token))
+    ffn, tf = _kept(memo, ("ffn", f, shape.ffn_groups, pooled, context), lambda: _side(
+        graph, ffn_dep, shape.ffn, FFN_ROLES, pooled, context, plan_f, per_token))
     fanout = min(_experts_per_token(graph), shape.ffn_groups) if moe else 1  # groups each token visits
     tc = _transfer_s(shape, per_token, micro, fanout)
     layer = max(m * max(ta, tf, tc), ta + tf + 2 * tc)
     tokens = shape.attn_groups * batch
-    edges = blocks_time(graph, ffn_dep, "decode", {"B": tokens / (1 if moe else shape.ffn_groups), "L": context},
-                        plan_f, EDGE_ROLES)
+    edge_tokens = tokens / (1 if moe else shape.ffn_groups)
+    edges = _kept(memo, ("edges", f, shape.ffn_groups, edge_tokens, context), lambda: blocks_time(
+        graph, ffn_dep, "decode", {"B": edge_tokens, "L": context}, plan_f, EDGE_ROLES))
     host = max(shape.attn.step_overhead_s, shape.ffn.step_overhead_s) + shape.attn.engine.seq_overhead_s * batch
     time = shape.attn.engine.step_s(layers * layer + edges.time_s, host)
     return AFStep(time, ta, tf, tc, _times(attn, m), _times(ffn, m, edges), 2 * layers * tokens * per_token * fanout,
                   plan_a, plan_f)
+
+
+def _kept(memo: dict, key: tuple, compute):
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
+def _side(graph: BlockGraph, costed: Deployment, group: Deployment, roles: tuple[str, ...], tokens: float,
+          context: float, plan: MemoryPlan, per_token: float) -> tuple[BlockTime, float]:
+    """One side's blocks at `tokens` per micro-batch, and its time per layer with the tensor-parallel
+    all-reduce of `group` (the FFN side of a MoE is costed over all its groups' devices, reduced within one)."""
+    t = blocks_time(graph, costed, "decode", {"B": tokens, "L": context}, plan, roles)
+    return t, t.time_s / graph.num_layers + _tp_allreduce_s(group, per_token * tokens)
 
 
 def _experts_per_token(graph: BlockGraph) -> int:

@@ -124,7 +124,7 @@ def _af_pair(graph: BlockGraph, cluster: Cluster, attn: Deployment, ffns: list[t
     inventory = cluster.inventory()
     room = af_plans(graph, _af_shape(cluster, attn, attn, 1, 1, 1), 0.0, 0.0)[0].kv_capacity_bytes * attn.group
     ffns = [(n, ffn) for n, ffn in ffns if af_plans(graph, _af_shape(cluster, attn, ffn, 1, n, 1), 0.0, 0.0)[1].fits]
-    out = []
+    out, memo = [], {}  # each side's costing, shared by the shapes of this pair (`af_decode_step`)
     for b in BATCHES:
         served = [c for c in classes if room >= max(c.kv_mean_bytes * b, c.kv_max_bytes)]
         if not served:
@@ -137,7 +137,7 @@ def _af_pair(graph: BlockGraph, cluster: Cluster, attn: Deployment, ffns: list[t
                     shape = _af_shape(cluster, attn, ffn, m_groups, n, micro)
                     if not _af_fits(inventory, shape):
                         break
-                    step = af_decode_step(graph, shape, b, served[0].shape.decode_context)
+                    step = af_decode_step(graph, shape, b, served[0].shape.decode_context, memo=memo)
                     per_watt = m_groups * b / step.time_s / _budget_w(cluster, shape)
                     if per_watt <= last:
                         break
@@ -145,7 +145,7 @@ def _af_pair(graph: BlockGraph, cluster: Cluster, attn: Deployment, ffns: list[t
                     if best is None or per_watt > best[0] * (1 + 1e-9):
                         best = (per_watt, shape)
         if best is not None:
-            out.append(_af_option(graph, best[1], b, served))
+            out.append(_af_option(graph, best[1], b, served, memo))
     return out
 
 
@@ -158,14 +158,14 @@ def _tdp(shape: AFShape) -> float:
     return shape.attn_devices * shape.attn.device.tdp_w + shape.ffn_devices * shape.ffn.device.tdp_w
 
 
-def _af_option(graph: BlockGraph, shape: AFShape, b: int, served: list[ClassDemand]) -> PoolOption:
+def _af_option(graph: BlockGraph, shape: AFShape, b: int, served: list[ClassDemand], memo: dict) -> PoolOption:
     sequences = shape.attn_groups * b
     services = []
     for c in served:
-        table = StepTable(tuple((float(shape.attn_groups * j), af_decode_step(graph, shape, j, c.shape.decode_context)
-                                 .time_s) for j in BATCHES if j <= b))
+        step_s = lambda j: af_decode_step(graph, shape, j, c.shape.decode_context, memo=memo).time_s  # noqa: E731
+        table = StepTable(tuple((float(shape.attn_groups * j), step_s(j)) for j in BATCHES if j <= b))
         services.append(ClassService(c.name, *decode_curve(table, sequences, c.shape.output_len, c.percentile)))
-    step = af_decode_step(graph, shape, b, served[0].shape.decode_context)
+    step = af_decode_step(graph, shape, b, served[0].shape.decode_context, memo=memo)
     power = sum(n * step_power_w(dep.device, time_s=step.time_s, compute_s=busy.compute_s, memory_s=busy.memory_s)
                 for n, dep, busy in ((shape.attn_devices, shape.attn, step.attn_busy),
                                      (shape.ffn_devices, shape.ffn, step.ffn_busy)))

@@ -7,6 +7,7 @@ pipeline bubble formula), never from the code under test.
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -182,6 +183,25 @@ def test_af_step_is_the_ring_s_slowest_stage_not_the_sum(moe):
     layer = max(2 * max(ta2, tf2, tc2), ta2 + tf2 + 2 * tc2)
     assert pingpong.time_s == pytest.approx(layers * layer + edges_and_host, rel=0.02)
     assert pingpong.time_s < serial.time_s
+
+
+def test_af_steps_sharing_a_memo_equal_steps_costed_alone(moe):
+    """An M:N search shares one memo of each side's costing over its shapes (`af_decode_step`): a key that
+    missed what a side depends on (batch, micro-batches, FFN groups, context) would hand one shape another's."""
+    from dataclasses import replace
+
+    from cost_models.af import AFShape, af_decode_step
+
+    one, two = _dep("nvidia-h100-sxm", 1, 1), _dep("nvidia-h100-sxm", 2, 2)
+    rng = random.Random(7)
+    memo: dict = {}
+    for _ in range(200):
+        shape = AFShape(one, rng.choice((one, two)), rng.choice((1, 2, 4, 8)), rng.choice((1, 2, 4)),
+                        rng.choice((1, 2, 3)), 50e9, 5e-6)
+        batch, context = rng.choice((8, 32, 128)), rng.choice((512, 1152))
+        shared = af_decode_step(moe, shape, batch, context, memo=memo)
+        alone = af_decode_step(moe, replace(shape, attn=replace(one), ffn=replace(shape.ffn)), batch, context)
+        assert shared == alone
 
 
 def test_af_beats_plain_decode_per_device_when_ping_pong_hides_transfers_and_loses_on_a_slow_link(moe):
