@@ -157,18 +157,18 @@ class Engine:
 _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhead and no extra scheduler cost"
 
 #: What the sweep fit shares across engines: the step costs of one step on Hopper GPUs. Host time per
-#: step ends at the lower bound of the fit and per sequence at 44 us: behind overlap scheduling
+#: step and per sequence both end at the lower bounds of the fit: behind overlap scheduling
 #: (all rows but vLLM <= 0.12) the host is mostly hidden, and the per-block and per-call overheads account for the launch floor: each
 #: kernel costs a few microseconds however little it computes, less but not nothing inside a CUDA graph
 #: (https://developer.nvidia.com/blog/cuda-graphs/), so a step of many small kernels (MoE routing, per-layer norms)
 #: has a floor in proportion to its calls. The kernels' efficiencies on the H100 and H200 are the devices'
 #: (`cost_models.derates.DEVICE_EFFS`, fitted on the same rows), not the engines'.
-_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=6.757e-06, op_overhead_s=4.094e-07, seq_overhead_s=4.382e-05)
+_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=2.056e-06, op_overhead_s=4.754e-07, seq_overhead_s=1e-08)
 _SHARED_SOURCE = SWEEP_FIT.format(rows="all 842 rows, shared by the three engines")
 
 
 #: The wave share of engines that mix prefill into decode steps ([Note: waves]).
-MIXED_WAVE_SHARE = 0.1405
+MIXED_WAVE_SHARE = 0.1485
 _MIXED_WAVE_SOURCE = SWEEP_FIT.format(rows="the trtllm and vllm rows together (engines that mix prefill into decodes)")
 
 
@@ -200,12 +200,12 @@ ENGINES: dict[str, Engine] = {
         ("step_overhead_s", "the device family's derate (cost_models/derates.py, fitted on the Gaudi tables)"),
         ("prefill_budget_tokens", "not modelled: optimum-habana prefills a static batch in one pass; the budget is "
                                   "the generic default"))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1115,
+    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1131,
                       admission_fraction=0.01),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.02868,
+    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.02938,
                     admission_fraction=0.01),
     "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, SGLANG_MIXING, mixes_prefill=False,
-                      request_overhead_s=0.05856, admission_fraction=0.03408),
+                      request_overhead_s=0.07597, admission_fraction=0.03221),
 }
 GENERIC = ENGINES["generic"]
 

@@ -68,6 +68,11 @@ class RequestShape:
         return self.input_len if self.prefill_tokens is None else max(1.0, self.prefill_tokens)
 
     @property
+    def cached_prompt(self) -> float:
+        """Prompt tokens found in the prefix cache: the computed ones attend to them too."""
+        return self.input_len - self.computed_prompt
+
+    @property
     def decode_context(self) -> float:
         """Mean context a decode step attends to, over the request's output tokens."""
         return self.input_len + self.output_len / 2
@@ -155,7 +160,8 @@ def loop_steps(graph: BlockGraph, dep: Deployment, concurrency: float, shape: Re
     mixed = _mixed_step(graph, bare, active, shape, active * prompt / out)
     wave_tokens = active * prompt
     wave_steps = max(1, math.ceil(wave_tokens / budget))
-    wave_batch = Batch(prefill_tokens=wave_tokens / wave_steps, prefill_requests=max(1.0, active / wave_steps))
+    wave_batch = Batch(prefill_tokens=wave_tokens / wave_steps, prefill_requests=max(1.0, active / wave_steps),
+                       prefill_before=shape.cached_prompt)
     wave = step(graph, bare, wave_batch, memory_plan(graph, bare))
     groups = block_groups(graph, "decode")
     blocks = sum(n for _b, n in groups)
@@ -263,7 +269,7 @@ def _mixed_step(graph: BlockGraph, dep: Deployment, decodes: float, shape: Reque
     kv = graph.kv_bytes_per_sequence(shape.kv_tokens, dep.precision) * max(decodes, 1.0) / dep.kv_devices
     plan = memory_plan(graph, dep, kv)
     full = Batch(decodes=decodes, context=shape.decode_context, prefill_tokens=chunk, prefill_requests=requests,
-                 prefill_context=(prompt + room) / 2 if chunked else None)
+                 prefill_before=shape.cached_prompt + ((prompt - room) / 2 if chunked else 0.0))
     carrying = mean = step(graph, dep, full, plan)
     if share < 1:
         alone = step(graph, dep, Batch(decodes=decodes, context=shape.decode_context), plan)
@@ -302,8 +308,11 @@ def decode_table(graph: BlockGraph, dep: Deployment, batches: tuple[int, ...], s
 
 def prefill_table(graph: BlockGraph, dep: Deployment, batches: tuple[int, ...], shape: RequestShape,
                   plan: MemoryPlan) -> StepTable:
-    return StepTable(tuple((float(b), step(graph, dep, Batch(prefill_tokens=b * shape.computed_prompt,
-                                                              prefill_requests=b), plan).time_s) for b in batches))
+    def prefill_s(b: int) -> float:
+        return step(graph, dep, Batch(prefill_tokens=b * shape.computed_prompt, prefill_requests=b,
+                                      prefill_before=shape.cached_prompt), plan).time_s
+
+    return StepTable(tuple((float(b), prefill_s(b)) for b in batches))
 
 
 Curve = tuple[tuple[float, float, float, float, float], ...]

@@ -142,9 +142,39 @@ def ops_work(block: Block, point: dict[str, float], precision: Precision,
     return out
 
 
+def keys_per_query(queries: float, before: float = 0.0, window: int | None = None) -> float:
+    """The mean keys a prefill query attends to: `queries` new tokens after `before` cached ones, each seeing
+    the keys up to its own position (at most `window` of them in a sliding-window block).
+
+    [Note: causal prefill] The traced prefill attention is `sdpa_flop_count`'s,
+    every one of S queries against all S keys: the polynomials count S x S
+    pairs. Causal kernels (FlashAttention, vLLM's and SGLang's prefill
+    kernels, PyTorch's with ``is_causal``) skip the pairs above the diagonal, so
+    query j (1-based) costs j keys, min(j, window) in a sliding window: the mean
+    over a prompt is (S + 1) / 2, half the traced count. The roofline scales a
+    prefill block's attention FLOPs by this mean over S; a chunk after `before`
+    cached tokens sees those too. At 1,024 tokens attention is 38% of
+    llama-mini's prefill FLOPs counted S x S (the model vLLM serves in
+    ``calibrate --engine``), so the causal count takes about a fifth off.
+
+    >>> keys_per_query(4), keys_per_query(2, before=2), keys_per_query(4, window=2)
+    (2.5, 3.5, 1.75)
+    """
+    if queries <= 0:
+        return 0.0
+    return (_keys_up_to(before + queries, window) - _keys_up_to(before, window)) / queries
+
+
+def _keys_up_to(n: float, window: int | None) -> float:
+    """Keys the first `n` queries attend to together: sum over j = 1..n of min(j, window)."""
+    if not window or n <= window:
+        return n * (n + 1) / 2
+    return window * (window + 1) / 2 + (n - window) * window
+
+
 def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: DeviceSpec, *, precision: Precision,
                     derate: Derate, shards: int = 1, tiers: TierSplit | None = None,
-                    kv_tiers: TierSplit | None = None, attention_scale: Sequence[float] | None = None,
+                    kv_tiers: TierSplit | None = None, prefill_before: Sequence[float] | None = None,
                     kv_shards: float | None = None) -> BlockTime:
     """One engine step that runs several batches through the same block, e.g. a colocated step's decodes
     (a decode block at (B, L)) and prefill chunk (its prefill twin at (B, S)).
@@ -153,9 +183,9 @@ def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: Dev
     FLOPs, KV and activation bytes add up, but its weights are read once
     (routed experts: the fraction all the step's tokens touch together). Each
     merged op is then bound by compute or memory on its own, as in `block_time`.
-    `kv_shards` as in `block_time`. `attention_scale` multiplies each part's attention FLOPs (a prefill chunk
-    attends to the context before it, which its (B, S) polynomial does not see);
-    a sliding-window block's prefill queries see at most its window of keys.
+    `kv_shards` as in `block_time`. A prefill block's attention FLOPs are those of its queries' causal keys
+    ([Note: causal prefill]); `prefill_before` gives, per part, the tokens already cached before its S queries
+    (a later chunk of a prompt, draft tokens after a context; default 0: a whole prompt).
     """
     peak, at = compute_peak(device, precision.compute or precision.weights)
     tiers = tiers or fastest_tier(device)
@@ -165,9 +195,10 @@ def step_block_time(parts: Sequence[tuple[Block, dict[str, float]]], device: Dev
     touched = expert_touch_fraction(tokens, head.experts, head.experts_per_token) if head.experts else 1.0
     merged: dict[tuple[str, str, bool], list[float]] = {}
     for i, (block, point) in enumerate(parts):
-        scale = attention_scale[i] if attention_scale else 1.0
-        if block.window_tokens and block.phase == "prefill" and point.get("S", 0) > block.window_tokens:
-            scale = min(scale, block.window_tokens / point["S"])  # a query sees its window, not all S x S
+        scale = 1.0
+        if block.phase == "prefill" and point.get("S", 0) > 0:
+            queries = point["S"]
+            scale = keys_per_query(queries, prefill_before[i] if prefill_before else 0.0, block.window_tokens) / queries
         seen = block.at(point)  # a sliding window caps what a decode step attends to
         for key, w in ops_work(block, seen, precision, touched):
             m = merged.setdefault(key, [0.0, 0.0, 0.0, 0.0])

@@ -271,9 +271,9 @@ def blocks_time(graph: BlockGraph, dep: Deployment, phase: str, point: dict[str,
 class Batch:
     """What one engine step carries: `decodes` sequences one token each, and prefill chunks.
 
-    ``prefill_tokens`` prompt tokens of ``prefill_requests`` requests are computed this step;
-    each prefill query attends to ``prefill_context`` keys on average (None: its own chunk,
-    the S x S convention of the traced prefill; more when a chunk follows earlier ones).
+    ``prefill_tokens`` prompt tokens of ``prefill_requests`` requests are computed this step,
+    after ``prefill_before`` tokens of each already cached on average (0: whole prompts; a later
+    chunk, or verified draft tokens, attend to those too: [Note: causal prefill] in `cost_models.roofline`).
     The head computes logits at each request's last position only, as serving engines do
     (context logits are off by default: ``return_context_logits`` in TensorRT-LLM,
     https://nvidia.github.io/TensorRT-LLM/features/additional-outputs.html; vLLM samples at
@@ -284,7 +284,7 @@ class Batch:
     context: float = 0.0
     prefill_tokens: float = 0.0
     prefill_requests: float = 1.0
-    prefill_context: float | None = None
+    prefill_before: float = 0.0
     every_logit: bool = False
 
     @property
@@ -353,7 +353,8 @@ def step(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan, *,
 def _slice(batch: Batch, m: float) -> Batch:
     """One of `m` equal micro-batches of `batch`: groups of sequences, whole prompts, or chunks of prompts.
 
-    A chunk's queries attend to as many keys as the whole prompt's, so the chunks together do its attention.
+    A prompt cut into chunks of c tokens has (prompt - c) / 2 tokens cached before a chunk on average, so the
+    chunks together do its causal attention.
     """
     if m <= 1:
         return batch
@@ -363,7 +364,7 @@ def _slice(batch: Batch, m: float) -> Batch:
         return replace(batch, decodes=batch.decodes / m, prefill_tokens=tokens, prefill_requests=max(requests, 1.0))
     prompt = batch.prefill_tokens / batch.prefill_requests
     return replace(batch, decodes=batch.decodes / m, prefill_tokens=tokens, prefill_requests=1.0,
-                   prefill_context=batch.prefill_context or prompt)
+                   prefill_before=batch.prefill_before + (prompt - tokens) / 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,25 +388,23 @@ class _Pass:
 def _pass(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan) -> _Pass:
     decode_point = {"B": batch.decodes, "L": batch.context}
     prefill_point = None
-    scale = 1.0
     if batch.prefill_tokens:
         per_request = batch.prefill_tokens / batch.prefill_requests
         prefill_point = {"B": batch.prefill_requests, "S": per_request}
-        scale = max(1.0, (batch.prefill_context or per_request) / per_request)
     twins = _twins(graph) if batch.decodes and prefill_point else {}
     comp = mem = over = total = 0.0
     for b, n in block_groups(graph, "decode" if batch.decodes else "prefill"):
-        parts, scales = [], []
+        parts, before = [], []
         if batch.decodes:
             parts.append((b, decode_point))
-            scales.append(1.0)
+            before.append(0.0)
         if prefill_point is not None:
             last_only = b.role == "head" and not batch.every_logit
             parts.append((twins[b.name] if batch.decodes else b, {**prefill_point, "S": 1.0} if last_only
                           else prefill_point))
-            scales.append(scale)
+            before.append(batch.prefill_before)
         t: BlockTime = step_block_time(parts, dep.device, precision=dep.precision, derate=dep.derate, shards=dep.tp,
-                                       tiers=plan.weight_tiers, kv_tiers=plan.kv_tiers, attention_scale=scales,
+                                       tiers=plan.weight_tiers, kv_tiers=plan.kv_tiers, prefill_before=before,
                                        kv_shards=dep.kv_shards)
         total, comp, mem, over = total + n * t.time_s, comp + n * t.compute_s, mem + n * t.memory_s, over + n * t.overhead_s
     residual = 0.0
@@ -451,14 +450,15 @@ def decode_step(graph: BlockGraph, dep: Deployment, batch: float, context: float
 
 
 def prefill_time(graph: BlockGraph, dep: Deployment, batch: float, prompt: float, *, chunk_tokens: int | None = None,
-                 plan: MemoryPlan | None = None, micro_batches: float | None = None) -> StepTime:
-    """Prefill `batch` prompts of `prompt` tokens; with `chunk_tokens`, in chunks of that many tokens.
+                 plan: MemoryPlan | None = None, micro_batches: float | None = None, before: float = 0.0) -> StepTime:
+    """Prefill `batch` prompts of `prompt` tokens, each after `before` tokens already cached (a prefix-cache hit);
+    with `chunk_tokens`, in chunks of that many tokens.
 
-    A chunked prefill does the same work plus one step overhead per extra chunk
-    (attention over earlier chunks is already in the S x S term).
+    A chunked prefill does the same work plus one step overhead per extra chunk (the chunks' causal attention
+    adds up to the whole prompt's).
     """
     plan = plan or memory_plan(graph, dep, graph.kv_bytes_per_sequence(prompt, dep.precision) * batch / dep.kv_devices)
-    whole = step(graph, dep, Batch(prefill_tokens=batch * prompt, prefill_requests=batch), plan,
+    whole = step(graph, dep, Batch(prefill_tokens=batch * prompt, prefill_requests=batch, prefill_before=before), plan,
                  micro_batches=micro_batches)
     if not chunk_tokens or chunk_tokens >= prompt * batch:
         return whole

@@ -113,7 +113,7 @@ def speculative_round(graph: BlockGraph, target: Deployment, drafting: Drafting,
     plan = plan or memory_plan(graph, target, graph.kv_bytes_per_sequence(context, target.precision) * batch
                                / target.group)
     verify = step(graph, target, Batch(decodes=batch, context=context, prefill_tokens=batch * k,
-                                       prefill_requests=batch, prefill_context=context, every_logit=True), plan)
+                                       prefill_requests=batch, prefill_before=context, every_logit=True), plan)
     tokens = expected_tokens(drafting.acceptance, k)
     arrivals = batch * tokens / max(output_len, 1.0)  # requests that start per round
     draft = _sum(((k, decode_step(drafting.graph, drafting.step_dep, batch, context)),

@@ -39,7 +39,8 @@ assumption the Xeon's fit ran into its grid's end (compute_eff 1.0) and
 predicted long prompts' TTFT 2-4x too slow (held out: 118% median error). So
 `calibrate_engine` measures the host first when it has no calibration
 (`compiler.calibrate.host.calibrate`, about a minute); on the same Xeon the
-held-out TTFT error was 16-26% over five runs (docs/fidelity-vllm-cpu.md).
+held-out TTFT error was 16-26% over five runs, and 11% once prefill attention
+was counted causally (docs/fidelity-vllm-cpu.md).
 """
 
 from __future__ import annotations

@@ -150,7 +150,8 @@ def _replica_options(graph: BlockGraph, dep: Deployment, classes: list[ClassDema
         for c in served:
             table = prefill_table(graph, dep, tuple(j for j in PREFILL_BATCHES if j <= k), c.shape, plan)
             prefill.append(ClassService(c.name, *prefill_curve(table, k, dep.engine.request_overhead_s, c.percentile)))
-        step = prefill_time(graph, dep, k, served[0].shape.computed_prompt, plan=plan)
+        step = prefill_time(graph, dep, k, served[0].shape.computed_prompt, plan=plan,
+                            before=served[0].shape.cached_prompt)
         out.append(_option(f"prefill:{shape}:b{k}", "prefill", dep, k, step, prefill, plan))
     return out
 
@@ -169,7 +170,8 @@ def _mixed_step_at(graph: BlockGraph, dep: Deployment, batch: int, c: ClassDeman
     tokens = min(batch * prompt / out, max(1.0, dep.engine.prefill_budget_tokens - batch))
     kv_plan = memory_plan(graph, dep, c.kv_mean_bytes * batch / dep.group)
     return engine_step(graph, dep, Batch(decodes=batch, context=c.shape.decode_context, prefill_tokens=tokens,
-                                         prefill_requests=tokens / prompt if prompt else 0.0), kv_plan)
+                                         prefill_requests=tokens / prompt if prompt else 0.0,
+                                         prefill_before=c.shape.cached_prompt), kv_plan)
 
 
 def _option(key: str, kind: str, dep: Deployment, batch: int, step: StepTime, services: list[ClassService],

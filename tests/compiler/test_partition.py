@@ -174,8 +174,9 @@ def test_sliding_window_decode_and_kv_follow_the_window(tmp_path):
 
 
 def test_sliding_window_prefill_work_grows_linearly_past_the_window(tmp_path):
-    """A Mistral-style query sees at most 32 keys: past the window a layer's prefill work doubles with the prompt,
-    where full attention's S x S scores more than double it."""
+    """A Mistral-style query sees at most 32 keys: past the window each query adds 32 keys of attention, so a
+    layer's prefill work grows by the same amount for each further 256 tokens, where full causal attention's
+    grows faster with every step ([Note: causal prefill] in cost_models/roofline.py)."""
     from backends.registry import device
     from compiler.driver import block_graph
     from cost_models.derates import Derate
@@ -185,6 +186,6 @@ def test_sliding_window_prefill_work_grows_linearly_past_the_window(tmp_path):
     attn = next(b for b in g.phase_blocks("prefill") if b.role == "attn")
     h100, ideal = device("nvidia-h100-sxm"), Derate.ideal()
     work = lambda b, s: block_time(b, {"B": 1, "S": s}, h100, precision=BF16, derate=ideal).compute_s  # noqa: E731
-    assert work(attn, 512) == pytest.approx(2 * work(attn, 256), rel=1e-9)
+    assert work(attn, 768) - work(attn, 512) == pytest.approx(work(attn, 512) - work(attn, 256), rel=1e-9)
     full = replace(attn, window_tokens=None)
-    assert work(full, 512) > 2.5 * work(full, 256)
+    assert work(full, 768) - work(full, 512) > 1.5 * (work(full, 512) - work(full, 256))

@@ -315,9 +315,10 @@ def test_new_catalog_devices(device_id, key, expected):
 
 
 # ----------------------------------------------------------------- wafer decode at a few ms, HBM decode when relaxed
-def test_decode_runs_on_the_wafer_at_5_ms_and_moves_to_hbm_devices_at_50_ms():
+def test_decode_runs_on_the_wafer_at_5_ms_and_moves_to_hbm_devices_at_100_ms():
     """A fleet of Trainium2, CS-3 and H100 serving Llama-3.1-70B, most tokens per watt: at TPOT <= 5 ms only the
-    wafer's SRAM decodes fast enough; at 50 ms decode moves to HBM devices, which serve more per watt there."""
+    wafer's SRAM decodes fast enough; at 100 ms decode moves to HBM devices, which serve more per watt there. (At
+    50 ms the wafer still leads, by 6% per watt, since the sweeps' refit put the H100's mem_eff at 0.8, not 0.9.)"""
     from backends.registry import device
     from compiler.driver import prepare
 
@@ -331,7 +332,7 @@ def test_decode_runs_on_the_wafer_at_5_ms_and_moves_to_hbm_devices_at_50_ms():
         return {o.kv_device for o, _n in sol.used() if o.kind in ("colocated", "decode", "decode-af")}
 
     assert decoders(0.005) == {"cerebras-cs3"}
-    relaxed = decoders(0.050)
+    relaxed = decoders(0.100)
     assert relaxed and "cerebras-cs3" not in relaxed
     assert all(device(d).memory[0].name == "hbm" for d in relaxed)
 

@@ -77,19 +77,18 @@ def test_claim_c_paged_kv_triples_capacity_when_mean_is_a_third_of_max(graphs):
     assert paged / contiguous == pytest.approx(3.0, rel=0.05)
 
 
-def test_claim_d_wafer_scale_wins_per_user_gpus_win_per_watt(graphs):
+def test_claim_d_wafer_scale_wins_per_user(graphs):
+    """Four CS-3 systems decode one user more than 5x faster than eight H100s. Not asserted: that the GPUs win per
+    watt at full batch. The model puts the two within 3% there (4 CS-3 at 67 sequences against 8 H100 at 1,043,
+    1,024 + 256 tokens each), and which leads turned on the H100's fitted mem_eff (0.9: the GPUs by 0.5%; 0.8: the
+    wafers by 2.5%): a tie the model cannot call."""
     from compiler.cost.estimate import estimate
 
     g = graphs["llama-3.1-70b"]
     # Four CS-3 systems hold 70B in on-wafer SRAM, one pipeline stage of layers each (no NVLink-like fabric for TP).
     cs3 = estimate(g, _dep("cerebras-cs3", 4, 1, pp=4), input_len=1024, output_len=256, batch=1)
     h100_b1 = estimate(g, _dep("nvidia-h100-sxm", 8, 8), input_len=1024, output_len=256, batch=1)
-    # Per watt, each at the most sequences it holds: the wafers' KV room, not their speed, is what they lack.
-    h100_big = estimate(g, _dep("nvidia-h100-sxm", 8, 8), input_len=1024, output_len=256, batch="max")
-    cs3_big = estimate(g, _dep("cerebras-cs3", 4, 1, pp=4), input_len=1024, output_len=256, batch="max")
     assert cs3.tokens_per_s_per_user > 5 * h100_b1.tokens_per_s_per_user
-    per_watt = lambda r: r.output_tokens_per_s / r.power_w  # noqa: E731
-    assert per_watt(h100_big) > per_watt(cs3_big)
 
 
 def test_memory_plan_and_not_fitting(graphs):
@@ -176,3 +175,61 @@ def test_gpt_oss_weighs_what_its_checkpoint_stores():
     assert g.weight_bytes(Precision.of("fp4")) < 0.95 * 63e9
     moe = next(b for b in g.phase_blocks("decode") if b.role == "moe")
     assert moe.weight_bytes(stored) == pytest.approx(moe.expert_params * 0.5 + (moe.weight_params - moe.expert_params) * 2)
+
+
+def _attention_flops_per_key(tiny_graph, step_at):
+    """A prefill's compute time is a + b S + c (total keys its S queries attend to): every op but attention is
+    linear in S. With queries S, S + k, S + 2k the second difference is c k^2 for causal keys (S (S + 1) / 2) and
+    2 c k^2 for all S x S pairs; returned: c x peak, the FLOPs of one query-key pair over the whole model."""
+    from backends.registry import device
+    from compiler.ir.precision import Precision
+    from cost_models.roofline import compute_peak
+
+    h100 = device("nvidia-h100-sxm")
+    peak, _ = compute_peak(h100, Precision.of("bf16").weights)
+    s, k = 512, 256
+    t = [step_at(h100, s + i * k) for i in range(3)]
+    return (t[2] - 2 * t[1] + t[0]) / k**2 * peak
+
+
+def test_a_prefill_attends_causally_as_engines_compute_it(tiny_graph):
+    """Causal kernels compute the S (S + 1) / 2 query-key pairs on and below the diagonal, not the traced S x S
+    ([Note: causal prefill]): two matmuls (scores, then values) of 2 FLOPs per multiply-add over head_dim, per
+    head and layer, from the model's config."""
+    from cost_models.derates import Derate
+    from cost_models.serving import Batch, Deployment, memory_plan, step
+
+    import json
+    from pathlib import Path
+
+    import compiler.inputs
+
+    g = tiny_graph("llama-tiny")
+    cfg = json.loads((Path(compiler.inputs.__file__).parent / "presets" / "llama-tiny.json").read_text())
+    heads, head_dim, layers = cfg["num_attention_heads"], cfg["head_dim"], cfg["num_hidden_layers"]
+
+    def compute_s(device, prompt):
+        dep = Deployment(device, 1, Derate.ideal())
+        return step(g, dep, Batch(prefill_tokens=prompt), memory_plan(g, dep)).compute_s
+
+    per_pair = _attention_flops_per_key(tiny_graph, compute_s)
+    assert per_pair == pytest.approx(2 * 2 * head_dim * heads * layers, rel=1e-6)
+
+
+def test_a_chunk_attends_to_the_tokens_cached_before_it(tiny_graph):
+    """A chunk of c queries after p cached tokens attends to c p + c (c + 1) / 2 keys: its compute grows by
+    per-pair FLOPs x c for each token cached before it."""
+    from backends.registry import device
+    from compiler.ir.precision import Precision
+    from cost_models.derates import Derate
+    from cost_models.roofline import compute_peak
+    from cost_models.serving import Batch, Deployment, memory_plan, step
+
+    g = tiny_graph("llama-tiny")
+    dep = Deployment(device("nvidia-h100-sxm"), 1, Derate.ideal())
+    at = lambda before: step(g, dep, Batch(prefill_tokens=128, prefill_before=before),  # noqa: E731
+                             memory_plan(g, dep)).compute_s
+    per_pair = _attention_flops_per_key(tiny_graph, lambda d, s: step(
+        g, dep, Batch(prefill_tokens=s), memory_plan(g, dep)).compute_s)
+    peak, _ = compute_peak(dep.device, Precision.of("bf16").weights)
+    assert (at(1000) - at(0)) * peak == pytest.approx(per_pair * 128 * 1000, rel=1e-6)

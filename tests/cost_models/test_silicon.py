@@ -265,7 +265,7 @@ def test_round_time_counts_drafts_verify_and_transfers(g70):
     r = speculative_round(g70, target, drafting, 16, 1152, 1024, 256)
     plan = memory_plan(g70, target, g70.kv_bytes_per_sequence(1152, BF16) * 16 / 4)
     verify = step(g70, target, Batch(decodes=16, context=1152, prefill_tokens=64, prefill_requests=16,
-                                     prefill_context=1152, every_logit=True), plan).time_s  # logits for every draft
+                                     prefill_before=1152, every_logit=True), plan).time_s  # logits for every draft
     tokens = 1 + 0.8 + 0.8**2 + 0.8**3 + 0.8**4
     drafts = 4 * decode_step(draft_graph, drafter, 16, 1152).time_s \
         + 16 * tokens / 256 * prefill_time(draft_graph, drafter, 1, 1024).time_s

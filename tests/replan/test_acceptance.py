@@ -75,7 +75,9 @@ def test_a_shift_to_documents_moves_capacity_toward_prefill(day, truth_options, 
 
 def test_tpot_measured_above_the_prediction_is_corrected_within_five_percent(day, truth_options, tmp_path):
     """The engines' TPOT is 1.3x what the plan predicts, at the plan's own load; the replan's corrected prediction
-    of each decoding pool's TPOT is within 5% of what was measured, which is within 1% of 1.3 x plan.json's."""
+    of each decoding pool's TPOT is within 5% of what was measured, which is within 1% of 1.3 x plan.json's. A pool
+    the plan runs at its curve's end (no SLO binds below the highest utilisation modelled) has no room for slower
+    tokens: the replan names it overloaded and fits no factor to it."""
     from compiler.replan.simulate import Truth
 
     plan_dir, compiled = day
@@ -89,6 +91,10 @@ def test_tpot_measured_above_the_prediction_is_corrected_within_five_percent(day
     ran = {}  # the TPOT the engines ran at, by pool (s)
     for p in decoders:
         f = by_pool[p.name]
+        end = min(options[base_key(p.option)].service(c.name).curve[-1][0] for c in p.predicted_classes)
+        if p.predicted_utilisation >= end - 1e-6:
+            assert f.tpot is None and f.note.startswith("overloaded"), (p.name, f.note)
+            continue
         # the engines' inter-token histogram counts output tokens after the first: chat 255, docs 127 (the workload)
         tokens = {c.name: c.requests_per_s * {"chat": 255, "docs": 127}[c.name] for c in p.predicted_classes}
         predicted = sum(tokens[c.name] * c.tpot_p50_ms for c in p.predicted_classes) / sum(tokens.values()) / 1e3
@@ -97,6 +103,7 @@ def test_tpot_measured_above_the_prediction_is_corrected_within_five_percent(day
         assert f.tpot.corrected_s == pytest.approx(f.tpot.measured_s, rel=0.05), p.name
         print(f"{p.name}: plan {predicted * 1e3:.3f} ms, measured {f.tpot.measured_s * 1e3:.3f} ms, corrected "
               f"prediction {f.tpot.corrected_s * 1e3:.3f} ms (factor {f.tpot.factor:.3f})")
+    assert ran  # some pool had room to be measured slower
     _moves_only_if_the_optimum_moves(r)
     _agrees_with_a_fresh_compile_at_a_slower_memory(r, compiled, ran)
 
