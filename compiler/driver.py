@@ -379,7 +379,7 @@ def _placed(prep: Prepared, analysis, *, objective: str, time_limit_s: float, ba
         if not sol.feasible:
             raise Infeasible(explain(prep.graph.model, prep.instance, sol))
     if analysis is not None:
-        analysis.begin(sol)  # the child starts on its share of the moves now
+        analysis.begin(sol)  # the child starts taking moves now
     draft_graph = prep.draft.graph if prep.draft is not None else None
     emit = lambda base, moved: emit_plan(prep.graph, prep.cluster, prep.workload, prep.precision,  # noqa: E731
                                          prep.instance, sol, base, moved, draft_graph=draft_graph)

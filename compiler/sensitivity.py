@@ -10,9 +10,10 @@ runs one thread (a fork copies no other thread, nor the locks it may hold, and H
 own). The baselines do not depend on the plan, so the child solves them first, on the other core while
 this process solves the placement (to the proof: `compiler.driver` solves them again here in the rare case
 that the plan stops short of its proof, [Note: baselines]). Once the placement is known the child gets the
-plan (value, replicas, pools, device types used: JSON over a pipe, no pickle) and a share of the moves, and
-works through them while this process writes plan.json and solves its own share; the child's baselines and
-`Sensitivity` rows come back as JSON. Every solve is deterministic on its own, so the rows are the same
+plan (value, replicas, pools, device types used: JSON over a pipe, no pickle), and both processes take the
+moves one at a time from a shared counter while this process also writes plan.json: whichever is free takes the
+next, so neither waits on a share that turned out slow (the child's baselines, one hard re-solve). The child's
+baselines and `Sensitivity` rows come back as JSON. Every solve is deterministic on its own, so the rows are the same
 whichever process solved them. A child that cannot start, dies or stays silent past its deadline costs only
 time: its baselines and moves are then solved here.
 """
@@ -39,8 +40,6 @@ log = logging.getLogger(__name__)
 #: How far each uncertain factor moves, both ways.
 SENSITIVITY_CHANGE = 0.2
 SENSITIVITY_FIELDS = ("compute_eff", "mem_eff")
-#: Of every five moves, the child takes these: it solved the baselines meanwhile.
-CHILD_SHARE = (1, 3)
 #: Seconds to wait for the child beyond the time this process took for its own share, at least.
 CHILD_GRACE_S = 60.0
 
@@ -225,47 +224,56 @@ class Analysis:
         self.moves: list[Move] = []
         self.point: PlanPoint | None = None
         self.child = _Child.start(prep, objective, baselines) if fork and _may_fork() else None
-        self.theirs: list[int] = []
+        self.solved_by_child = 0  # moves the child evaluated (`finish`)
         #: The baselines the child solved to the proof, or None: not asked for, or no child, or it sent none.
         self.baselines: list[Baseline] | None = None
         self._asked = baselines is not None and self.child is not None
 
     def begin(self, sol: Solution) -> None:
-        """The plan is known: hand the child its share of the moves."""
+        """The plan is known: the child starts on the moves."""
         self.point = PlanPoint.of(sol)
         self.moves = moves(self.prep)
-        if self.child is not None:
-            self.theirs = [i for i in range(len(self.moves)) if i % 5 in CHILD_SHARE]
-            if not self.child.send({"point": self.point.to_json(), "moves": self.theirs}):
-                self.child, self.theirs = None, []
+        if self.child is not None and not self.child.send({"point": self.point.to_json()}):
+            self.child = None
 
     def finish(self) -> list[Sensitivity]:
         """Every move's row, in the order of `moves`."""
         from compiler.place.ilp import concurrently
 
         assert self.point is not None, "begin() first"
-        theirs = set(self.theirs)
-        mine = [i for i in range(len(self.moves)) if i not in theirs]
+        n = len(self.moves)
         started = time.perf_counter()
         one = lambda i: evaluate(self.prep, self.point, self.objective, self.moves[i], self.progress)  # noqa: E731
-        rows = dict(zip(mine, map(one, mine) if self.child is not None else concurrently(one, mine)))
+        rows: dict[int, Sensitivity] = {}
+        if self.child is not None:
+            while (i := _take(self.child.taken, n)) is not None:
+                rows[i] = one(i)
         if self._asked and self.child is not None:  # they come first through the pipe
             self.baselines = self.child.receive_baselines(max(CHILD_GRACE_S, 2 * (time.perf_counter() - started)))
             if self.baselines is None:  # gone or silent: its next message could still be these; stop listening
                 self.close()
-        if self.theirs:
-            got = self.child.receive(max(CHILD_GRACE_S, 2 * (time.perf_counter() - started))) \
-                if self.child is not None else None
-            if got is None:
-                log.info("the sensitivity child sent nothing; solving its %d moves here", len(self.theirs))
-                got = dict(zip(self.theirs, concurrently(one, self.theirs)))
+        if self.child is not None:
+            got = self.child.receive(max(CHILD_GRACE_S, 2 * (time.perf_counter() - started))) or {}
+            self.solved_by_child = len(got)
             rows.update(got)
-        return [rows[i] for i in range(len(self.moves))]
+        missing = [i for i in range(n) if i not in rows]
+        if self.child is not None and missing:
+            log.info("the sensitivity child sent nothing; solving its %d moves here", len(missing))
+        rows.update(zip(missing, concurrently(one, missing)))
+        return [rows[i] for i in range(n)]
 
     def close(self) -> None:
         if self.child is not None:
             self.child.stop()
             self.child = None
+
+
+def _take(taken, n: int) -> int | None:
+    """The next move no process has taken (a counter shared across the fork), or None when all are taken."""
+    with taken.get_lock():
+        i = taken.value
+        taken.value = i + 1
+    return i if i < n else None
 
 
 def _may_fork() -> bool:
@@ -276,15 +284,18 @@ def _may_fork() -> bool:
 class _Child:
     """The forked process and its two pipes."""
 
-    def __init__(self, process, to_child, from_child):
+    def __init__(self, process, to_child, from_child, taken):
         self.process, self.to_child, self.from_child = process, to_child, from_child
+        self.taken = taken  # the next move's index, shared with the child (`_take`)
 
     @staticmethod
     def start(prep: Prepared, objective: str, baselines: BaselineRequest | None) -> _Child | None:
         ctx = multiprocessing.get_context("fork")
         tasks, to_child = ctx.Pipe(duplex=False)
         from_child, results = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=_child_main, args=(prep, objective, baselines, tasks, results), daemon=True)
+        taken = ctx.Value("i", 1)  # move 0 is the child's: it always has a share, however late it starts
+        process = ctx.Process(target=_child_main, args=(prep, objective, baselines, tasks, results, taken),
+                              daemon=True)
         try:
             process.start()
         except OSError as e:
@@ -292,7 +303,7 @@ class _Child:
             return None
         tasks.close()
         results.close()
-        return _Child(process, to_child, from_child)
+        return _Child(process, to_child, from_child, taken)
 
     def send(self, message: dict) -> bool:
         try:
@@ -332,9 +343,9 @@ class _Child:
         self.process.join()
 
 
-def _child_main(prep: Prepared, objective: str, baselines: BaselineRequest | None, tasks, results) -> None:
-    """The child: solve the baselines (if asked) and send them; wait for the plan and its share of the moves,
-    evaluate them one after another, send the rows, and leave without running the parent's exit handlers."""
+def _child_main(prep: Prepared, objective: str, baselines: BaselineRequest | None, tasks, results, taken) -> None:
+    """The child: solve the baselines (if asked) and send them; wait for the plan, evaluate the moves it takes
+    (`_take`) one after another, send the rows, and leave without running the parent's exit handlers."""
     code = 0
     try:
         if baselines is not None:
@@ -346,7 +357,9 @@ def _child_main(prep: Prepared, objective: str, baselines: BaselineRequest | Non
         message = json.loads(tasks.recv_bytes())
         point = PlanPoint.from_json(message["point"])
         every = moves(prep)
-        rows = {i: evaluate(prep, point, objective, every[i]) for i in message["moves"]}
+        rows = {0: evaluate(prep, point, objective, every[0])} if every else {}
+        while (i := _take(taken, len(every))) is not None:
+            rows[i] = evaluate(prep, point, objective, every[i])
         results.send_bytes(json.dumps({str(i): {
             "factor": r.factor, "change": r.change, "objective_change": r.objective_change,
             "pools_added": list(r.pools_added), "pools_removed": list(r.pools_removed),

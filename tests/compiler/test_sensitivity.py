@@ -54,8 +54,8 @@ base_here = baselines(prep.instance, "throughput", time_limit_s=60.0, fleets=fle
 out = {"forked": shared.child is not None and lost.child is not None}
 try:
     shared.begin(sol)
-    out["shared"] = len(shared.theirs)
     out["same"] = shared.finish() == here
+    out["shared"] = shared.solved_by_child
     out["same_baselines"] = shared.baselines == base_here
     out["baselines"] = sorted({b.status for b in base_here})
     lost.begin(sol)
