@@ -258,7 +258,7 @@ class Analysis:
             rows.update(got)
         missing = [i for i in range(n) if i not in rows]
         if self.child is not None and missing:
-            log.info("the sensitivity child sent nothing; solving its %d moves here", len(missing))
+            log.info("the sensitivity child left %d moves unanswered; solving them here", len(missing))
         rows.update(zip(missing, concurrently(one, missing)))
         return [rows[i] for i in range(n)]
 

@@ -32,6 +32,7 @@ others, and `deploy` raises `RuntimeFailure` naming the pool and the replica.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -382,8 +383,9 @@ def _signal_group(popen: subprocess.Popen, sig: int) -> None:
 ENGINE_SITE = Path(__file__).with_name("engine_site")
 
 
+@functools.cache
 def has_amx() -> bool:
-    """Whether this host's CPU has AMX tiles (Linux: the ``amx_tile`` flag in /proc/cpuinfo)."""
+    """Whether this host's CPU has AMX tiles (Linux: the ``amx_tile`` flag in /proc/cpuinfo; read once)."""
     try:
         return " amx_tile" in Path("/proc/cpuinfo").read_text()
     except OSError:
