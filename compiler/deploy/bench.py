@@ -6,7 +6,10 @@ load"). Prompts are seeded random token ids of the given length (the plans
 deploy without a tokenizer) and ``ignore_eos`` holds every output to its
 length. Per request: TTFT is the time to the first streamed token a client
 receives; TPOT is the time from the first to the last token over the tokens
-after the first. A request that fails (HTTP error, connection refused, a
+after the first. Tokens are counted from the stream's closing usage
+(``include_usage``), not from its chunks: an engine whose API server falls
+behind merges several tokens into one chunk (vLLM's delta outputs do), so a
+chunk count undercounts a loaded engine's output. A request that fails (HTTP error, connection refused, a
 stream that stops short, no token within `request_timeout_s`) is counted as
 failed, with its error; the bench ends when every request was sent, or as
 soon as more than `max_failures` requests failed (a broken deployment is
@@ -54,20 +57,25 @@ def endpoints(root: str | Path) -> dict:
 def one_request(client, model: str, prompt: list[int], max_tokens: int, timeout_s: float) -> Sample:
     """One streamed completion, timed at the client."""
     start = time.perf_counter()
-    times = []
+    times, tokens = [], None
     try:
         stream = client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0.0,
-                                           stream=True, timeout=timeout_s, extra_body={"ignore_eos": True})
+                                           stream=True, timeout=timeout_s, stream_options={"include_usage": True},
+                                           extra_body={"ignore_eos": True})
         for chunk in stream:
             if chunk.choices and chunk.choices[0].text is not None:
                 times.append(time.perf_counter())
+            if chunk.usage is not None:
+                tokens = chunk.usage.completion_tokens
     except Exception as e:  # noqa: BLE001 (any client failure is a failed request, with its message)
         return Sample(False, None, None, len(times), start, time.perf_counter(), f"{type(e).__name__}: {e}"[:200])
     end = time.perf_counter()
-    if len(times) < max_tokens:
-        return Sample(False, None, None, len(times), start, end, f"stream ended after {len(times)} of {max_tokens}")
-    tpot = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
-    return Sample(True, times[0] - start, tpot, len(times), start, end)
+    if tokens is None:
+        return Sample(False, None, None, 0, start, end, f"stream ended without its usage ({len(times)} chunks)")
+    if tokens < max_tokens or not times:
+        return Sample(False, None, None, tokens, start, end, f"stream ended after {tokens} of {max_tokens} tokens")
+    tpot = (times[-1] - times[0]) / (tokens - 1) if tokens > 1 else None
+    return Sample(True, times[0] - start, tpot, tokens, start, end)
 
 
 def run_bench(url: str, model: str, *, concurrency: int, requests: int, input_len: int, output_len: int,
