@@ -163,13 +163,14 @@ _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhea
 #: (https://developer.nvidia.com/blog/cuda-graphs/), so a step of many small kernels (MoE routing, per-layer norms)
 #: has a floor in proportion to its calls. The kernels' efficiencies on the H100 and H200 are the devices'
 #: (`cost_models.derates.DEVICE_EFFS`, fitted on the same rows), not the engines'.
-_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=2.056e-06, op_overhead_s=4.754e-07, seq_overhead_s=1e-08)
+_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=8.896e-07, op_overhead_s=4.973e-07, seq_overhead_s=1e-08)
 _SHARED_SOURCE = SWEEP_FIT.format(rows="all 842 rows, shared by the three engines")
 
 
 #: The wave share of engines that mix prefill into decode steps ([Note: waves]).
-MIXED_WAVE_SHARE = 0.1485
-_MIXED_WAVE_SOURCE = SWEEP_FIT.format(rows="the trtllm and vllm rows together (engines that mix prefill into decodes)")
+MIXED_WAVE_SHARE = 0.1606
+_MIXED_WAVE_SOURCE = SWEEP_FIT.format(rows="the rows of engines that mix prefill into decodes, together (trtllm, vllm, "
+                                           "and sglang where launched with mixed chunks)")
 
 
 def _fitted(name: str, budget_source: str, overlap_source: str, mixing_source: str, *, mixes_prefill: bool = True,
@@ -180,9 +181,8 @@ def _fitted(name: str, budget_source: str, overlap_source: str, mixing_source: s
     sources["overlap"] = overlap_source
     sources["mixes_prefill"] = mixing_source
     sources["kv_memory_fraction"] = KV_MEMORY_SOURCE
-    if mixes_prefill:
-        own = {**own, "sync_fraction": MIXED_WAVE_SHARE}
-        sources["sync_fraction"] = _MIXED_WAVE_SOURCE
+    own = {**own, "sync_fraction": MIXED_WAVE_SHARE}  # read only where the engine mixes (launched so, or by default)
+    sources["sync_fraction"] = _MIXED_WAVE_SOURCE
     return Engine(name, **_SHARED, **own, overlap=True, mixes_prefill=mixes_prefill,
                   provenance=tuple(sorted(sources.items())))
 
@@ -200,12 +200,12 @@ ENGINES: dict[str, Engine] = {
         ("step_overhead_s", "the device family's derate (cost_models/derates.py, fitted on the Gaudi tables)"),
         ("prefill_budget_tokens", "not modelled: optimum-habana prefills a static batch in one pass; the budget is "
                                   "the generic default"))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1131,
+    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1097,
                       admission_fraction=0.01),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.02938,
+    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.02615,
                     admission_fraction=0.01),
     "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, SGLANG_MIXING, mixes_prefill=False,
-                      request_overhead_s=0.07597, admission_fraction=0.03221),
+                      request_overhead_s=0.08223, admission_fraction=0.04064),
 }
 GENERIC = ENGINES["generic"]
 

@@ -14,8 +14,9 @@ TTFT and TPOT by model, device and engine group.
 the device-side launch gaps every engine's steps pay (block_overhead_s, op_overhead_s: shared, all rows); each
 engine's scheduler and front end on its own rows (host time per step and per running sequence, step_overhead_s and
 seq_overhead_s; the front end's request_overhead_s; the closed-loop admission_fraction); the wave share of the
-engines that mix prefill into decode steps (sync_fraction, TensorRT-LLM and vLLM together; SGLang keeps waves
-whole, [Note: waves] in cost_models/engines.py); and ONE set of kernel efficiencies per device (compute_eff, mem_eff,
+engines that mix prefill into decode steps (sync_fraction, the rows of TensorRT-LLM, vLLM and SGLang launched with
+mixed chunks together, [Note: sweep launch flags]; SGLang by default keeps waves whole, [Note: waves] in
+cost_models/engines.py); and ONE set of kernel efficiencies per device (compute_eff, mem_eff,
 fp8_compute_eff, each GPU's the best of `KERNEL_EFFS` on its own rows; [Note: one efficiency per device] in
 cost_models/derates.py). It prints them to paste into cost_models/engines.py and cost_models/derates.py, and which
 groups pin each down (one group: an assumption, which the plan's sensitivity moves). ``--loo`` reports
@@ -160,11 +161,48 @@ def chosen(rows: list[dict], grid: dict, kernels: dict) -> list:
     return [grid[kernels[r["device"]]][i] for i, r in enumerate(rows)]
 
 
+#: [Note: sweep launch flags] The one launch flag the sweeps' rows differ on from their engine's defaults. The
+#: rows' source, aiconfigurator, launches what it measures with its own generator, which turns SGLang's mixed
+#: chunks on for aggregated serving: "agg enable_mixed_chunk = true" (src/aiconfigurator/generator/rule_plugin/
+#: sglang.rule, since 2026-01-19: https://github.com/ai-dynamo/aiconfigurator/pull/257 and /pull/258, which fixed
+#: the flag's misspelling, ``--enable-mix-chunk``, in the templates before it; ".claude/rules/generator/
+#: guard_rails.md": "Without it, poor prefill/decode scheduling"). Its templates for SGLang 0.5.6.post2 and later
+#: were added after that (commit c46a56b, 2026-01-23), so those rows ran with ``--enable-mixed-chunk``: prompt
+#: chunks share steps with the running decodes, and a closed loop's waves dissolve as under the other mixing
+#: engines ([Note: waves] in cost_models/engines.py). The 0.5.1.post1 rows (Qwen3-32B on the H100) predate the
+#: flag's use: their TTFT grows with the clients as lock-step waves predict. Neither row records its flags; the
+#: release stands in for when the generator launched it. SGLang's own default, what gimletc launches
+#: (`compiler.emit.serving.launch`), does not mix: the rows launched otherwise inform the shared step costs, the
+#: devices' kernels and the wave share, not SGLang's own front end and admission (`as_launched`), which gimletc's
+#: predictions of its own launches carry.
+MIXED_CHUNK_SINCE = {"sglang": (0, 5, 6)}
+
+
 def row_engine(row: dict, engines: dict):
-    """The row's engine as its release runs by default (`cost_models.engines.at_version`)."""
+    """The row's engine as its release runs by default (`cost_models.engines.at_version`), with the launch flag it
+    ran with ([Note: sweep launch flags])."""
     from cost_models.engines import at_version
 
-    return at_version(engines[ENGINE_OF[row["backend"]]], row["backend_version"])
+    name = ENGINE_OF[row["backend"]]
+    found = at_version(engines[name], row["backend_version"])
+    since = MIXED_CHUNK_SINCE.get(name)
+    release = tuple(int(p) for p in re.findall(r"\d+", row["backend_version"])[:3])
+    return replace(found, mixes_prefill=True) if since and len(release) == 3 and release >= since else found
+
+
+def mixes(row: dict) -> bool:
+    """Whether the row's engine mixes prompt chunks into decode steps as it ran ([Note: sweep launch flags])."""
+    from cost_models.engines import ENGINES
+
+    return row_engine(row, ENGINES).mixes_prefill
+
+
+def as_launched(row: dict) -> bool:
+    """Whether the row ran its engine as gimletc launches it (mixing as `cost_models.engines.ENGINES` has it): only
+    such rows fit the engine's own constants ([Note: sweep launch flags])."""
+    from cost_models.engines import ENGINES
+
+    return mixes(row) == ENGINES[ENGINE_OF[row["backend"]]].mixes_prefill
 
 
 def predict(steps, family, engine) -> tuple[float, float]:
@@ -261,10 +299,10 @@ def _fit_costs(rows: list[dict], phys: list, start: dict, rounds: int = ROUNDS, 
 
     names = sorted({ENGINE_OF[r["backend"]] for r in rows})
     engines = {n: replace(start[n], **{p.name: p.lo for p in engine_params() + wave_params()}) for n in names}
-    mixing = [n for n in names if engines[n].mixes_prefill]
+    mixing = sorted({ENGINE_OF[r["backend"]] for r in rows if mixes(r)})
 
     def subset(keep) -> tuple[list[dict], list]:
-        idx = [i for i, r in enumerate(rows) if keep(ENGINE_OF[r["backend"]])]
+        idx = [i for i, r in enumerate(rows) if keep(r)]
         return [rows[i] for i in idx], [phys[i] for i in idx]
 
     for _ in range(rounds):
@@ -273,15 +311,17 @@ def _fit_costs(rows: list[dict], phys: list, start: dict, rounds: int = ROUNDS, 
                             engines[names[0]], step_params(), grid_points=4, restarts=restarts)
         engines = {n: replace(engines[n], **_fields(shared, step_params())) for n in names}
         for n in names:
-            sub_rows, sub_phys = subset(lambda name, n=n: name == n)
+            sub_rows, sub_phys = subset(lambda r, n=n: ENGINE_OF[r["backend"]] == n and as_launched(r))
+            if not sub_rows:  # no row ran it as gimletc launches it: a held-out fold's prior (`_fold`)
+                continue
             engines[n] = fit_fields(lambda c, n=n: (_loss(sub_rows, sub_phys, {n: c}), c), engines[n],
                                     engine_params(), grid_points=4, restarts=restarts)
         if mixing:
-            sub_rows, sub_phys = subset(lambda name: name in mixing)
+            sub_rows, sub_phys = subset(mixes)
             waves = fit_fields(lambda c: (_loss(sub_rows, sub_phys, {n: replace(engines[n], **_fields(c, wave_params()))
                                                                      for n in mixing}), c),
                                engines[mixing[0]], wave_params(), grid_points=6, restarts=restarts)
-            engines.update({n: replace(engines[n], **_fields(waves, wave_params())) for n in mixing})
+            engines.update({n: replace(engines[n], **_fields(waves, wave_params())) for n in names})  # one share
     return {**start, **engines}
 
 
@@ -297,8 +337,9 @@ HOLD_OUT = {"group": group, "model": lambda r: group(r)[0], "device": lambda r: 
 def held_out(rows: list[dict], grid: dict, key, jobs: int = 1) -> list[dict]:
     """Each row predicted with everything fitted on the rows whose `key` differs; the fitter never sees a held-out
     row (`fit` gets the training rows alone, and `_disjoint` checks it). A device left out runs at its family's
-    fitted devices' efficiencies (`family_kernels`); an engine left out entirely has its own costs at the median of
-    the fitted engines' (it has no rows to fit them on; its shipped values were fitted on them). `jobs`: folds
+    fitted devices' efficiencies (`family_kernels`); an engine without fitting rows that ran it as gimletc launches
+    it (left out entirely, or only launched otherwise) has its own costs at the median of the fitted engines' (its
+    shipped values were fitted on the held-out rows), and the shared wave share as fitted. `jobs`: folds
     fitted at once, in forked processes."""
     values = sorted({key(r) for r in rows})
     folds = [([i for i, r in enumerate(rows) if key(r) != v], [i for i, r in enumerate(rows) if key(r) == v])
@@ -330,11 +371,11 @@ def _fold(rows: list[dict], grid: dict, train: list[int], test: list[int]) -> li
                           dict(ENGINES))
     for d in sorted({rows[i]["device"] for i in test} - set(kernels)):
         kernels[d] = _nearest(grid, family_kernels(d, kernels))
-    seen = sorted({ENGINE_OF[rows[i]["backend"]] for i in train})
+    seen = sorted({ENGINE_OF[rows[i]["backend"]] for i in train if as_launched(rows[i])})
     for name in sorted({ENGINE_OF[rows[i]["backend"]] for i in test}) if seen else ():
         if name not in seen:
             prior = {p.name: statistics.median(getattr(fitted[n], p.name) for n in seen) for p in engine_params()}
-            fitted[name] = replace(fitted[name], **prior)
+            fitted[name] = replace(fitted[name], **prior, **_fields(fitted[seen[0]], wave_params()))
     test_rows = [rows[i] for i in test]
     return errors(test_rows, [grid[kernels[r["device"]]][i] for r, i in zip(test_rows, test)], fitted)
 
@@ -370,22 +411,30 @@ def summary(errs: list[dict]) -> dict:
     return out
 
 
+def _pins(row: dict, name: str) -> bool:
+    """Whether `row` pins its engine's constant `name` down: a row that ran the engine as gimletc launches it
+    (`as_launched`), for the admission one where the engine mixes (where waves stay whole, no request waits for a
+    completion: [Note: waves])."""
+    return as_launched(row) and (mixes(row) if name == "admission_fraction" else True)
+
+
 def pinned_by(rows: list[dict]) -> dict[str, list[str]]:
     """Which groups (model / device / engine) pin each fitted constant down: a device's efficiencies its rows, its
-    FP8 share its FP8 rows, an engine's front end and admission its rows, the step costs all rows, the wave share the
-    mixing engines' rows. A constant only one group pins down is an assumption (it enters the plan's sensitivity)."""
-    from cost_models.engines import ENGINES
+    FP8 share its FP8 rows, an engine's front end and admission the rows that pin them (`_pins`), the wave share the
+    rows where their engine mixes, the step costs all rows. A constant only one group pins down is an assumption
+    (it enters the plan's sensitivity)."""
 
     def groups(keep) -> list[str]:
         return sorted({" / ".join(group(r)) for r in rows if keep(r)})
 
     out = {"step costs (" + ", ".join(p.name for p in step_params()) + ")": groups(lambda r: True),
-           "sync_fraction": groups(lambda r: ENGINES[ENGINE_OF[r["backend"]]].mixes_prefill)}
+           "sync_fraction": groups(mixes)}
     for d in sorted({r["device"] for r in rows}):
         out[f"{d} compute_eff, mem_eff"] = groups(lambda r, d=d: r["device"] == d)
         out[f"{d} fp8_compute_eff"] = groups(lambda r, d=d: r["device"] == d and r["gemm_quant"] in FP8_GEMMS)
     for n in sorted({ENGINE_OF[r["backend"]] for r in rows}):
-        out[f"{n} " + ", ".join(p.name for p in engine_params())] = groups(lambda r, n=n: ENGINE_OF[r["backend"]] == n)
+        for p in engine_params():
+            out[f"{n} {p.name}"] = groups(lambda r, n=n, k=p.name: ENGINE_OF[r["backend"]] == n and _pins(r, k))
     return out
 
 
@@ -424,8 +473,9 @@ def main() -> None:
     if args.fit:
         engines, kernels = fit(rows, grid, engines)
         phys = chosen(rows, grid, kernels)
+        mixing = {ENGINE_OF[r["backend"]] for r in rows if mixes(r)}
         report["fitted"] = {name: {p.name: getattr(engines[name], p.name) for p in params()
-                                   if p not in wave_params() or engines[name].mixes_prefill}
+                                   if p not in wave_params() or name in mixing}
                             for name in sorted({ENGINE_OF[r["backend"]] for r in rows})}
         report["kernels"] = {d: dict(zip(("compute_eff", "mem_eff", "fp8_compute_eff"), k)) for d, k in kernels.items()}
     report["in_sample"] = summary(errors(rows, phys, engines))

@@ -13,7 +13,8 @@ import fidelity_sweeps as fs  # noqa: E402
 
 
 def _row(i: int, device: str = "nvidia-h100-sxm") -> dict:
-    return {"id": f"r{i}", "model": "llama-3.1-8b", "device": device, "backend": "vllm", "gemm_quant": ""}
+    return {"id": f"r{i}", "model": "llama-3.1-8b", "device": device, "backend": "vllm", "backend_version": "0.18.0",
+            "gemm_quant": ""}
 
 
 def test_a_fold_refuses_to_predict_a_row_it_fits_on():
@@ -45,12 +46,31 @@ def test_a_device_the_fit_never_saw_runs_at_its_family_mates_efficiencies():
 def test_what_pins_each_constant_down_names_the_groups():
     """A device's FP8 share is pinned by its FP8 rows' groups alone: one group makes it an assumption."""
     rows = [dict(_row(0), gemm_quant="fp8"), dict(_row(1), model="qwen3-32b"),
-            dict(_row(2), device="nvidia-h200-sxm", backend="sglang")]
+            dict(_row(2), device="nvidia-h200-sxm", backend="sglang", backend_version="0.5.1.post1")]
     pins = fs.pinned_by(rows)
     assert pins["nvidia-h100-sxm fp8_compute_eff"] == ["llama-3.1-8b / nvidia-h100-sxm / vllm"]
     assert len(pins["nvidia-h100-sxm compute_eff, mem_eff"]) == 2
     assert pins["nvidia-h200-sxm fp8_compute_eff"] == []
     assert pins["sync_fraction"] == ["llama-3.1-8b / nvidia-h100-sxm / vllm", "qwen3-32b / nvidia-h100-sxm / vllm"]
+
+
+def test_sglang_rows_launched_with_mixed_chunks_mix_and_share_the_wave_fit():
+    """[Note: sweep launch flags]: aiconfigurator launched SGLang 0.5.6.post2 and later with --enable-mixed-chunk,
+    0.5.1.post1 without; the mixing rows pin the shared wave share, not SGLang's own constants."""
+    from cost_models.engines import ENGINES
+
+    old, new, later = (dict(_row(i, "nvidia-h200-sxm"), backend="sglang", backend_version=v)
+                       for i, v in enumerate(("0.5.1.post1", "0.5.6.post2", "0.5.8.post1")))
+    assert [fs.mixes(r) for r in (old, new, later)] == [False, True, True]
+    assert fs.row_engine(old, ENGINES) == ENGINES["sglang"]
+    launched = fs.row_engine(new, ENGINES)
+    assert launched.wave_share == ENGINES["trtllm"].wave_share < 1.0 == ENGINES["sglang"].wave_share
+    pins = fs.pinned_by([old, dict(new, model="qwen3-32b")])
+    assert pins["sync_fraction"] == ["qwen3-32b / nvidia-h200-sxm / sglang"]
+    # SGLang's own constants: only the rows that ran it as gimletc launches it (no mixed chunks), and its admission
+    # by none of them (its waves stay whole: no request waits for a completion)
+    assert pins["sglang request_overhead_s"] == ["llama-3.1-8b / nvidia-h200-sxm / sglang"]
+    assert pins["sglang admission_fraction"] == []
 
 
 def test_regenerating_the_tables_keeps_what_is_written_by_hand(tmp_path):
