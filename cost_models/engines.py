@@ -34,6 +34,7 @@ ValueError: unknown serving engine 'tgi'; use one of generic, optimum-habana, sg
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -243,10 +244,19 @@ def engine(name: str, version: str | None = None) -> Engine:
     return found if version is None else at_version(found, version)
 
 
+def release(version: str) -> tuple[int, ...]:
+    """A release's numbers, to compare with others: "0.5.6.post2" -> (0, 5, 6, 2); () when it has none.
+
+    >>> release("0.5.6.post2")[:3] >= (0, 5, 6), release("gpt-oss-dev")
+    (True, ())
+    """
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
 def at_version(found: Engine, version: str) -> Engine:
     """`found` as release `version` (e.g. "0.12.0") runs by default; unparsable versions are the current one."""
     since = OVERLAP_SINCE.get(found.name)
-    numbers = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    numbers = release(version)[:2]
     if since is None or len(numbers) < 2 or numbers >= since:
         return found
     return replace(found, overlap=False)

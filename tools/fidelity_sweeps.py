@@ -181,13 +181,13 @@ MIXED_CHUNK_SINCE = {"sglang": (0, 5, 6)}
 def row_engine(row: dict, engines: dict):
     """The row's engine as its release runs by default (`cost_models.engines.at_version`), with the launch flag it
     ran with ([Note: sweep launch flags])."""
-    from cost_models.engines import at_version
+    from cost_models.engines import at_version, release
 
     name = ENGINE_OF[row["backend"]]
     found = at_version(engines[name], row["backend_version"])
     since = MIXED_CHUNK_SINCE.get(name)
-    release = tuple(int(p) for p in re.findall(r"\d+", row["backend_version"])[:3])
-    return replace(found, mixes_prefill=True) if since and len(release) == 3 and release >= since else found
+    numbers = release(row["backend_version"])[:3]
+    return replace(found, mixes_prefill=True) if since and len(numbers) == 3 and numbers >= since else found
 
 
 def mixes(row: dict) -> bool:

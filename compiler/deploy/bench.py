@@ -9,11 +9,12 @@ receives; TPOT is the time from the first to the last token over the tokens
 after the first. Tokens are counted from the stream's closing usage
 (``include_usage``), not from its chunks: an engine whose API server falls
 behind merges several tokens into one chunk (vLLM's delta outputs do), so a
-chunk count undercounts a loaded engine's output. A request that fails (HTTP error, connection refused, a
-stream that stops short, no token within `request_timeout_s`) is counted as
-failed, with its error; the bench ends when every request was sent, or as
-soon as more than `max_failures` requests failed (a broken deployment is
-reported at once rather than after every remaining request fails too).
+chunk count undercounts a loaded engine's output. A request that fails (HTTP
+error, connection refused, a stream that stops short or without its usage,
+no token within `request_timeout_s`) is counted as failed, with its error;
+the bench ends when every request was sent, or as soon as more than
+`max_failures` requests failed (a broken deployment is reported at once
+rather than after every remaining request fails too).
 
 >>> summarize([Sample(ok=True, ttft_s=0.1, tpot_s=0.01, tokens=8, start_s=0.0, end_s=0.17)], wall_s=1.0)["ttft_ms_p50"]
 100.0
