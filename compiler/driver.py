@@ -354,7 +354,8 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     # forks before any solve, and the child solves the baselines beside the placement ([Note: a forked analysis] in
     # compiler/sensitivity.py)
     early = BaselineRequest(time_limit_s, exact, fleets_of) if baselines else None
-    analysis = Analysis(prep, objective, progress, baselines=early) if analyse else None
+    analysis = Analysis(prep, objective, progress, baselines=early, analyse=analyse) \
+        if analyse or early is not None else None
     try:
         return _placed(prep, analysis, objective=objective, time_limit_s=time_limit_s, baselines=baselines,
                        progress=progress, timings=timings, on_placed=on_placed, exact=exact)
@@ -387,8 +388,10 @@ def _placed(prep: Prepared, analysis, *, objective: str, time_limit_s: float, ba
         with timings.step("emit placement"):
             placed = emit([], [])
         on_placed(placed)
-    with timings.step("sensitivity"):  # the child's baselines arrive here too
-        moved = analysis.finish() if analysis is not None else []
+    moved: list = []
+    if analysis is not None:  # the child's baselines arrive here too
+        with timings.step("sensitivity" if analysis.analyse else "baselines beside the placement"):
+            moved = analysis.finish()
     with timings.step("baselines"):
         base, fleets = [], []
         if baselines:

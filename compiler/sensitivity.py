@@ -15,7 +15,8 @@ moves one at a time from a shared counter while this process also writes plan.js
 next, so neither waits on a share that turned out slow (the child's baselines, one hard re-solve). The child's
 baselines and `Sensitivity` rows come back as JSON. Every solve is deterministic on its own, so the rows are the same
 whichever process solved them. A child that cannot start, dies or stays silent past its deadline costs only
-time: its baselines and moves are then solved here.
+time: its baselines and moves are then solved here. ``compile --no-sensitivity`` forks the child all the same, for
+the baselines alone (`Analysis` with ``analyse`` False: no moves).
 """
 
 from __future__ import annotations
@@ -219,11 +220,12 @@ class Analysis:
     for the rows, `close` always."""
 
     def __init__(self, prep: Prepared, objective: str, progress: Callable[[str], None] | None = None, *,
-                 fork: bool = True, baselines: BaselineRequest | None = None):
+                 fork: bool = True, baselines: BaselineRequest | None = None, analyse: bool = True):
         self.prep, self.objective, self.progress = prep, objective, progress
+        self.analyse = analyse  # False: no moves, only the child's baselines (``compile --no-sensitivity``)
         self.moves: list[Move] = []
         self.point: PlanPoint | None = None
-        self.child = _Child.start(prep, objective, baselines) if fork and _may_fork() else None
+        self.child = _Child.start(prep, objective, baselines, analyse) if fork and _may_fork() else None
         self.solved_by_child = 0  # moves the child evaluated (`finish`)
         #: The baselines the child solved to the proof, or None: not asked for, or no child, or it sent none.
         self.baselines: list[Baseline] | None = None
@@ -232,7 +234,7 @@ class Analysis:
     def begin(self, sol: Solution) -> None:
         """The plan is known: the child starts on the moves."""
         self.point = PlanPoint.of(sol)
-        self.moves = moves(self.prep)
+        self.moves = moves(self.prep) if self.analyse else []
         if self.child is not None and not self.child.send({"point": self.point.to_json()}):
             self.child = None
 
@@ -289,12 +291,12 @@ class _Child:
         self.taken = taken  # the next move's index, shared with the child (`_take`)
 
     @staticmethod
-    def start(prep: Prepared, objective: str, baselines: BaselineRequest | None) -> _Child | None:
+    def start(prep: Prepared, objective: str, baselines: BaselineRequest | None, analyse: bool) -> _Child | None:
         ctx = multiprocessing.get_context("fork")
         tasks, to_child = ctx.Pipe(duplex=False)
         from_child, results = ctx.Pipe(duplex=False)
         taken = ctx.Value("i", 1)  # move 0 is the child's: it always has a share, however late it starts
-        process = ctx.Process(target=_child_main, args=(prep, objective, baselines, tasks, results, taken),
+        process = ctx.Process(target=_child_main, args=(prep, objective, baselines, tasks, results, taken, analyse),
                               daemon=True)
         try:
             process.start()
@@ -343,7 +345,8 @@ class _Child:
         self.process.join()
 
 
-def _child_main(prep: Prepared, objective: str, baselines: BaselineRequest | None, tasks, results, taken) -> None:
+def _child_main(prep: Prepared, objective: str, baselines: BaselineRequest | None, tasks, results, taken,
+                analyse: bool) -> None:
     """The child: solve the baselines (if asked) and send them; wait for the plan, evaluate the moves it takes
     (`_take`) one after another, send the rows, and leave without running the parent's exit handlers."""
     code = 0
@@ -356,7 +359,7 @@ def _child_main(prep: Prepared, objective: str, baselines: BaselineRequest | Non
             results.send_bytes(json.dumps([asdict(b) for b in found]).encode())
         message = json.loads(tasks.recv_bytes())
         point = PlanPoint.from_json(message["point"])
-        every = moves(prep)
+        every = moves(prep) if analyse else []
         rows = {0: evaluate(prep, point, objective, every[0])} if every else {}
         while (i := _take(taken, len(every))) is not None:
             rows[i] = evaluate(prep, point, objective, every[i])

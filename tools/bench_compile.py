@@ -8,7 +8,7 @@ and gap from plan.json. Baseline measured in the same run: a bare interpreter th
 ``--against REV``, also the cold compile of that revision (a git worktree, run in the same process), and the
 ratios plan-first / REV-cold and everything / REV-cold.
 
-    .venv/bin/python tools/bench_compile.py [--workload FILE] [--against REV] [MODEL ...]
+    .venv/bin/python tools/bench_compile.py [--workload FILE] [--against REV] [--no-sensitivity] [MODEL ...]
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", default="examples/workloads/mix.yaml")
     parser.add_argument("--against", metavar="REV", help="also time a cold compile of this git revision")
+    parser.add_argument("--no-sensitivity", action="store_true",
+                        help="pass --no-sensitivity to every compile, this revision's and REV's: 'everything' without "
+                             "the sensitivity analysis, whose moves differ between revisions (70B on the mix: 4 "
+                             "at 897dd06, 40 since per-device counting)")
     parser.add_argument("models", nargs="*", default=list(DEFAULT_MODELS))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out, \
@@ -63,7 +67,8 @@ def _bench(args, cache: str, out: str, old_tree: Path | None) -> None:
     passes = []
     for model in args.models:
         cmd = ["-m", "compiler.cli", "compile", model, "--cluster", "examples/clusters/mixed.yaml",
-               "--workload", args.workload, "--no-onnx", "--out", out, "--json"]
+               "--workload", args.workload, "--no-onnx", *(["--no-sensitivity"] if args.no_sensitivity else []),
+               "--out", out, "--json"]
         old = None
         if old_tree is not None:
             with tempfile.TemporaryDirectory() as old_cache, tempfile.TemporaryDirectory() as old_out:

@@ -41,8 +41,8 @@ def clean(value: float) -> float:
 
 def solution_of(model, run: Run, proven: bool, first: tuple[float, float], objective: str, start: float,
                 pruning: float) -> Solution:
-    """The placement `run` found in `model` (a `compiler.place.ilp.PlacementModel`); its bound widened by `pruning` to the unpruned model's ([Note: pruning
-    tolerance])."""
+    """The placement `run` found in `model` (a `compiler.place.ilp.PlacementModel`); its bound widened by
+    `pruning` to the unpruned model's ([Note: pruning tolerance])."""
     replicas = {o.key: round(run(model.n[o.key])) for o in model.opts}
     lam, power = clean(run(model.lam)), run(model.power)
     cost = run(model.cost) if model.cost is not None else None

@@ -47,11 +47,12 @@ prep = prepare("llama-tiny", sys.argv[1], sys.argv[2])
 ask = BaselineRequest(time_limit_s=60.0, exact=False, fleets=fleets_of)
 shared = Analysis(prep, "throughput", baselines=ask)  # before the first solve, one thread: the child starts here
 lost = Analysis(prep, "throughput", baselines=ask)
+bare = Analysis(prep, "throughput", baselines=ask, analyse=False)  # compile --no-sensitivity
 lost.child.process.kill()  # before it could answer anything
 sol = solve(prep.instance, "throughput")
 here = sensitivity(prep, sol, "throughput")
 base_here = baselines(prep.instance, "throughput", time_limit_s=60.0, fleets=fleets_of(prep))
-out = {"forked": shared.child is not None and lost.child is not None}
+out = {"forked": shared.child is not None and lost.child is not None and bare.child is not None}
 try:
     shared.begin(sol)
     out["same"] = shared.finish() == here
@@ -61,9 +62,12 @@ try:
     lost.begin(sol)
     out["same_after_loss"] = lost.finish() == here
     out["none_after_loss"] = lost.baselines is None
+    bare.begin(sol)
+    out["bare"] = [bare.finish() == [], bare.baselines == base_here]
 finally:
     shared.close()
     lost.close()
+    bare.close()
 print(json.dumps(out))
 """
 
@@ -73,7 +77,8 @@ def test_the_forked_child_returns_the_rows_this_process_would_and_its_loss_costs
     """[Note: a forked analysis], in a fresh interpreter (one thread, as the CLI runs it): with a child, the rows
     and the baselines (JSON through a pipe) are those of the analysis and the baselines solved in-process, in
     the same order; a child killed before it answers leaves its moves to the parent, with the same rows, and
-    no baselines (the compile then solves them itself)."""
+    no baselines (the compile then solves them itself); a child asked for no analysis (``compile
+    --no-sensitivity``) takes no move and still returns the baselines."""
     import json
     import os
     import subprocess
@@ -84,6 +89,7 @@ def test_the_forked_child_returns_the_rows_this_process_would_and_its_loss_costs
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"forked": True, "shared": out["shared"], "same": True, "same_after_loss": True,
-                   "same_baselines": True, "baselines": out["baselines"], "none_after_loss": True}
+                   "same_baselines": True, "baselines": out["baselines"], "none_after_loss": True,
+                   "bare": [True, True]}
     assert out["shared"] >= 1
     assert "optimal" in out["baselines"]  # some baseline was solved, not only skipped
