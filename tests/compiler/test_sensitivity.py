@@ -36,6 +36,25 @@ def test_a_move_that_only_worsens_an_unused_type_is_what_a_re_solve_finds(planne
         assert solved.objective_change <= 1e-9 and not solved.changes_pools, m
 
 
+def test_every_solved_move_is_within_the_analysis_gap_of_a_proven_optimum(planned):
+    """[Note: presolve off for what-ifs]: each move the analysis solves (from the plan's placement, no presolve,
+    stopped at `ANALYSIS_GAP`) reports an objective within that gap of the moved instance's optimum proven by an
+    independent solve (presolve on, no start, to `OPTIMAL_GAP`)."""
+    from compiler.place.ilp import ANALYSIS_GAP, solve
+    from compiler.sensitivity import PlanPoint, _options_at, evaluate, moves, worsens
+
+    prep, sol = planned
+    point = PlanPoint.of(sol)
+    solved = [m for m in moves(prep) if m.devices & point.used or not worsens(m.name, m.change)]
+    assert len(solved) >= 4
+    for m in solved:
+        row = evaluate(prep, point, "throughput", m)
+        proven = solve(prep.instance.with_options(_options_at(prep, m)), "throughput", exact=True)
+        assert proven.status == "optimal", m
+        value = (1 + row.objective_change) * point.value
+        assert proven.objective.value * (1 - ANALYSIS_GAP) - 1e-9 <= value <= proven.objective.value * (1 + 1e-6), m
+
+
 _FORKED = """
 import json, sys
 from compiler.driver import fleets_of, prepare
