@@ -137,7 +137,7 @@ def evaluate(prep: Prepared, point: PlanPoint, objective: str, move: Move,
         return Sensitivity(move.label, move.change, 0.0)  # [Note: moves that cannot change the plan]
     if progress is not None:
         progress(f"sensitivity: {move.label} {move.change:+.0%}")
-    options = sorted(_options_at(prep, move), key=lambda o: o.key)
+    options = sorted(options_at(prep, move), key=lambda o: o.key)
     if options == sorted(prep.options, key=lambda o: o.key):  # the factor reaches no option (fp8 in a bf16 plan)
         return Sensitivity(move.label, move.change, 0.0)
     start = Solution("optimal", Objective(objective, point.value, point.value), replicas=point.replicas)
@@ -166,7 +166,7 @@ def recosted(prep: Prepared, devices: set[str], adjust, others: list) -> list:
     return options
 
 
-def _options_at(prep: Prepared, move: Move) -> list:
+def options_at(prep: Prepared, move: Move) -> list:
     """The options with `move` applied: its device's costed again with the factor moved, or every option's node
     power on its devices moved."""
     if move.name == "node_w":

@@ -41,7 +41,7 @@ def test_every_solved_move_is_within_the_analysis_gap_of_a_proven_optimum(planne
     stopped at `ANALYSIS_GAP`) reports an objective within that gap of the moved instance's optimum proven by an
     independent solve (presolve on, no start, to `OPTIMAL_GAP`)."""
     from compiler.place.ilp import ANALYSIS_GAP, solve
-    from compiler.sensitivity import PlanPoint, _options_at, evaluate, moves, worsens
+    from compiler.sensitivity import PlanPoint, evaluate, moves, options_at, worsens
 
     prep, sol = planned
     point = PlanPoint.of(sol)
@@ -49,7 +49,7 @@ def test_every_solved_move_is_within_the_analysis_gap_of_a_proven_optimum(planne
     assert len(solved) >= 4
     for m in solved:
         row = evaluate(prep, point, "throughput", m)
-        proven = solve(prep.instance.with_options(_options_at(prep, m)), "throughput", exact=True)
+        proven = solve(prep.instance.with_options(options_at(prep, m)), "throughput", exact=True)
         assert proven.status == "optimal", m
         value = (1 + row.objective_change) * point.value
         assert proven.objective.value * (1 - ANALYSIS_GAP) - 1e-9 <= value <= proven.objective.value * (1 + 1e-6), m
