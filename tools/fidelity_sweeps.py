@@ -197,6 +197,11 @@ def mixes(row: dict) -> bool:
     return row_engine(row, ENGINES).mixes_prefill
 
 
+def mixing_engines(rows: list[dict]) -> list[str]:
+    """The engines some of `rows` ran mixing prompt chunks into decode steps (`mixes`): those the wave share reads."""
+    return sorted({ENGINE_OF[r["backend"]] for r in rows if mixes(r)})
+
+
 def as_launched(row: dict) -> bool:
     """Whether the row ran its engine as gimletc launches it (mixing as `cost_models.engines.ENGINES` has it): only
     such rows fit the engine's own constants ([Note: sweep launch flags])."""
@@ -299,7 +304,7 @@ def _fit_costs(rows: list[dict], phys: list, start: dict, rounds: int = ROUNDS, 
 
     names = sorted({ENGINE_OF[r["backend"]] for r in rows})
     engines = {n: replace(start[n], **{p.name: p.lo for p in engine_params() + wave_params()}) for n in names}
-    mixing = sorted({ENGINE_OF[r["backend"]] for r in rows if mixes(r)})
+    mixing = mixing_engines(rows)
 
     def subset(keep) -> tuple[list[dict], list]:
         idx = [i for i, r in enumerate(rows) if keep(r)]
@@ -473,7 +478,7 @@ def main() -> None:
     if args.fit:
         engines, kernels = fit(rows, grid, engines)
         phys = chosen(rows, grid, kernels)
-        mixing = {ENGINE_OF[r["backend"]] for r in rows if mixes(r)}
+        mixing = mixing_engines(rows)
         report["fitted"] = {name: {p.name: getattr(engines[name], p.name) for p in params()
                                    if p not in wave_params() or name in mixing}
                             for name in sorted({ENGINE_OF[r["backend"]] for r in rows})}
