@@ -40,7 +40,7 @@ from cost_models.serving import Deployment
 FIT_PARAMS = (Param("step_overhead_s", 1e-5, 0.1, grid_lo=3e-4),  # host time per step: up to 100 ms
               Param("seq_overhead_s", 1e-7, 5e-3, grid_lo=1e-6),  # per running sequence per step: up to 5 ms
               Param("request_overhead_s", 1e-4, 1.0, grid_lo=1e-3),  # front end: up to a second
-              Param("admission_fraction", 0.01, 1.0, grid_lo=0.02),  # closed loop: wait for the next completion
+              Param("admission_fraction", 1e-4, 1.0, grid_lo=1e-3),  # closed loop: wait for the next completion
               Param("sync_fraction", 0.01, 1.0, grid_lo=0.02))  # closed loop: share arriving in waves
 #: Kernel efficiencies tried (compute_eff x mem_eff), as shares of the device's peaks as `host_device` states them.
 KERNEL_GRID = tuple((c, m) for c in (0.03, 0.06, 0.1, 0.15, 0.22, 0.33, 0.5, 0.75, 1.0) for m in (0.25, 0.5, 1.0))
