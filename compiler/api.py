@@ -213,10 +213,12 @@ def _watts(power: str | float | None) -> float | None:
 
 def estimate(model: str, device: str, count: int = 1, *, tp: int | None = None, pp: int = 1, dtype: str = "bf16",
              kv_dtype: str | None = None, input_len: int = 1024, output_len: int = 256,
-             batch: int | str | None = None, concurrency: int | None = None, engine: str = "generic") -> Estimate:
+             batch: int | str | None = None, concurrency: int | None = None, engine: str = "generic",
+             lengths: str = "fixed") -> Estimate:
     """TTFT, TPOT, throughput, memory and power of `count` devices of `device` serving `model` (predictions; as
     ``gimletc estimate``). `batch` is a number of requests started together or ``"max"``; `concurrency` closed-
-    loop clients instead; neither: one request."""
+    loop clients instead; neither: one request. `lengths`: ``"vary"`` where the clients' requests draw their
+    lengths from a range (`input_len` and `output_len` their means), ``"fixed"`` where all are alike."""
     from compiler.driver import estimate as estimate_pass
     from compiler.ir.precision import Precision
 
@@ -224,7 +226,7 @@ def estimate(model: str, device: str, count: int = 1, *, tp: int | None = None, 
         batch = 1
     return estimate_pass(model, device=device, count=count, tp=tp, pp=pp, precision=Precision.of(dtype, kv_dtype),
                          input_len=input_len, output_len=output_len, batch=batch, concurrency=concurrency,
-                         engine=engine)
+                         engine=engine, lengths=lengths)
 
 
 @dataclass(frozen=True)

@@ -105,16 +105,24 @@ def block_graph(model: str | ModelSpec, *, phases: tuple[str, ...] = ("prefill",
 
 def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, precision: Precision, input_len: int,
              output_len: int, batch: int | str | None, concurrency: int | None, engine: str = "generic",
-             graphs: dict[str, BlockGraph] | None = None) -> Estimate:
-    """One deployment's `Estimate`; `graphs` memoises BlockGraphs across calls (scenario files).
+             lengths: str = "fixed", graphs: dict[str, BlockGraph] | None = None) -> Estimate:
+    """One deployment's `Estimate`; `graphs` memoises BlockGraphs across calls (scenario files). `lengths`: a closed
+    loop's request lengths, ``fixed`` or ``vary`` (drawn from a range whose means are the lengths given: no lock-step
+    waves, [Note: waves] in cost_models/engines.py).
 
     Tensor parallelism above the KV heads replicates them ([Note: replicated KV heads]); closed-loop clients
     beyond what the KV cache holds wait for a slot ([Note: clients beyond the slots]). A static batch must fit."""
     from compiler.cost.deployment import deployment, kv_heads_of
     from compiler.cost.estimate import estimate as estimate_deployment
+    from cost_models.load import LENGTHS
     from cost_models.serving import RUNTIME_RESERVE_FRACTION
 
     check_lengths(model, input_len, output_len)  # before any tracing
+    if lengths not in LENGTHS:
+        raise BadInput(f"lengths {lengths!r}: use one of {', '.join(LENGTHS)}")
+    if lengths == "vary" and concurrency is None:
+        raise BadInput("lengths vary goes with a closed loop (--concurrency C): a static batch is not modelled with "
+                       "lengths that vary; give --concurrency, or leave the lengths fixed")
     graphs = graphs if graphs is not None else {}
     if model not in graphs:
         graphs[model] = block_graph(model)
@@ -124,7 +132,7 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
     dep = deployment(device, count, tp, pp, checkpoint_precision(spec, precision), engine,
                      kv_heads=kv_heads_of(spec.config))
     result = estimate_deployment(graphs[model], dep, input_len=input_len, output_len=output_len, batch=batch,
-                                 concurrency=concurrency)
+                                 concurrency=concurrency, lengths_vary=lengths == "vary")
     if not result.fits:
         flag = f"--concurrency {concurrency}" if concurrency is not None else f"--batch {result.batch}"
         most = (f"at most {result.max_batch} fit (use --batch max, --concurrency, or more devices)"

@@ -136,6 +136,14 @@ class Engine:
         one share for all such engines (`sync_fraction`), fitted on their rows
         together, since it is a property of the benchmark's clients and of
         mixing, not of one engine's code.
+
+        Identical lengths are what keeps a wave together. Where the benchmark
+        draws each request's lengths from a range (``vllm bench serve
+        --random-range-ratio``, InferenceX's 0.8: outputs of 819 to 1,024
+        tokens), a wave's requests finish over hundreds of steps and their
+        clients' next prompts arrive spread out: after the first round no
+        wave is left, under either kind of engine (`cost_models.load.assemble`,
+        ``lockstep=False``; ``gimletc estimate --lengths-vary``).
         """
         return self.sync_fraction if self.mixes_prefill else 1.0
 

@@ -172,10 +172,18 @@ def loop_steps(graph: BlockGraph, dep: Deployment, concurrency: float, shape: Re
                      active * prompt / out / room, wave.time_s, wave_batch.sequences, wave_steps, blocks, dispatches)
 
 
-def assemble(steps: LoopSteps, engine: Engine, derate: Derate, *, poisson: bool = False) -> ClosedLoop:
+#: A closed loop's request lengths: all alike (``fixed``, a benchmark's default), or drawn from a range (``vary``,
+#: `assemble`'s ``lockstep=False``).
+LENGTHS = ("fixed", "vary")
+
+
+def assemble(steps: LoopSteps, engine: Engine, derate: Derate, *, poisson: bool = False,
+             lockstep: bool = True) -> ClosedLoop:
     """TTFT and TPOT of the loop once the overheads are added: `derate`'s per step and per block (the engine's
     own where it has them, `Engine.applied_to`) and `engine`'s per sequence; see [Note: serving calibration].
-    `poisson`: the same load arriving at random, without a benchmark's waves or completion-triggered admission."""
+    `poisson`: the same load arriving at random, without a benchmark's waves or completion-triggered admission.
+    `lockstep`: every request has the same lengths; where they vary, the clients' waves dissolve after the first
+    round ([Note: waves] in `cost_models.engines`) and only the admission wait is left of the closed loop."""
     derate = engine.applied_to(derate)
     launches = derate.block_overhead_s * steps.blocks + derate.op_overhead_s * steps.dispatches
 
@@ -197,7 +205,7 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate, *, poisson: bool 
     wave = cost(steps.wave_s, steps.wave_sequences)
     ttft_wave = engine.request_overhead_s + wave * (steps.wave_steps + 1) / 2
     tpot_wave = decode + wave * (steps.wave_steps - 1) / 2 / max(steps.output_len - 1, 1.0)
-    s = 0.0 if poisson else engine.wave_share
+    s = 0.0 if poisson or not lockstep else engine.wave_share
     # the step already scheduled ahead holds the device for its device time; a host-bound step ahead has left the
     # device idle by the time this request's step is prepared ([Note: overlap scheduling])
     ttft = (1 - s) * ttft_desync + s * ttft_wave + engine.lookahead_steps * (steps.mixed_s + launches)
@@ -209,9 +217,9 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate, *, poisson: bool 
 
 
 def closed_loop(graph: BlockGraph, dep: Deployment, concurrency: float, shape: RequestShape, *,
-                slots: float | None = None, poisson: bool = False) -> ClosedLoop:
-    """C clients on one replica ([Note: serving calibration]); `slots` as in `loop_steps`, `poisson` as in
-    `assemble`.
+                slots: float | None = None, poisson: bool = False, lockstep: bool = True) -> ClosedLoop:
+    """C clients on one replica ([Note: serving calibration]); `slots` as in `loop_steps`, `poisson` and
+    `lockstep` as in `assemble`.
 
     [Note: clients beyond the slots] An engine runs at most B requests at once:
     its max batch, or fewer where the KV cache holds fewer (vLLM and
@@ -227,7 +235,8 @@ def closed_loop(graph: BlockGraph, dep: Deployment, concurrency: float, shape: R
     running batch's, B sequences). At C = 2B a request waits one life: the
     clients take turns, B running while B queue.
     """
-    return assemble(loop_steps(graph, dep, concurrency, shape, slots), dep.engine, dep.derate, poisson=poisson)
+    return assemble(loop_steps(graph, dep, concurrency, shape, slots), dep.engine, dep.derate, poisson=poisson,
+                    lockstep=lockstep)
 
 
 def _decode(graph: BlockGraph, dep: Deployment, decodes: float, shape: RequestShape) -> StepTime:

@@ -155,7 +155,7 @@ def predict(row: dict, graphs: dict, derates: dict | None = None, exclude: froze
     concurrency = row.get("concurrency") or None
     r = estimate(graphs[model], dep, input_len=int(row["input_len"]), output_len=int(row["output_len"]),
                  batch=None if concurrency else batch(row["batch"]),
-                 concurrency=int(concurrency) if concurrency else None)
+                 concurrency=int(concurrency) if concurrency else None, lengths_vary=row.get("lengths") == "vary")
     if row.get("drafter"):
         return speculative(row, graphs, dep, r)
     return float(getattr(r, row["metric"]))
@@ -227,7 +227,8 @@ def estimate_args(row: dict) -> dict:
         return dict(shape, count=tp, tp=tp, batch=None, concurrency=clients(row), engine=ENGINE_OF[row["backend"]])
     concurrency = row.get("concurrency") or None
     return dict(shape, count=int(row["count"]), tp=int(row["tp"]), batch=None if concurrency else batch(row["batch"]),
-                concurrency=int(concurrency) if concurrency else None, engine=engine_of(row))
+                concurrency=int(concurrency) if concurrency else None, engine=engine_of(row),
+                lengths=row.get("lengths") or "fixed")
 
 
 def answered(rows: list[dict], graphs: dict) -> list[str]:

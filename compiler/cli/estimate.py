@@ -41,6 +41,10 @@ def register(sub) -> None:
                            "serving benchmarks measure)")
     p.add_argument("--engine", choices=("generic", "trtllm", "vllm", "sglang", "optimum-habana"), default="generic",
                    help="serving engine whose scheduler costs and KV memory rule apply (default generic)")
+    p.add_argument("--lengths", choices=("fixed", "vary"), default="fixed",
+                   help="with --concurrency: every request has the lengths given (fixed, the default, as "
+                        "`vllm bench serve` sends them), or draws them from a range whose means they are (vary: "
+                        "--random-range-ratio above 0), which keeps the clients from arriving in lock-step waves")
     p.add_argument("--scenarios", metavar="FILE.csv", help="evaluate every row of a CSV (columns named like the flags)")
     p.add_argument("--out", metavar="FILE.csv", help="with --scenarios: write predictions here (default: stdout)")
     options.add_json(p, "the prediction (with --scenarios: the rows)")
@@ -62,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     input_len, output_len = default_lengths(args.model, args.input_len, args.output_len)
     result = estimate(args.model, device=args.device, count=args.count, tp=args.tp, pp=args.pp,
                       precision=options.precision_of(args), input_len=input_len, output_len=output_len,
-                      batch=batch(args.batch), concurrency=args.concurrency, engine=args.engine)
+                      batch=batch(args.batch), concurrency=args.concurrency, engine=args.engine,
+                      lengths=args.lengths)
     return output(result.to_json(), args.json, render)
 
 

@@ -55,7 +55,9 @@ class _Phases:
 
 
 def estimate(graph: BlockGraph, dep: Deployment, *, input_len: int, output_len: int, batch: int | str | None = None,
-             concurrency: int | None = None) -> Estimate:
+             concurrency: int | None = None, lengths_vary: bool = False) -> Estimate:
+    """`lengths_vary`: a closed loop's requests draw their lengths from a range (`input_len` and `output_len` are
+    their means), so its clients do not stay in lock-step waves ([Note: waves] in `cost_models.engines`)."""
     if (batch is None) == (concurrency is None):
         raise BadInput("give exactly one of --batch B, --batch max or --concurrency C")
     if input_len < 1 or output_len < 1:
@@ -66,7 +68,7 @@ def estimate(graph: BlockGraph, dep: Deployment, *, input_len: int, output_len: 
                                                                batch, concurrency)
     plan = memory_plan(graph, dep, seq_kv * running / dep.kv_devices)
     phases = _phases(graph, dep, plan, per_replica, running, input_len, output_len,
-                     concurrent=concurrency is not None)
+                     concurrent=concurrency is not None, lockstep=not lengths_vary)
     e2e = phases.e2e_s(output_len)
     requests = per_replica * dep.replicas
     power = dep.count * _mean_power(dep, phases)
@@ -136,14 +138,15 @@ def _batch_per_replica(graph: BlockGraph, dep: Deployment, weights_only: MemoryP
 
 
 def _phases(graph: BlockGraph, dep: Deployment, plan: MemoryPlan, per_replica: int, running: int, input_len: int,
-            output_len: int, *, concurrent: bool) -> _Phases:
+            output_len: int, *, concurrent: bool, lockstep: bool = True) -> _Phases:
     """`per_replica` requests (closed loop: clients), `running` of them at once (the rest wait for a slot)."""
     decode = decode_step(graph, dep, running, input_len + output_len / 2, plan)
     if not concurrent:
         prefill = prefill_time(graph, dep, per_replica, input_len, plan=plan)
         e2e = prefill.time_s + (output_len - 1) * decode.time_s
         return _Phases(prefill.time_s, decode.time_s, prefill, decode, prefill.time_s / e2e)
-    loop = closed_loop(graph, dep, per_replica, RequestShape(input_len, output_len), slots=running)
+    loop = closed_loop(graph, dep, per_replica, RequestShape(input_len, output_len), slots=running,
+                       lockstep=lockstep)
     prefill = prefill_time(graph, dep, 1, input_len, plan=plan)
     e2e = loop.ttft_s + (output_len - 1) * loop.tpot_s
     busy_prefill = prefill.time_s * per_replica / max(e2e, 1e-12)  # share of time spent on prefill work

@@ -2,11 +2,12 @@
 
 Columns are named like the flags: ``model, device, count, tp, pp, dtype,
 input_len, output_len`` and ``batch`` (a number or ``max``) or
-``concurrency``; ``kv_dtype`` and ``id`` are optional. `read_rows` fails on
-the file as a whole (unreadable, not UTF-8 text, empty, a column it does not
-know, no model or device column); `scenario` turns one row into the keyword
-arguments of `compiler.driver.estimate` or raises `BadInput` for that row
-alone, so one bad row never stops the others.
+``concurrency``; ``kv_dtype``, ``engine``, ``lengths`` (``fixed`` or
+``vary``) and ``id`` are optional. `read_rows` fails on the file as a whole
+(unreadable, not UTF-8 text, empty, a column it does not know, no model or
+device column); `scenario` turns one row into the keyword arguments of
+`compiler.driver.estimate` or raises `BadInput` for that row alone, so one
+bad row never stops the others.
 
 >>> scenario({"model": "llama-tiny", "device": "cpu-host", "count": "2", "batch": "max"})["count"]
 2
@@ -24,7 +25,7 @@ from compiler.ir.errors import BadInput
 from compiler.ir.precision import Precision
 
 INPUT_COLUMNS = ("id", "model", "device", "count", "tp", "pp", "dtype", "kv_dtype", "input_len", "output_len",
-                 "batch", "concurrency", "engine")
+                 "batch", "concurrency", "engine", "lengths")
 #: Upper bounds that keep every later product finite: more than any fleet or context holds.
 MAX_DEVICES = 1_000_000
 MAX_TOKENS = 100_000_000
@@ -110,7 +111,7 @@ def scenario(row: dict[str | None, Any]) -> dict[str, Any]:
     return dict(model=model, device=device, count=_int(row, "count", 1, MAX_DEVICES),
                 tp=_int(row, "tp", None, MAX_DEVICES), pp=_int(row, "pp", 1, MAX_DEVICES), precision=precision,
                 input_len=_int(row, "input_len", 1024, MAX_TOKENS), output_len=_int(row, "output_len", 256, MAX_TOKENS),
-                batch=b, concurrency=concurrency, engine=_engine(row))
+                batch=b, concurrency=concurrency, engine=_engine(row), lengths=_lengths(row))
 
 
 def _int(row: dict[str | None, Any], key: str, default: int | None, high: int) -> int | None:
@@ -124,6 +125,15 @@ def _int(row: dict[str | None, Any], key: str, default: int | None, high: int) -
     if not 1 <= number <= high:
         raise BadInput(f"column {key!r}: {number} is out of range; give a whole number from 1 to {high:,}")
     return number
+
+
+def _lengths(row: dict[str | None, Any]) -> str:
+    from cost_models.load import LENGTHS
+
+    value = (row.get("lengths") or "fixed").strip()
+    if value not in LENGTHS:
+        raise BadInput(f"column 'lengths': {value!r}; use {' or '.join(LENGTHS)} (empty: fixed)")
+    return value
 
 
 def _engine(row: dict[str | None, Any]) -> str:

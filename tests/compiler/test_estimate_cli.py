@@ -60,3 +60,20 @@ def test_scenarios_csv_reports_bad_rows_in_place(tmp_path):
     assert rows[0]["error"] == "" and float(rows[0]["tpot_ms"]) > 0
     assert "nvidia-h9000" in rows[1]["error"] and rows[1]["tpot_ms"] == ""
     assert rows[2]["error"] == "" and rows[2]["batch"] == "16"  # one tp=2 replica holds all 16
+
+
+def test_scenarios_lengths_column_reaches_the_closed_loop(tmp_path):
+    """``lengths``: vary (a benchmark's range of lengths) takes SGLang's clients out of lock-step waves, so the first
+    token comes sooner than where every request is alike ([Note: waves]); a value it does not know is that row's
+    error, naming the column."""
+    src = tmp_path / "scenarios.csv"
+    src.write_text("model,device,engine,input_len,output_len,concurrency,lengths\n"
+                   "llama-3.1-8b,nvidia-h100-sxm,sglang,1024,256,16,fixed\n"
+                   "llama-3.1-8b,nvidia-h100-sxm,sglang,1024,256,16,vary\n"
+                   "llama-3.1-8b,nvidia-h100-sxm,sglang,1024,256,16,sometimes\n")
+    proc = run_cli("estimate", "--scenarios", str(src), "--json")
+    assert proc.returncode == 0, proc.stderr
+    fixed, vary, bad = json.loads(proc.stdout)
+    assert not fixed["error"] and not vary["error"]
+    assert float(vary["ttft_ms"]) < 0.5 * float(fixed["ttft_ms"])
+    assert "column 'lengths'" in bad["error"] and "vary" in bad["error"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -352,3 +353,64 @@ def test_fp8_matmuls_run_at_their_own_share_of_the_fp8_peak(graph):
     half = deployment("nvidia-h100-sxm", 1, 1, 1, Precision.of("fp8")).derate.compute_eff / 2
     assert compute_s("fp8", half) == pytest.approx(bf16, rel=0.05)
     assert compute_s("fp8", None) == pytest.approx(bf16 / 2, rel=0.05)
+
+
+def _prefill_first_loop(clients: int, prompt: int, outputs, rounds: int, seed: int = 0) -> float:
+    """Mean TTFT after the first round of a discrete-event closed loop under SGLang's default rule (a waiting prefill
+    runs before the decode batch, decodes pause while it runs): `clients` clients, each sending its next request a
+    front-end delay (uniform in [0, 20 ms]) after its last one ended; output lengths drawn by `outputs(rng)`.
+    Steps: prefill 5 ms + 20 us per prompt token, decode 10 ms + 0.1 ms per running sequence."""
+    import random
+
+    rng = random.Random(seed)
+    now, arrivals, running, ttfts, served = 0.0, [(0.0, c) for c in range(clients)], {}, [], 0
+    while served < rounds * clients:
+        ready = [(t, c) for t, c in arrivals if t <= now]
+        if ready:  # one prefill step of every prompt waiting
+            now += 5e-3 + 20e-6 * prompt * len(ready)
+            for t, c in ready:
+                arrivals.remove((t, c))
+                running[c] = outputs(rng) - 1
+                served += 1
+                if served > clients:
+                    ttfts.append(now - t)
+        elif running:
+            now += 10e-3 + 0.1e-3 * len(running)
+            for c in list(running):
+                running[c] -= 1
+                if running[c] == 0:
+                    del running[c]
+                    arrivals.append((now + rng.uniform(0, 20e-3), c))
+        else:
+            now = min(t for t, _c in arrivals)
+    return statistics.fmean(ttfts)
+
+
+def test_lengths_that_vary_dissolve_the_waves_as_a_simulated_prefill_first_engine_does():
+    """[Note: waves]: under a prefill-first engine, clients with equal lengths come back in one wave every round, so
+    a request waits for the whole wave's prefill; with lengths drawn from [0.8 L, L] they spread out and a request
+    waits for about its own. The closed loop (`assemble`, costed here with the simulation's step times and no
+    overheads) against a discrete-event simulation of the scheduler rule, in both regimes; predicting waves for the
+    varied lengths (the model before `lockstep`) is 3x off."""
+    from cost_models.derates import Derate
+    from cost_models.engines import Engine
+    from cost_models.load import LoopSteps, assemble
+
+    clients, prompt, out = 16, 1000, 1000
+    fixed = _prefill_first_loop(clients, prompt, lambda rng: out, rounds=5)
+    varied = _prefill_first_loop(clients, prompt, lambda rng: rng.randint(int(0.8 * out), out), rounds=8)
+    mean_out = 0.9 * out
+    decode = 10e-3 + 0.1e-3 * clients
+    own = 5e-3 + 20e-6 * prompt  # one prompt's prefill step
+    wave = 5e-3 + 20e-6 * prompt * clients  # the whole wave's
+    mixed = decode + clients * own / mean_out  # a decode step plus the prefills that interrupt it, per output token
+    steps = LoopSteps(concurrency=clients, active=clients, output_len=mean_out, mixed_s=mixed,
+                      mixed_sequences=clients, chunk_s=own, chunk_sequences=1, prefill_tokens_per_step=0.0,
+                      decode_s=decode, own_steps=1, prefill_rho=clients * own / (mean_out * mixed), wave_s=wave,
+                      wave_sequences=clients, wave_steps=1, blocks=0, dispatches=0)
+    engine, derate = Engine("prefill-first", mixes_prefill=False), Derate(compute_eff=1.0, mem_eff=1.0)
+    in_waves = assemble(steps, engine, derate).ttft_s
+    spread = assemble(steps, engine, derate, lockstep=False).ttft_s
+    assert in_waves == pytest.approx(fixed, rel=0.1)
+    assert spread == pytest.approx(varied, rel=0.25)
+    assert in_waves > 3 * varied

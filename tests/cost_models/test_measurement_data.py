@@ -24,7 +24,7 @@ from compiler.ir.precision import WEIGHT_DTYPES
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "cost_models" / "data"
 COLUMNS = ("id", "model", "device", "count", "tp", "pp", "dtype", "batch", "concurrency", "input_len", "output_len",
-           "metric", "value", "engine", "drafter", "draft_tokens", "acceptance", "fused", "scenario", "source", "notes")
+           "lengths", "metric", "value", "engine", "drafter", "draft_tokens", "acceptance", "fused", "scenario", "source", "notes")
 METRICS = {"output_tokens_per_s", "ttft_ms", "tpot_ms"}
 FAMILIES = {"amd", "trainium", "gaudi", "cerebras"}  # each needs at least 8 rows (issue 9)
 
@@ -77,6 +77,9 @@ def test_row_is_sourced_complete_and_names_a_known_preset_and_device(name, row):
     assert count >= 1 and tp >= 1 and pp >= 1 and count % (tp * pp) == 0
     assert int(row["input_len"]) >= 1 and int(row["output_len"]) >= 1
     assert bool(row["batch"]) != bool(row["concurrency"]), "give a batch or a concurrency, not both"
+    assert row["lengths"] in ("", "vary"), "lengths: vary where the benchmark draws them from a range, else empty"
+    if row["lengths"]:
+        assert row["concurrency"] and "range" in row["notes"], "a closed loop whose notes give the lengths' range"
     assert row["batch"] == "max" or int(row["batch"] or row["concurrency"]) >= 1
     value = float(row["value"])
     assert math.isfinite(value) and value > 0
@@ -100,11 +103,11 @@ def test_readme_explains_every_column():
 
 def _tiny_rows() -> list[dict]:
     return [dict(zip(COLUMNS, values, strict=True)) for values in (
-        ("T-1", "llama-tiny", "amd-mi300x", "1", "1", "1", "bf16", "4", "", "64", "32", "tpot_ms", "0.5", "e", "", "",
+        ("T-1", "llama-tiny", "amd-mi300x", "1", "1", "1", "bf16", "4", "", "64", "32", "", "tpot_ms", "0.5", "e", "", "",
          "", "", "s", "https://example.org", "n"),
-        ("T-2", "llama-tiny", "amd-mi300x", "1", "1", "1", "bf16", "1", "", "512", "1", "ttft_ms", "0.8", "e", "", "",
+        ("T-2", "llama-tiny", "amd-mi300x", "1", "1", "1", "bf16", "1", "", "512", "1", "", "ttft_ms", "0.8", "e", "", "",
          "", "", "s", "https://example.org", "n"),
-        ("T-3", "llama-tiny", "amd-mi300x", "1", "1", "1", "bf16", "", "8", "64", "32", "output_tokens_per_s", "500",
+        ("T-3", "llama-tiny", "amd-mi300x", "1", "1", "1", "bf16", "", "8", "64", "32", "", "output_tokens_per_s", "500",
          "e", "", "", "", "", "s", "https://example.org", "n"))]
 
 
