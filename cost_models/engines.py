@@ -143,7 +143,7 @@ class Engine:
         tokens), a wave's requests finish over hundreds of steps and their
         clients' next prompts arrive spread out: after the first round no
         wave is left, under either kind of engine (`cost_models.load.assemble`,
-        ``lockstep=False``; ``gimletc estimate --lengths-vary``).
+        ``lockstep=False``; ``gimletc estimate --lengths vary``).
         """
         return self.sync_fraction if self.mixes_prefill else 1.0
 
