@@ -27,7 +27,9 @@ decode, after its decode error is carried to them as a memory efficiency ([Note:
 memory efficiency]). A type with no measurement stays as modelled; an option spanning two types
 (attention/FFN, a drafter elsewhere) takes no factor (only the re-costing). A pool whose queue grew over the
 window, or whose modelled load is past its curve's end, is overloaded: its latencies measure a growing queue,
-not its service, and give no factor.
+not its service, and give no factor; so is one whose load, scaled by the capacity its measured service times
+imply, is past that end (the prediction there is the curve's last point, which no factor can match). A TTFT
+factor fitted to the whole TTFT, queue included ([Note: service, not queue]), is kept and flagged instead.
 
 [Note: a TPOT factor carried as memory efficiency] One service-time scale for every option of a device type
 assumes that an error slows every shape's steps alike. It does not when the error is the device's memory
@@ -286,11 +288,16 @@ def fit_pool(m: PoolMeasure, o: PoolOption, targets: dict[str, ClassTarget], sha
         return math.log(s) - math.log(implied)
 
     s = _bisect(excess)
+    contaminated = "ttft" in measured and basis == "ttft"  # a factor that holds the queue: its note says so
+    if s * u >= end and not contaminated:  # at the speed it measured, its load is past the curve's end
+        return PoolFactors(utilisation=u, ttft=None, tpot=None, note=(
+            f"overloaded at the speed it measured (modelled utilisation {u:.2f} x capacity scale {s:.2f} is past "
+            f"the curve's end, {end:.2f}): its latencies measure the queue, not the service; no factor"), **base)
     k = factors_at(s)
     out = {q: Estimate(v.mean_s, _predicted(o, arrivals, targets, u, kinds[q]), k[q], v.se_s / v.mean_s, v.samples,
                        basis=kinds[q]) for q, v in measured.items()}
     note = ""
-    if "ttft" in out and basis == "ttft":
+    if contaminated:
         missing = "no prefill histogram" + ("" if m.queue is not None else " nor queue histogram") \
             if m.prefill is None else "no TTFT parts in the cost model's options"
         note = (f"TTFT factor fitted to TTFT, queueing included ({missing}): queue-contaminated, "
