@@ -132,7 +132,7 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
     dep = deployment(device, count, tp, pp, checkpoint_precision(spec, precision), engine,
                      kv_heads=kv_heads_of(spec.config))
     result = estimate_deployment(graphs[model], dep, input_len=input_len, output_len=output_len, batch=batch,
-                                 concurrency=concurrency, lengths_vary=lengths == "vary")
+                                 concurrency=concurrency, lockstep=lengths != "vary")
     if not result.fits:
         flag = f"--concurrency {concurrency}" if concurrency is not None else f"--batch {result.batch}"
         most = (f"at most {result.max_batch} fit (use --batch max, --concurrency, or more devices)"

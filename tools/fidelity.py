@@ -155,7 +155,7 @@ def predict(row: dict, graphs: dict, derates: dict | None = None, exclude: froze
     concurrency = row.get("concurrency") or None
     r = estimate(graphs[model], dep, input_len=int(row["input_len"]), output_len=int(row["output_len"]),
                  batch=None if concurrency else batch(row["batch"]),
-                 concurrency=int(concurrency) if concurrency else None, lengths_vary=row.get("lengths") == "vary")
+                 concurrency=int(concurrency) if concurrency else None, lockstep=row.get("lengths") != "vary")
     if row.get("drafter"):
         return speculative(row, graphs, dep, r)
     return float(getattr(r, row["metric"]))

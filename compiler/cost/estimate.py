@@ -55,9 +55,9 @@ class _Phases:
 
 
 def estimate(graph: BlockGraph, dep: Deployment, *, input_len: int, output_len: int, batch: int | str | None = None,
-             concurrency: int | None = None, lengths_vary: bool = False) -> Estimate:
-    """`lengths_vary`: a closed loop's requests draw their lengths from a range (`input_len` and `output_len` are
-    their means), so its clients do not stay in lock-step waves ([Note: waves] in `cost_models.engines`)."""
+             concurrency: int | None = None, lockstep: bool = True) -> Estimate:
+    """`lockstep` False: a closed loop's requests draw their lengths from a range (`input_len` and `output_len` are
+    their means), so its clients do not stay in lock-step waves (`cost_models.load.assemble`)."""
     if (batch is None) == (concurrency is None):
         raise BadInput("give exactly one of --batch B, --batch max or --concurrency C")
     if input_len < 1 or output_len < 1:
@@ -68,7 +68,7 @@ def estimate(graph: BlockGraph, dep: Deployment, *, input_len: int, output_len: 
                                                                batch, concurrency)
     plan = memory_plan(graph, dep, seq_kv * running / dep.kv_devices)
     phases = _phases(graph, dep, plan, per_replica, running, input_len, output_len,
-                     concurrent=concurrency is not None, lockstep=not lengths_vary)
+                     concurrent=concurrency is not None, lockstep=lockstep)
     e2e = phases.e2e_s(output_len)
     requests = per_replica * dep.replicas
     power = dep.count * _mean_power(dep, phases)

@@ -49,14 +49,14 @@ when it must: when the running placement cannot serve the forecast workload, or 
 as it does now (a held replan changes no route), would run a pool at or past `MAX_UTILISATION` at the forecast
 rates on the corrected costs, or at any one class's forecast moved up by ``forecast_weight`` times the
 forecasts' replayed error ([Note: forecast error]; `checked_rates`): a reversal is held only while the running
-plan would carry the next window's load as the forecasts' own record of misses says it may come. The same
-shortfall lifts the two-standard-error rule: staying is not the safe choice the noise rule assumes when it
-overloads a pool. (On the simulated day, after the refit of 2026-12-05, a move of +27.2% held for being within
-two standard errors (22.0%) left a pool overloaded for two windows, 87% and 83% of their requests within the
-SLO, and the day at 96.2% against 98.6% with the anti-flap rules off; with the rule lifted, 98.8%.) (On the
+plan would carry the next window's load as the forecasts' own record of misses says it may come. (On the
 simulated day, a reversal held at the point forecast, 7.6 documents/s with the last-value forecast 2% off over
 three windows, left a decode pool to overload in the next window at 10.3/s: 71% of that window's requests within
-their SLO. Holt's replayed error there was 36%.) The changes come from the running plan's own
+their SLO. Holt's replayed error there was 36%.) The same shortfall lifts the two-standard-error rule: staying is
+not the safe choice the noise rule assumes when it overloads a pool (after the refit of 2026-12-05, a move of
++27.2% held for being within two standard errors, 22.0%, left a pool overloaded for two windows, 87% and 83% of
+their requests within the SLO, and the day at 96.2% against 98.6% with the anti-flap rules off; with the rule
+lifted, 98.8%). The changes come from the running plan's own
 ``report/replan.json`` (`read_history`): each replan records the changes of the last ``cooldown_windows``
 windows before its window's end, with this one's when it acts, so the next replan of the directory it writes
 knows them. A plan compiled from scratch has none. ``cooldown_windows`` 0 turns the rule off.
