@@ -74,9 +74,10 @@ BUDGET_TOKENS = 8192
 MAX_SEQS = 64
 MAX_MODEL_LEN = 2048
 READY_TIMEOUT_S = 900.0
-#: Requests per point: this many per client (at least `MIN_REQUESTS`): every point sees its first wave and as many
-#: requests again after it (few, to keep a sweep within minutes on two cores).
-REQUESTS_PER_CLIENT = 2
+#: Requests per point: this many per client (at least `MIN_REQUESTS`), after a warm-up round ([Note: warm engine] in
+#: compiler/calibrate/vllm_bench.py): the first wave and as many requests again after it (few, to keep a sweep within
+#: minutes on two cores).
+REQUESTS_PER_CLIENT = 4
 MIN_REQUESTS = 6
 
 
