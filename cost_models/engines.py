@@ -172,12 +172,12 @@ _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhea
 #: (https://developer.nvidia.com/blog/cuda-graphs/), so a step of many small kernels (MoE routing, per-layer norms)
 #: has a floor in proportion to its calls. The kernels' efficiencies on the H100 and H200 are the devices'
 #: (`cost_models.derates.DEVICE_EFFS`, fitted on the same rows), not the engines'.
-_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=8.623e-07, op_overhead_s=4.972e-07, seq_overhead_s=1e-08)
+_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=7.757e-07, op_overhead_s=4.985e-07, seq_overhead_s=1e-08)
 _SHARED_SOURCE = SWEEP_FIT.format(rows="all 842 rows, shared by the three engines")
 
 
 #: The wave share of engines that mix prefill into decode steps ([Note: waves]).
-MIXED_WAVE_SHARE = 0.1549
+MIXED_WAVE_SHARE = 0.155
 _MIXED_WAVE_SOURCE = SWEEP_FIT.format(rows="the rows of engines that mix prefill into decodes, together (trtllm, vllm, "
                                            "and sglang where launched with mixed chunks)")
 
@@ -209,12 +209,12 @@ ENGINES: dict[str, Engine] = {
         ("step_overhead_s", "the device family's derate (cost_models/derates.py, fitted on the Gaudi tables)"),
         ("prefill_budget_tokens", "not modelled: optimum-habana prefills a static batch in one pass; the budget is "
                                   "the generic default"))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1116,
+    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1106,
                       admission_fraction=0.0001),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.03453,
+    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.0335,
                     admission_fraction=0.0001),
     "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, SGLANG_MIXING, mixes_prefill=False,
-                      request_overhead_s=0.08237, admission_fraction=0.001184),
+                      request_overhead_s=0.08812, admission_fraction=0.003369),
 }
 GENERIC = ENGINES["generic"]
 

