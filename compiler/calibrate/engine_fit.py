@@ -10,7 +10,8 @@ rows best, and its prediction for every row.
 [Note: engine fit on the host] The same model and fitter as the serving
 sweeps (``tools/fidelity_sweeps.py --fit``): for each set of kernel
 efficiencies in `KERNEL_GRID` (``compute_eff``, ``mem_eff``: the shares of the
-device's peaks the engine's kernels reach) the engine-independent steps are
+device's peaks the engine's kernels reach, compute up to the share of the
+cores it computes on) the engine-independent steps are
 costed once per row (`cost_models.load.loop_steps`), and the engine's own
 numbers (`FIT_PARAMS`: host time per step and per running sequence, front end,
 closed-loop admission and wave share) are fitted by
@@ -42,7 +43,8 @@ FIT_PARAMS = (Param("step_overhead_s", 1e-5, 0.1, grid_lo=3e-4),  # host time pe
               Param("request_overhead_s", 1e-4, 1.0, grid_lo=1e-3),  # front end: up to a second
               Param("admission_fraction", 1e-4, 1.0, grid_lo=1e-3),  # closed loop: wait for the next completion
               Param("sync_fraction", 0.01, 1.0, grid_lo=0.02))  # closed loop: share arriving in waves
-#: Kernel efficiencies tried (compute_eff x mem_eff), as shares of the device's peaks as `host_device` states them.
+#: Kernel efficiencies tried (compute_eff x mem_eff), as shares of the device's peaks as `host_device` states them
+#: (`fit_engine` keeps the compute shares its cores can reach).
 KERNEL_GRID = tuple((c, m) for c in (0.03, 0.06, 0.1, 0.15, 0.22, 0.33, 0.5, 0.75, 1.0) for m in (0.25, 0.5, 1.0))
 
 
@@ -111,9 +113,12 @@ def loss(rows: Sequence[Row], steps: Sequence[LoopSteps], engine: Engine, dep: D
 
 
 def fit_engine(graph: BlockGraph, dep: Deployment, rows: Sequence[Row], *, grid: Sequence[tuple[float, float]] =
-               KERNEL_GRID) -> tuple[Engine, float]:
+               KERNEL_GRID, compute_share: float = 1.0) -> tuple[Engine, float]:
     """The engine (from `dep.engine`, its budget and max batch kept) that best predicts `rows`, and its loss; see
-    [Note: engine fit on the host]. Raises `compiler.calibrate.fit.HeldOutRow` if a row is held out."""
+    [Note: engine fit on the host]. `compute_share`: the share of the device's compute peak on the cores the engine
+    computes on, the most its ``compute_eff`` can be (`grid` values above it are not tried). Raises
+    `compiler.calibrate.fit.HeldOutRow` if a row is held out."""
+    grid = tuple((c, m) for c, m in grid if c <= compute_share + 1e-9)
     refuse_held_out(rows, "engine fit")
     if not rows:
         raise ValueError("engine fit: no rows to fit on")
