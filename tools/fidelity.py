@@ -155,7 +155,7 @@ def predict(row: dict, graphs: dict, derates: dict | None = None, exclude: froze
     concurrency = row.get("concurrency") or None
     r = estimate(graphs[model], dep, input_len=int(row["input_len"]), output_len=int(row["output_len"]),
                  batch=None if concurrency else batch(row["batch"]),
-                 concurrency=int(concurrency) if concurrency else None, lockstep=row.get("lengths") != "vary")
+                 concurrency=int(concurrency) if concurrency else None, lockstep=lengths_of(row) != "vary")
     if row.get("drafter"):
         return speculative(row, graphs, dep, r)
     return float(getattr(r, row["metric"]))
@@ -211,6 +211,11 @@ def all_rows(sweeps: Path = SWEEPS_CSV) -> list[dict]:
     return load_rows([DEFAULT_CSV, sweeps, *data_files()])
 
 
+def lengths_of(row: dict) -> str:
+    """A row's ``lengths`` column (``fixed`` where empty; `cost_models.load.LENGTHS`)."""
+    return row.get("lengths") or "fixed"
+
+
 def estimate_args(row: dict) -> dict:
     """The keyword arguments of `compiler.driver.estimate` for a measurement row or a serving-sweep row (the
     sweep's devices, clients and engine as `tools/fidelity_sweeps.py` reads them)."""
@@ -228,7 +233,7 @@ def estimate_args(row: dict) -> dict:
     concurrency = row.get("concurrency") or None
     return dict(shape, count=int(row["count"]), tp=int(row["tp"]), batch=None if concurrency else batch(row["batch"]),
                 concurrency=int(concurrency) if concurrency else None, engine=engine_of(row),
-                lengths=row.get("lengths") or "fixed")
+                lengths=lengths_of(row))
 
 
 def answered(rows: list[dict], graphs: dict) -> list[str]:

@@ -62,14 +62,11 @@ def step_params():
 
 
 def engine_params():
-    """What differs between engines' schedulers and front ends: fitted per engine. A lower bound stands for "none",
-    so it must be negligible at every row: the admission wait is that share of a whole request's life over C, and
-    1% of it was 120 ms at 8,192 output tokens and 4 clients (GPT-OSS-120B, whose TTFT does not grow with the output
-    length), so "none" is 0.01%."""
-    from compiler.calibrate.fit import Param
+    """What differs between engines' schedulers and front ends: fitted per engine, with the bounds the engine fit on
+    a host uses (`compiler.calibrate.engine_fit.ENGINE_OWN_PARAMS`, where "none" is said)."""
+    from compiler.calibrate.engine_fit import ENGINE_OWN_PARAMS
 
-    return (Param("request_overhead_s", 1e-4, 1.0, grid_lo=1e-3),  # front end: up to a second
-            Param("admission_fraction", 1e-4, 1.0, grid_lo=1e-3))  # closed loop: wait for the next completion
+    return ENGINE_OWN_PARAMS
 
 
 def wave_params():

@@ -38,10 +38,15 @@ from cost_models.serving import Deployment
 
 #: The engine's own numbers, with physical bounds (lower bounds stand for "none"). On a CPU the host work of a step
 #: (Python scheduling, input preparation, sampling) is milliseconds, not the GPU's microseconds.
+#: An engine's front end and closed-loop admission, as this fit and the serving sweeps' (``tools/fidelity_sweeps.py``)
+#: both fit them. A lower bound stands for "none", so it must be negligible at every row: the admission wait is that
+#: share of a whole request's life over C, and 1% of it was 120 ms at 8,192 output tokens and 4 clients (GPT-OSS-120B,
+#: whose TTFT does not grow with the output length), so "none" is 0.01%.
+ENGINE_OWN_PARAMS = (Param("request_overhead_s", 1e-4, 1.0, grid_lo=1e-3),  # front end: up to a second
+                     Param("admission_fraction", 1e-4, 1.0, grid_lo=1e-3))  # closed loop: wait for the next completion
 FIT_PARAMS = (Param("step_overhead_s", 1e-5, 0.1, grid_lo=3e-4),  # host time per step: up to 100 ms
               Param("seq_overhead_s", 1e-7, 5e-3, grid_lo=1e-6),  # per running sequence per step: up to 5 ms
-              Param("request_overhead_s", 1e-4, 1.0, grid_lo=1e-3),  # front end: up to a second
-              Param("admission_fraction", 1e-4, 1.0, grid_lo=1e-3),  # closed loop: wait for the next completion
+              *ENGINE_OWN_PARAMS,
               Param("sync_fraction", 0.01, 1.0, grid_lo=0.02))  # closed loop: share arriving in waves
 #: Kernel efficiencies tried (compute_eff x mem_eff), as shares of the device's peaks as `host_device` states them
 #: (`fit_engine` keeps the compute shares its cores can reach).
