@@ -4,17 +4,18 @@ Runs `cost_models.load.closed_loop` (what ``gimletc estimate --concurrency C``
 predicts) on every row of ../shared/reference/serving_sweeps.csv: C
 closed-loop clients on one replica of ``tp`` devices, fixed input and output
 lengths, the row's engine (TensorRT-LLM, vLLM, SGLang) as its release runs by
-default (`cost_models.engines.at_version`: overlap scheduling or not). Prints median APE of
-TTFT and TPOT by model, device and engine group.
+default (`cost_models.engines.at_version`: overlap scheduling or not), its KV cache at the engine's default,
+BF16 ([Note: sweep KV dtype]). Prints median APE of TTFT and TPOT by model, device and engine group.
 
     .venv/bin/python tools/fidelity_sweeps.py [--fit] [--loo] [--loo-by model,device,engine] [--json] [--worst N]
                                               [--jobs N] [--markdown docs/fidelity.md] [--answered]
 
 ``--fit`` fits, with the shared fitter (`compiler.calibrate.fit.fit_fields`) and within physical bounds (`params`):
-the device-side launch gaps every engine's steps pay (block_overhead_s, op_overhead_s: shared, all rows); each
-engine's scheduler and front end on its own rows (host time per step and per running sequence, step_overhead_s and
-seq_overhead_s; the front end's request_overhead_s; the closed-loop admission_fraction); the wave share of the
-engines that mix prefill into decode steps (sync_fraction, the rows of TensorRT-LLM, vLLM and SGLang launched with
+the step costs every engine's steps pay (host time per step and per running sequence, step_overhead_s and
+seq_overhead_s, and the launch gaps per block and per call, block_overhead_s and op_overhead_s: shared, all rows);
+each engine's front end and closed-loop admission (request_overhead_s, admission_fraction) on its rows that ran it
+as gimletc launches it (`as_launched`; a constant none of them can move stays at its lower bound, "none"); the
+wave share of the engines that mix prefill into decode steps (sync_fraction, the rows of TensorRT-LLM, vLLM and SGLang launched with
 mixed chunks together, [Note: sweep launch flags]; SGLang by default keeps waves whole, [Note: waves] in
 cost_models/engines.py); and ONE set of kernel efficiencies per device (compute_eff, mem_eff,
 fp8_compute_eff, each GPU's the best of `KERNEL_EFFS` on its own rows; [Note: one efficiency per device] in
@@ -120,6 +121,18 @@ def clients(row: dict) -> int:
     return max(int(row["concurrency"]), int(named[1]) if named else 0)
 
 
+#: [Note: sweep KV dtype] The KV cache the sweeps' rows ran with: their engines' default, ``auto``, which stores
+#: it at the model's activation dtype (BF16) unless the checkpoint carries KV-cache quantisation (vLLM
+#: ``--kv-cache-dtype auto``: "use model data type"; SGLang ``kv_cache_dtype`` "defaults to the dtype"; TensorRT-LLM's
+#: ``kv_cache_config.dtype`` "auto" reads the checkpoint's ``kv_cache_quant_algo``). No row records a KV dtype, and
+#: none of the checkpoints its source names (meta-llama/Llama-3.1-8B-Instruct, Qwen/Qwen3-32B,
+#: Qwen/Qwen3-235B-A22B-FP8, openai/gpt-oss-120b) carries KV scales: FP8 or MXFP4 weights leave the cache at BF16.
+#: gimletc's own default (`compiler.ir.precision.default_kv_dtype`: the weight dtype, FP8 under FP4) is what it
+#: launches, with ``--kv-cache-dtype`` explicit (`compiler.emit.serving.launch`), so it is no guide to how someone
+#: else's launch ran. Costed at FP8, the 37 Llama-3.1-8B / H200 / SGLang rows (256-512 clients reading long
+#: caches) decoded a median 22% too fast, and the H200's fitted mem_eff sank to the grid's end to make up for it.
+ENGINE_KV_DTYPE = "bf16"
+
 #: The kernel efficiencies (compute_eff, mem_eff, fp8_compute_eff) the fit tries for each GPU: the family's derate
 #: (0.7 each, fitted on ../shared/reference/measurements.csv) and steps of 0.1 above it, and for FP8 matmuls (a share of
 #: the FP8 peak, twice the BF16 one on Hopper) 0.7 and steps of 0.1 below it. Each set costs every row's steps again
@@ -147,7 +160,7 @@ def physics(rows: list[dict], kernels: tuple[float, float, float] | None = None)
             graphs[r["model"]] = block_graph(r["model"])
         key = (r["model"], r["dtype"])
         if key not in precisions:
-            precisions[key] = stored_precision(r["model"], Precision.of(r["dtype"]))
+            precisions[key] = replace(stored_precision(r["model"], Precision.of(r["dtype"])), kv=ENGINE_KV_DTYPE)
         tp = devices(r)
         dep = deployment(r["device"], tp, tp, 1, precisions[key], ENGINE_OF[r["backend"]], adjust)
         shape = RequestShape(int(r["input_len"]), int(r["output_len"]))
@@ -317,10 +330,13 @@ def _fit_costs(rows: list[dict], phys: list, start: dict, rounds: int = ROUNDS, 
         engines = {n: replace(engines[n], **_fields(shared, step_params())) for n in names}
         for n in names:
             sub_rows, sub_phys = subset(lambda r, n=n: ENGINE_OF[r["backend"]] == n and as_launched(r))
-            if not sub_rows:  # no row ran it as gimletc launches it: a held-out fold's prior (`_fold`)
+            # a constant none of the rows can move (`_pins`) stays where the fit starts it, "none": fitted, it
+            # would land wherever the search left it (SGLang's admission share on its lock-step rows)
+            seen = tuple(p for p in engine_params() if any(_pins(r, p.name) for r in sub_rows))
+            if not seen:  # no row ran it as gimletc launches it: a held-out fold's prior (`_fold`)
                 continue
             engines[n] = fit_fields(lambda c, n=n: (_loss(sub_rows, sub_phys, {n: c}), c), engines[n],
-                                    engine_params(), grid_points=4, restarts=restarts)
+                                    seen, grid_points=4, restarts=restarts)
         if mixing:
             sub_rows, sub_phys = subset(mixes)
             waves = fit_fields(lambda c: (_loss(sub_rows, sub_phys, {n: replace(engines[n], **_fields(c, wave_params()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,37 @@ def test_regenerating_the_tables_keeps_what_is_written_by_hand(tmp_path):
     assert fs.kept_below(doc) == "\n" + fs.HAND_WRITTEN + "\n"  # a new file gets the marker
     doc.write_text("# old tables\n| a |\n" + fs.HAND_WRITTEN + "\n\n## Notes\nkept\n")
     assert fs.kept_below(doc) == fs.HAND_WRITTEN + "\n\n## Notes\nkept\n"
+
+
+def test_a_sweep_row_reads_its_kv_cache_at_the_engines_bf16():
+    """[Note: sweep KV dtype]: an FP8 row's cache is costed at BF16, as its engine's ``auto`` stored it. Hand
+    arithmetic on Llama-3.1-8B / H200 / SGLang, TP 1, 1000 x 2000 tokens, 256 clients: a decode step reads every
+    running sequence's K and V, 2 x 32 layers x 8 KV heads x 128 dims x 2 bytes = 131,072 bytes per token, over a
+    mean context of 1000 + 2000 / 2 tokens: 67.1 GB, 20.0 ms at 70% of 4.8 TB/s. At FP8 the cache is half that, and
+    the whole step would cost 15 ms."""
+    row = dict(_row(0, "nvidia-h200-sxm"), backend="sglang", backend_version="0.5.6.post2", dtype="fp8",
+               gemm_quant="fp8_block", tp="1", concurrency="256", input_len="1000", output_len="2000")
+    [(steps, _family)] = fs.physics([row], (0.8, 0.7, 0.4))
+    assert steps.active == 256
+    cache = 256 * (1000 + 2000 / 2) * 2 * 32 * 8 * 128 * 2
+    assert steps.decode_s >= cache / (0.7 * 4.8e12)
+    assert steps.decode_s <= 1.3 * cache / (0.7 * 4.8e12)  # the rest: 8 GB of FP8 weights, attention's own math
+
+
+def test_an_engine_constant_no_row_can_move_stays_at_none():
+    """SGLang's default keeps a closed loop's waves whole ([Note: waves]): no request of its lock-step rows waits
+    for a completion, so its admission share cannot move their predictions, and the fit leaves it where it starts,
+    at "none" (fitted, it landed wherever the search stopped, and reached held-out rows whose lengths vary). Its
+    front end, which those rows do see, is fitted."""
+    from cost_models.engines import ENGINES
+
+    rows = [r for r in fs.load_rows(fs.DEFAULT_CSV) if r["backend_version"] == "0.5.1.post1"][:6]
+    phys = fs.physics(rows)
+    none = {p.name: p.lo for p in fs.engine_params()}
+    at = {k: fs.errors(rows, phys, {"sglang": replace(ENGINES["sglang"], admission_fraction=k)}) for k in (1e-4, 0.5)}
+    assert [e["ttft_pred_ms"] for e in at[1e-4]] == [e["ttft_pred_ms"] for e in at[0.5]]
+    assert not any(fs._pins(r, "admission_fraction") for r in rows) and all(fs._pins(r, "request_overhead_s")
+                                                                              for r in rows)
+    fitted = fs._fit_costs(rows, phys, dict(ENGINES), rounds=1, restarts=1)["sglang"]
+    assert fitted.admission_fraction == none["admission_fraction"]
+    assert fitted.request_overhead_s > 10 * none["request_overhead_s"]
