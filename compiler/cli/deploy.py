@@ -25,7 +25,8 @@ def register(sub) -> None:
     p.add_argument("--for", dest="for_s", type=options.positive_float, default=None, metavar="S",
                    help="stop after S seconds of serving (default: until interrupted)")
     p.add_argument("--ready-timeout-s", type=options.positive_float, default=900.0,
-                   help="how long engines may take to answer /health (default 900)")
+                   help="how long engines may take to answer /health, at the start and when a replan "
+                        "applied to this deployment starts new ones (default 900)")
     p.set_defaults(func=run)
 
 

@@ -165,9 +165,11 @@ class Deployment:
         self.root, self.plan, self.procs = root, plan, procs
         self.python, self.router, self.kv_dir = python, router, kv_dir  # what `apply` starts new replicas with
         self.plan_root = root  # the directory of the plan it runs (another one after `apply`)
+        self.ready_timeout_s = 900.0  # how long engines may take to answer /health: `start`'s, and `apply`'s after it
         self.closing = False  # set by `stop`: a `watch` in another thread returns instead of reporting the exits
 
     def start(self, ready_timeout_s: float, progress: Callable[[str], None]) -> None:
+        self.ready_timeout_s = ready_timeout_s
         engines = [p for p in self.procs if p.pool not in ROUTERS]
         for p in engines:
             self._spawn(p)
@@ -266,7 +268,7 @@ class Deployment:
             for p in new:
                 self._spawn(p)
             self.procs += new
-            self._await_health(new, 900.0)
+            self._await_health(new, self.ready_timeout_s)
             renamed = dict(change.kept)
             for p in self.procs:
                 if p.pool not in ROUTERS and p not in new and p not in leaving:

@@ -51,7 +51,11 @@ def test_replans_applied_under_load_fail_no_request(tmp_path):
     assert [(p.role, p.replicas) for p in load_plan(pair).pools] == [("colocated", 2)]
     assert sorted(p.role for p in load_plan(split).pools) == ["decode", "prefill"]
     with open(tmp_path / "deploy.log", "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "compiler.cli", "deploy", str(pair), "--local"], cwd=REPO,
+        # an engine starting beside a serving one on 2 cores did not answer within 15 minutes in one run of the whole
+        # engine suite: the deployment's readiness budget (its applied replans' new engines get it too) is raised,
+        # inside apply_local's 1500 s
+        proc = subprocess.Popen([sys.executable, "-m", "compiler.cli", "deploy", str(pair), "--local",
+                                 "--ready-timeout-s", "1400"], cwd=REPO,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     endpoints, pids = pair / "deploy" / "endpoints.json", set()
     try:
