@@ -531,6 +531,13 @@ def decide(raw: Instance, factors: tuple[Factors, ...], objective: str, current:
     elif gain <= GAIN_SIGMAS * se and not short:
         act, reason = False, (f"held: the predicted gain {gain:+.1%} is within {GAIN_SIGMAS:g} standard errors "
                               f"({se:.1%}) of the measurements' noise")
+    elif gain <= GAIN_SIGMAS * se:  # short: staying is not the safe choice the noise rule assumes
+        act, reason = True, (f"move: the predicted gain {gain:+.1%} clears the threshold {settings.min_gain:.0%}; it is "
+                             f"within {GAIN_SIGMAS:g} standard errors ({se:.1%}) of the measurements' noise, but the "
+                             f"running plan routed now would run a pool at {busiest:.0%} at the forecast rates (or a "
+                             "class's forecast up by its replayed error)")
+        if back:
+            reason += f"; it moves back a change of the last {settings.cooldown_windows} windows"
     else:
         act, reason = True, (f"move: the predicted gain {gain:+.1%} clears the threshold {settings.min_gain:.0%} and "
                              f"{GAIN_SIGMAS:g} standard errors ({se:.1%})")
