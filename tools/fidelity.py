@@ -218,18 +218,19 @@ def lengths_of(row: dict) -> str:
 
 def estimate_args(row: dict) -> dict:
     """The keyword arguments of `compiler.driver.estimate` for a measurement row or a serving-sweep row (the
-    sweep's devices, clients and engine as `tools/fidelity_sweeps.py` reads them)."""
+    sweep's devices, clients, engine and KV dtype as `tools/fidelity_sweeps.py` reads them)."""
     from compiler.inputs.scenarios import batch
     from compiler.ir.precision import Precision
 
     shape = dict(model=row["model"], device=row["device"], pp=int(row.get("pp") or 1),
                  precision=Precision.of(row["dtype"]), input_len=int(row["input_len"]),
                  output_len=int(row["output_len"]))
-    if "backend" in row:  # a serving sweep: one replica of tp devices, C clients, the row's engine
-        from fidelity_sweeps import ENGINE_OF, clients, devices
+    if "backend" in row:  # a serving sweep: one replica of tp devices, C clients, the row's engine and its KV dtype
+        from fidelity_sweeps import ENGINE_KV_DTYPE, ENGINE_OF, clients, devices
 
         tp = devices(row)
-        return dict(shape, count=tp, tp=tp, batch=None, concurrency=clients(row), engine=ENGINE_OF[row["backend"]])
+        return dict(shape, precision=Precision.of(row["dtype"], kv=ENGINE_KV_DTYPE), count=tp, tp=tp, batch=None,
+                    concurrency=clients(row), engine=ENGINE_OF[row["backend"]])
     concurrency = row.get("concurrency") or None
     return dict(shape, count=int(row["count"]), tp=int(row["tp"]), batch=None if concurrency else batch(row["batch"]),
                 concurrency=int(concurrency) if concurrency else None, engine=engine_of(row),

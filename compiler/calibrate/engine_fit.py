@@ -36,14 +36,14 @@ from cost_models.engines import Engine, with_measured_kernels
 from cost_models.load import ClosedLoop, LoopSteps, RequestShape, assemble, closed_loop, loop_steps
 from cost_models.serving import Deployment
 
-#: The engine's own numbers, with physical bounds (lower bounds stand for "none"). On a CPU the host work of a step
-#: (Python scheduling, input preparation, sampling) is milliseconds, not the GPU's microseconds.
 #: An engine's front end and closed-loop admission, as this fit and the serving sweeps' (``tools/fidelity_sweeps.py``)
 #: both fit them. A lower bound stands for "none", so it must be negligible at every row: the admission wait is that
 #: share of a whole request's life over C, and 1% of it was 120 ms at 8,192 output tokens and 4 clients (GPT-OSS-120B,
 #: whose TTFT does not grow with the output length), so "none" is 0.01%.
 ENGINE_OWN_PARAMS = (Param("request_overhead_s", 1e-4, 1.0, grid_lo=1e-3),  # front end: up to a second
                      Param("admission_fraction", 1e-4, 1.0, grid_lo=1e-3))  # closed loop: wait for the next completion
+#: The engine's own numbers, with physical bounds (lower bounds stand for "none"). On a CPU the host work of a step
+#: (Python scheduling, input preparation, sampling) is milliseconds, not the GPU's microseconds.
 FIT_PARAMS = (Param("step_overhead_s", 1e-5, 0.1, grid_lo=3e-4),  # host time per step: up to 100 ms
               Param("seq_overhead_s", 1e-7, 5e-3, grid_lo=1e-6),  # per running sequence per step: up to 5 ms
               *ENGINE_OWN_PARAMS,

@@ -514,6 +514,8 @@ def decide(raw: Instance, factors: tuple[Factors, ...], objective: str, current:
     se = _gain_se(raw, factors, objective, current, after, classes, settings) if moves and gain is not None else 0.0
     back = moved_back(recent, current, after)
     short = busiest >= MAX_UTILISATION  # [Note: cool-down]: the running plan, as routed, cannot carry the forecast
+    overload = (f"the running plan routed now would run a pool at {busiest:.0%} at the forecast rates (or a class's "
+                "forecast up by its replayed error)")
     if not moves:
         act, reason = False, "the running placement is still the best reachable: no move"
     elif current_value is None:
@@ -533,18 +535,16 @@ def decide(raw: Instance, factors: tuple[Factors, ...], objective: str, current:
                               f"({se:.1%}) of the measurements' noise")
     elif gain <= GAIN_SIGMAS * se:  # short: staying is not the safe choice the noise rule assumes
         act, reason = True, (f"move: the predicted gain {gain:+.1%} clears the threshold {settings.min_gain:.0%}; it is "
-                             f"within {GAIN_SIGMAS:g} standard errors ({se:.1%}) of the measurements' noise, but the "
-                             f"running plan routed now would run a pool at {busiest:.0%} at the forecast rates (or a "
-                             "class's forecast up by its replayed error)")
+                             f"within {GAIN_SIGMAS:g} standard errors ({se:.1%}) of the measurements' noise, but "
+                             + overload)
         if back:
             reason += f"; it moves back a change of the last {settings.cooldown_windows} windows"
     else:
         act, reason = True, (f"move: the predicted gain {gain:+.1%} clears the threshold {settings.min_gain:.0%} and "
                              f"{GAIN_SIGMAS:g} standard errors ({se:.1%})")
         if back:
-            reason += (f"; it moves back a change of the last {settings.cooldown_windows} windows, as the running "
-                       f"plan routed now would run a pool at {busiest:.0%} at the forecast rates (or a class's forecast "
-                       f"up by its replayed error)" if short else
+            reason += (f"; it moves back a change of the last {settings.cooldown_windows} windows, as {overload}"
+                       if short else
                        f"; it moves back a change of the last {settings.cooldown_windows} windows and clears the "
                        f"cool-down margin ({settings.min_gain:.0%} + {settings.cooldown_gain:.0%})")
     decision = Decision(objective, OBJECTIVE_QUANTITIES[objective], current_value, proposed.objective.value,
