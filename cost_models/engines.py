@@ -165,23 +165,22 @@ class Engine:
 
 _GENERIC_SOURCE = "assumption: no engine named; the device family's step overhead and no extra scheduler cost"
 
-#: What the sweep fit shares across engines: the step costs of one step on Hopper GPUs. Host time per step and the
-#: per-block overhead end at the lower bounds of the fit (behind overlap scheduling, all rows but vLLM <= 0.12, a
-#: fixed host cost is mostly hidden); what a step pays beyond its kernels grows with its calls and its running
-#: sequences. Per call, the launch floor: each kernel costs a few microseconds however little it computes, less but
+#: What the sweep fit shares across engines: the step costs of one step on Hopper GPUs. Host time per step, per
+#: running sequence and the per-block overhead end at the lower bounds of the fit (behind overlap scheduling, all
+#: rows but vLLM <= 0.12, a fixed host cost is mostly hidden); what a step pays beyond its kernels grows with its
+#: calls. Per call, the launch floor: each kernel costs a few microseconds however little it computes, less but
 #: not nothing inside a CUDA graph (https://developer.nvidia.com/blog/cuda-graphs/), so a step of many small kernels
-#: (MoE routing, per-layer norms) has a floor in proportion to its calls. Per running sequence, 15 us: the host's
-#: per-request work each step (batch metadata, sampling, stop checks, streaming the token out), which a batch of
-#: 256 turns into 3.8 ms. Until the sweeps' KV cache was costed at the BF16 their engines store it at ([Note: sweep
-#: KV dtype] in tools/fidelity_sweeps.py) the fit put that on the blocks and the per-sequence cost at its floor.
+#: (MoE routing, per-layer norms) has a floor in proportion to its calls. The host time per running sequence was
+#: fitted at 15 us while a chunked prompt's last chunk was costed as a full step; costed as the tokens it carries
+#: ([Note: a prompt's last chunk] in cost_models/load.py) it is back at its floor.
 #: The kernels' efficiencies on the H100 and H200 are the devices' (`cost_models.derates.DEVICE_EFFS`, fitted on
 #: the same rows), not the engines'.
-_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=4.895e-07, seq_overhead_s=1.493e-05)
+_SHARED = dict(step_overhead_s=1e-05, block_overhead_s=1e-07, op_overhead_s=4.924e-07, seq_overhead_s=1e-08)
 _SHARED_SOURCE = SWEEP_FIT.format(rows="all 842 rows, shared by the three engines")
 
 
 #: The wave share of engines that mix prefill into decode steps ([Note: waves]).
-MIXED_WAVE_SHARE = 0.1581
+MIXED_WAVE_SHARE = 0.1582
 _MIXED_WAVE_SOURCE = SWEEP_FIT.format(rows="the rows of engines that mix prefill into decodes, together (trtllm, vllm, "
                                            "and sglang where launched with mixed chunks)")
 
@@ -218,12 +217,12 @@ ENGINES: dict[str, Engine] = {
         ("step_overhead_s", "the device family's derate (cost_models/derates.py, fitted on the Gaudi tables)"),
         ("prefill_budget_tokens", "not modelled: optimum-habana prefills a static batch in one pass; the budget is "
                                   "the generic default"))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1095,
+    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1115,
                       admission_fraction=0.0001),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.03403,
+    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.03515,
                     admission_fraction=0.0001),
     "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, SGLANG_MIXING, mixes_prefill=False,
-                      request_overhead_s=0.08858, admission_fraction=0.0001,
+                      request_overhead_s=0.08853, admission_fraction=0.0001,
                       unseen=("admission_fraction",)),  # its default keeps waves whole: no request waits for one
 }
 GENERIC = ENGINES["generic"]

@@ -104,6 +104,7 @@ class ClosedLoop:
     prefill_tokens_per_step: float
     active: float  # sequences running (the rest wait for a slot)
     chunk_step_s: float  # a step that carries a prompt's chunk ([Note: prompts arrive whole])
+    last_chunk_step_s: float  # the step that carries its last chunk ([Note: a prompt's last chunk])
     clients: float = 0.0  # closed-loop clients (0: as many as `active`)
 
     @property
@@ -235,6 +236,8 @@ class LoopSteps:
     mixed_sequences: float
     chunk_s: float  # a decode step that carries a prompt's chunk
     chunk_sequences: float
+    last_chunk_s: float  # the step that carries its last chunk ([Note: a prompt's last chunk])
+    last_chunk_sequences: float
     prefill_tokens_per_step: float
     decode_s: float  # a decode step with no prefill
     own_steps: int  # steps a prompt's own chunks take
@@ -264,8 +267,8 @@ def loop_steps(graph: BlockGraph, dep: Deployment, concurrency: float, shape: Re
     blocks = sum(n for _b, n in groups)
     dispatches = sum(n * (b.dispatches or sum(op.count for op in b.ops)) for b, n in groups)
     return LoopSteps(concurrency, active, out, mixed.step.time_s, mixed.batch.sequences, mixed.chunk.time_s,
-                     mixed.chunk_batch.sequences, mixed.batch.prefill_tokens,
-                     _decode(graph, bare, active, shape).time_s, math.ceil(prompt / room),
+                     mixed.chunk_batch.sequences, mixed.last.time_s, mixed.last_batch.sequences,
+                     mixed.batch.prefill_tokens, _decode(graph, bare, active, shape).time_s, own_steps(prompt, room),
                      active * prompt / out / room, wave, blocks, dispatches)
 
 
@@ -290,7 +293,8 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate, *, poisson: bool 
     mixed = cost(steps.mixed_s, steps.mixed_sequences)
     decode = cost(steps.decode_s, steps.active)
     chunk = cost(steps.chunk_s, steps.chunk_sequences)
-    service = steps.own_steps * chunk  # a prompt's own chunks run in the steps that carry them
+    last_chunk = cost(steps.last_chunk_s, steps.last_chunk_sequences)
+    service = (steps.own_steps - 1) * chunk + last_chunk  # the steps that carry a prompt's own chunks
     cycle = steps.output_len * mixed + service  # one request's life: its prefill chunks and its decode steps
     admission = 0.0 if poisson else engine.admission_fraction * cycle / steps.active  # the next completion
     ttft_desync = engine.request_overhead_s + admission + 0.5 * mixed + service
@@ -314,7 +318,7 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate, *, poisson: bool 
     tpot = (1 - s) * mixed + s * tpot_wave
     if steps.concurrency > steps.active:  # [Note: clients beyond the slots]
         ttft += (steps.concurrency - steps.active) * (ttft + (steps.output_len - 1) * tpot) / steps.active
-    return ClosedLoop(ttft, tpot, mixed, decode, steps.prefill_tokens_per_step, steps.active, chunk,
+    return ClosedLoop(ttft, tpot, mixed, decode, steps.prefill_tokens_per_step, steps.active, chunk, last_chunk,
                       steps.concurrency)
 
 
@@ -352,6 +356,8 @@ class _Mixed:
     batch: Batch  # what it carries on average
     chunk: StepTime  # a step that carries a chunk
     chunk_batch: Batch
+    last: StepTime  # the step that carries a chunked prompt's last chunk ([Note: a prompt's last chunk])
+    last_batch: Batch
 
 
 def _mixed_step(graph: BlockGraph, dep: Deployment, decodes: float, shape: RequestShape,
@@ -385,8 +391,38 @@ def _mixed_step(graph: BlockGraph, dep: Deployment, decodes: float, shape: Reque
     if share < 1:
         alone = step(graph, dep, Batch(decodes=decodes, context=shape.decode_context), plan)
         mean = StepTime(*((1 - share) * a + share * c for a, c in zip(astuple(alone), astuple(carrying))))
+    last, last_batch = carrying, full
+    if chunked:
+        last_batch = _last_chunk(shape, room, per_step, decodes)
+        last = step(graph, dep, last_batch, plan)
     return _Mixed(mean, Batch(decodes=decodes, context=shape.decode_context, prefill_tokens=per_step,
-                              prefill_requests=share * requests), carrying, full)
+                              prefill_requests=share * requests), carrying, full, last, last_batch)
+
+
+def own_steps(prompt: float, room: float) -> int:
+    """Steps a prompt's own chunks run in at `room` prompt tokens a step."""
+    return math.ceil(prompt / room - 1e-9)
+
+
+def _last_chunk(shape: RequestShape, room: float, per_step: float, decodes: float) -> Batch:
+    """The step carrying a chunked prompt's last chunk.
+
+    [Note: a prompt's last chunk] A prompt longer than a step's room runs in
+    ceil(P / room) steps: all full but the last, which carries the rest of the
+    prompt, r = P - (steps - 1) x room, and what the other clients' prompts
+    bring to fill it (their share of the prompt tokens arriving per step, at
+    most the room left). Alone, a 10,000-token prompt at a budget of 8,192 runs
+    as 8,191 tokens and then 1,809, not as two full steps: costing both full
+    made a lone request's TTFT jump 3.7x between prompts of 4,096 and 8,192
+    tokens (Llama-3.3-70B on 16 Trainium2, `gimletc estimate --concurrency 1`),
+    where the work only doubles.
+    """
+    prompt = shape.computed_prompt
+    rest = prompt - (own_steps(prompt, room) - 1) * room
+    fill = max(0.0, min(room - rest, per_step * max(decodes - 1.0, 0.0) / max(decodes, 1.0)))
+    before = (rest * (shape.cached_prompt + prompt - rest) + fill * shape.cached_prompt) / (rest + fill)
+    return Batch(decodes=decodes, context=shape.decode_context, prefill_tokens=rest + fill,
+                 prefill_requests=1.0 + fill / prompt, prefill_before=before)
 
 
 # ------------------------------------------------------------------------------------------ open loop
@@ -486,15 +522,17 @@ def colocated_curve(graph: BlockGraph, dep: Deployment, slots: int, shape: Reque
     rate = full.requests_per_s(shape.output_len)
     extra = max(0.0, full.step_s - full.decode_only_step_s)
     chunk_extra = max(0.0, full.chunk_step_s - full.decode_only_step_s)
+    last_extra = max(0.0, full.last_chunk_step_s - full.decode_only_step_s)
     room = max(1.0, dep.engine.prefill_budget_tokens - slots)
-    own_steps = math.ceil(shape.computed_prompt / room)
+    steps = own_steps(shape.computed_prompt, room)
     curve, parts = [], []
     for rho in UTILISATIONS:
         point = []
         for p in (0.5, percentile):
             decode_s = table.at(_occupancy(rho * slots, slots, p))
             step_s = decode_s + extra * rho  # the mean step: the share of steps carrying a chunk grows with rho
-            service = own_steps * (decode_s + chunk_extra)  # a prompt's own chunks ([Note: prompts arrive whole])
+            # a prompt's own chunks ([Note: prompts arrive whole], [Note: a prompt's last chunk])
+            service = steps * decode_s + (steps - 1) * chunk_extra + last_extra
             prefill_rho = rho * full.prefill_tokens_per_step / room
             ttft = (dep.engine.request_overhead_s + (0.5 + dep.engine.lookahead_steps) * step_s
                     + wait_percentile_s(1, prefill_rho, service, p) + service)

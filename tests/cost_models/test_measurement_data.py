@@ -233,6 +233,26 @@ def test_trn2_held_out_rows_hold_with_the_fitted_derate():
     assert statistics.median(r["ape_pct"] for r in results) < TRN2_HELD_OUT_FITTED_MEDIAN_APE_PCT
 
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_each_familys_derate_is_what_its_fit_gives_today(family):
+    """cost_models/derates.py holds what `tools/fidelity.py --fit` prints for each family on all its fitting rows
+    (to the printed digits). The Trainium derate had lagged its fit for five days of model changes (compute_eff
+    0.3 pasted, 0.34 fitted): a cost-model change that moves a family's fit must paste it again."""
+    from cost_models.derates import DERATES
+
+    fidelity = _fidelity()
+    if not fidelity.DEFAULT_CSV.is_file():
+        pytest.skip("../shared/reference is not beside this checkout")
+    rows = [r for r in fidelity.load_rows([fidelity.DEFAULT_CSV, *fidelity.data_files()])
+            if fidelity._family(r["device"]) == family]
+    fitted = fidelity.fit_family(family, rows, {})
+    fields = fidelity.FITTED_FIELDS.get(family, fidelity.FITTED)
+    line = fidelity._derate_line
+    assert line(family, {k: getattr(DERATES[family], k) for k in fidelity.FITTED}) == line(
+        family, {k: getattr(fitted if k in fields else DERATES[family], k) for k in fidelity.FITTED})
+
 def _shared(name: str) -> Path | None:
     """A shared reference file beside the checkout (one level up for a worktree), or None where there is none."""
     for base in (REPO.parent / "shared", REPO.parent.parent / "shared"):
