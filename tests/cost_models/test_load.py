@@ -55,13 +55,12 @@ def test_colocated_tpot_at_concurrency_one_is_the_decode_only_batch_one_tpot(gra
     assert loop.tpot_s == pytest.approx(alone.time_s, rel=0.05)
 
 
-
 @pytest.mark.parametrize("prompt", [4096, 8000, 8192, 10000, 20000])
 def test_one_clients_chunked_prompt_costs_its_tokens_not_whole_steps(graph, prompt):
     """[Note: a prompt's last chunk]: one client's prompt, chunked at the budget, costs about what the same tokens
     cost prefilled in one pass (the static path, `prefill_time`); a half step for the decode running ahead of it
-    aside. Charging the last chunk as a full step made 8,192 tokens cost two 8,191-token steps (1.9x) and 10,000
-    tokens 1.6x."""
+    aside. Charging the last chunk as a full step made 8,192 tokens cost two 8,191-token steps (2.0x), 10,000 tokens
+    1.6x and 20,000 1.2x."""
     from cost_models.load import RequestShape, closed_loop
     from cost_models.serving import decode_step, prefill_time
 
@@ -71,6 +70,7 @@ def test_one_clients_chunked_prompt_costs_its_tokens_not_whole_steps(graph, prom
     whole = prefill_time(graph, dep, 1, prompt).time_s
     half_decode = 0.5 * decode_step(graph, dep, 1, shape.decode_context).time_s
     assert loop.ttft_s - half_decode == pytest.approx(whole, rel=0.06)
+
 
 def test_interference_follows_the_prefill_tokens_per_step(graph):
     """More prompt tokens per output token means more prefill work in each decode step."""
@@ -440,9 +440,9 @@ def test_lengths_that_vary_dissolve_the_waves_as_a_simulated_prefill_first_engin
     rest = 5e-3 + 20e-6 * prompt * (clients - 1)  # the rest of the round's, after the first prompt's alone
     mixed = decode + clients * own / mean_out  # a decode step plus the prefills that interrupt it, per output token
     steps = LoopSteps(concurrency=clients, active=clients, output_len=mean_out, mixed_s=mixed,
-                      mixed_sequences=clients, chunk_s=own, chunk_sequences=1, last_chunk_s=own, last_chunk_sequences=1,
-                      prefill_tokens_per_step=0.0,
-                      decode_s=decode, own_steps=1, prefill_rho=clients * own / (mean_out * mixed),
+                      mixed_sequences=clients, chunk_s=own, chunk_sequences=1, last_chunk_s=own,
+                      last_chunk_sequences=1, prefill_tokens_per_step=0.0, decode_s=decode, own_steps=1,
+                      prefill_rho=clients * own / (mean_out * mixed),
                       wave=Wave(0, 0.0, 0.0, rest, clients, 0.0, 1.0, 0.0, 0.0, 1 / clients, own, 1),
                       blocks=0, dispatches=0)
     engine, derate = Engine("prefill-first", mixes_prefill=False), Derate(compute_eff=1.0, mem_eff=1.0)

@@ -233,7 +233,6 @@ def test_trn2_held_out_rows_hold_with_the_fitted_derate():
     assert statistics.median(r["ape_pct"] for r in results) < TRN2_HELD_OUT_FITTED_MEDIAN_APE_PCT
 
 
-
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_each_familys_derate_is_what_its_fit_gives_today(family):
