@@ -104,6 +104,8 @@ def test_an_engine_constant_no_row_can_move_stays_at_none():
     front end, which those rows do see, is fitted."""
     from cost_models.engines import ENGINES
 
+    if not fs.DEFAULT_CSV.is_file():
+        pytest.skip("../shared/reference is not beside this checkout")
     rows = [r for r in fs.load_rows(fs.DEFAULT_CSV) if r["backend_version"] == "0.5.1.post1"][:6]
     phys = fs.physics(rows)
     none = {p.name: p.lo for p in fs.engine_params()}
