@@ -533,20 +533,16 @@ def decide(raw: Instance, factors: tuple[Factors, ...], objective: str, current:
     elif gain <= GAIN_SIGMAS * se and not short:
         act, reason = False, (f"held: the predicted gain {gain:+.1%} is within {GAIN_SIGMAS:g} standard errors "
                               f"({se:.1%}) of the measurements' noise")
-    elif gain <= GAIN_SIGMAS * se:  # short: staying is not the safe choice the noise rule assumes
-        act, reason = True, (f"move: the predicted gain {gain:+.1%} clears the threshold {settings.min_gain:.0%}; it is "
-                             f"within {GAIN_SIGMAS:g} standard errors ({se:.1%}) of the measurements' noise, but "
-                             + overload)
+    else:  # a move; within the noise only where short: staying is not the safe choice the noise rule assumes
+        noisy = gain <= GAIN_SIGMAS * se
+        act, reason = True, (f"move: the predicted gain {gain:+.1%} clears the threshold {settings.min_gain:.0%}"
+                             + (f"; it is within {GAIN_SIGMAS:g} standard errors ({se:.1%}) of the measurements' "
+                                f"noise, but {overload}" if noisy else
+                                f" and {GAIN_SIGMAS:g} standard errors ({se:.1%})"))
         if back:
-            reason += f"; it moves back a change of the last {settings.cooldown_windows} windows"
-    else:
-        act, reason = True, (f"move: the predicted gain {gain:+.1%} clears the threshold {settings.min_gain:.0%} and "
-                             f"{GAIN_SIGMAS:g} standard errors ({se:.1%})")
-        if back:
-            reason += (f"; it moves back a change of the last {settings.cooldown_windows} windows, as {overload}"
-                       if short else
-                       f"; it moves back a change of the last {settings.cooldown_windows} windows and clears the "
-                       f"cool-down margin ({settings.min_gain:.0%} + {settings.cooldown_gain:.0%})")
+            reason += f"; it moves back a change of the last {settings.cooldown_windows} windows" + (
+                "" if noisy else f", as {overload}" if short else
+                f" and clears the cool-down margin ({settings.min_gain:.0%} + {settings.cooldown_gain:.0%})")
     decision = Decision(objective, OBJECTIVE_QUANTITIES[objective], current_value, proposed.objective.value,
                         fresh.objective.value if fresh.feasible else math.nan, moves,
                         moves_between(current, shapes_of(fresh)) if fresh.feasible else 0, settings.max_moves, gain,
