@@ -105,7 +105,8 @@ class TrainiumBackend(Backend):
     engines = (
         EnginePlatform(engine="vllm", platform="neuron", version=VLLM_RELEASE,
                        image="public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:latest", kv_buffer_device="cpu",
-                       plugin="vllm-neuron", env=(("VLLM_PLUGINS", "neuron"),), source=NEURON_VLLM),
+                       plugin="vllm-neuron", env=(("VLLM_PLUGINS", "neuron"),), source=NEURON_VLLM,
+                       static_shapes=True),
     )
     devices = tuple(_instance_node(d) for d in (
         _neuron("aws-trn1", "Trainium (trn1.32xlarge chip, 2x NeuronCore-v2, 32 GiB HBM)", NEURONCORE_V2_TFLOPS,

@@ -33,6 +33,7 @@ from compiler.cost.prepared import Prepared
 from compiler.place.bounds import infeasible_by_bounds
 
 if TYPE_CHECKING:  # typing only: importing them would load pydantic, which `import compiler` must not
+    from cost_models.serving import Buckets
     from compiler.cost.drafted import DraftModel
     from compiler.emit.plan import Plan
     from compiler.inputs import Cluster, Workload
@@ -105,14 +106,17 @@ def block_graph(model: str | ModelSpec, *, phases: tuple[str, ...] = ("prefill",
 
 def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, precision: Precision, input_len: int,
              output_len: int, batch: int | str | None, concurrency: int | None, engine: str = "generic",
-             lengths: str = "fixed", graphs: dict[str, BlockGraph] | None = None) -> Estimate:
+             lengths: str = "fixed", buckets: Buckets | None = None,
+             graphs: dict[str, BlockGraph] | None = None) -> Estimate:
     """One deployment's `Estimate`; `graphs` memoises BlockGraphs across calls (scenario files). `lengths`: a closed
     loop's request lengths, ``fixed`` or ``vary`` (drawn from a range whose means are the lengths given: no lock-step
-    waves, [Note: waves] in cost_models/engines.py).
+    waves, [Note: waves] in cost_models/engines.py). `buckets`: the lengths a Neuron launch compiled (its
+    ``context_encoding_buckets`` and ``token_generation_buckets``); without them, a Neuron device runs the automatic
+    buckets of a ``--max-model-len`` of `input_len` + `output_len`, as gimletc's launch leaves them ([Note: buckets]).
 
     Tensor parallelism above the KV heads replicates them ([Note: replicated KV heads]); closed-loop clients
     beyond what the KV cache holds wait for a slot ([Note: clients beyond the slots]). A static batch must fit."""
-    from compiler.cost.deployment import deployment, kv_heads_of
+    from compiler.cost.deployment import deployment, kv_heads_of, runs_static_shapes
     from compiler.cost.estimate import estimate as estimate_deployment
     from cost_models.load import LENGTHS
     from cost_models.serving import RUNTIME_RESERVE_FRACTION
@@ -129,8 +133,15 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
     tp = tp or max(1, count // pp)
     spec = resolve_model(model)
     _check_parallelism(graphs[model], spec.config, tp, pp, engine)  # a callable's config is empty
+    if buckets is not None and not runs_static_shapes(device):
+        raise BadInput(f"--context-buckets/--token-buckets: {device}'s engine compiles no program per length "
+                       "(bucketing is Neuron's), so nothing pads to them; drop them")
+    if buckets is None:
+        from cost_models.serving import Buckets
+
+        buckets = Buckets.for_classes(input_len + output_len, [input_len], [input_len + output_len])
     dep = deployment(device, count, tp, pp, checkpoint_precision(spec, precision), engine,
-                     kv_heads=kv_heads_of(spec.config))
+                     kv_heads=kv_heads_of(spec.config), buckets=buckets)
     result = estimate_deployment(graphs[model], dep, input_len=input_len, output_len=output_len, batch=batch,
                                  concurrency=concurrency, lockstep=lengths != "vary")
     if not result.fits:
@@ -144,6 +155,34 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
                        f"{dep.engine.kv_memory_fraction:.0%} of what the weights and a {RUNTIME_RESERVE_FRACTION:.0%} "
                        f"runtime reserve leave; {most}")
     return result
+
+
+def launch_buckets(context: str | None, token: str | None, input_len: int, output_len: int) -> Buckets | None:
+    """The buckets of a Neuron launch from comma-separated lengths (``--context-buckets``, ``--token-buckets``),
+    either missing one automatic for `input_len` + `output_len` tokens; None where neither is given. A list whose
+    largest bucket cannot hold the request is refused, as NxD Inference refuses the request ([Note: buckets])."""
+    from cost_models.serving import Buckets
+
+    if context is None and token is None:
+        return None
+    auto = Buckets.automatic(input_len + output_len)
+    lists = []
+    for flag, text, default, need in (("--context-buckets", context, auto.context, input_len),
+                                      ("--token-buckets", token, auto.token, input_len + output_len)):
+        if text is None:
+            lists.append(default)
+            continue
+        try:
+            lengths = tuple(sorted({int(v) for v in text.split(",") if v.strip()}))
+        except ValueError:
+            raise BadInput(f"{flag} {text!r}: give token counts separated by commas, e.g. 2048,4096,8192") from None
+        if not lengths or lengths[0] < 1:
+            raise BadInput(f"{flag} {text!r}: give positive token counts separated by commas, e.g. 2048,4096,8192")
+        if lengths[-1] < need:
+            raise BadInput(f"{flag} {text}: the largest, {lengths[-1]}, cannot hold {need} tokens, so the engine "
+                           f"would refuse the request; add a bucket of at least {need}")
+        lists.append(lengths)
+    return Buckets(*lists)
 
 
 def stored_precision(model: str, precision: Precision) -> Precision:

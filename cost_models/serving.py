@@ -13,6 +13,7 @@ Functions (each documented and tested on its own):
   TP all-reduces, PP hops with micro-batches in flight, the engine's step and per-sequence overheads.
 - `decode_step`, `prefill_time`: the two pure cases of `step`.
 - `prefix_cached_tokens`: prompt tokens left to compute after prefix-cache hits.
+- `Buckets`: the static shapes an engine compiled (Neuron), which pad what a step computes.
 - `moe_expert_parallel_step`: a MoE block's step split over expert-parallel devices.
 """
 
@@ -40,6 +41,80 @@ RUNTIME_RESERVE_FRACTION = 0.02
 PAGE_TOKENS = 16
 
 
+#: A bucket gimletc adds for a class is rounded up to a multiple of this many tokens (assumption: 128, the automatic
+#: buckets' smallest, keeps the compiled shapes tile-aligned; NxD accepts any length).
+BUCKET_ALIGN = 128
+
+
+@dataclass(frozen=True, slots=True)
+class Buckets:
+    """The sequence lengths an engine compiled its programs for; see [Note: buckets].
+
+    [Note: buckets] The Neuron compiler builds programs for static shapes, so
+    NxD Inference (alone, and under vLLM through the vllm-neuron plugin)
+    compiles one context-encoding program per prompt length in ``context`` and
+    one token-generation program per sequence length in ``token``, and runs
+    each request in the smallest that holds it, padded (feature guide,
+    "Bucketing": https://github.com/aws-neuron/aws-neuron-sdk/blob/81ce03ae261e12925e53437a0f690478e6366155/
+    libraries/nxd-inference/developer_guides/feature-guide.rst).
+    A step computes a prompt at its context bucket's length and, decoding,
+    attends over its token bucket's. Without lists the buckets are automatic:
+    powers of two from 128 up to the longest sequence, and that length.
+
+    Llama-3.3-70B's 10,000-token prompt on 16 Trainium2 ran in the 12,288
+    program (V079's launch, cost_models/data/neuron_buckets.csv) and measured
+    814 ms; padded, the fitted model predicts 851 ms, and 693 ms for the
+    10,000 tokens alone. A 2,304-token decode context would run in the 4,096
+    program (1.8x the KV read), so gimletc's own launch adds a bucket at each
+    class's mean lengths (`Buckets.for_classes`, written by
+    `compiler.emit.serving.launch`), and the placement costs that launch.
+
+    Not modelled: a decode is padded at its mean context (a request crossing a
+    bucket reads less before it); a chunk after cached tokens is not padded
+    (NxD runs a prompt whole, `Buckets.budget`); the KV cache is sized by the
+    tokens held, where NxD reserves a slot's whole sequence length.
+    """
+
+    context: tuple[int, ...]
+    token: tuple[int, ...]
+
+    @classmethod
+    def automatic(cls, max_len: int) -> "Buckets":
+        """NxD Inference's automatic bucketing for sequences of at most `max_len` tokens (vLLM's
+        ``--max-model-len``): powers of two from 128 below it, and `max_len` itself, for both programs."""
+        lengths = tuple(1 << k for k in range(7, max(7, max_len.bit_length())) if 1 << k < max_len) + (max_len,)
+        return cls(lengths, lengths)
+
+    @classmethod
+    def for_classes(cls, max_len: int, prompts: Sequence[float], sequences: Sequence[float]) -> "Buckets":
+        """The buckets gimletc launches a Neuron pool with: the automatic ones for `max_len`, a context bucket at
+        each class's mean prompt (`prompts`) and a token bucket at each one's mean prompt + output (`sequences`),
+        rounded up to `BUCKET_ALIGN` tokens, so a request of a class's mean lengths is not padded to the next
+        power of two (a 2,304-token decode context would be, 1.8x, by automatic buckets alone)."""
+        auto = cls.automatic(max_len)
+        align = lambda ts: tuple(min(max_len, -(-math.ceil(t) // BUCKET_ALIGN) * BUCKET_ALIGN) for t in ts)  # noqa: E731
+        return cls(tuple(sorted({*auto.context, *align(prompts)})), tuple(sorted({*auto.token, *align(sequences)})))
+
+    @staticmethod
+    def fit(length: float, buckets: tuple[int, ...]) -> float:
+        """The smallest bucket holding `length` tokens; `length` itself beyond the largest (not padded)."""
+        return float(next((b for b in sorted(buckets) if b >= length), length))
+
+    @property
+    def budget(self) -> int:
+        """Prompt tokens one step runs: the largest context bucket, so a prompt runs whole, never chunked."""
+        return max(self.context)
+
+    def pad(self, batch: "Batch") -> "Batch":
+        """`batch` as the compiled programs compute it: whole prompts at their context bucket, decodes over their
+        token bucket."""
+        prefill = batch.prefill_tokens
+        if prefill and not batch.prefill_before:
+            prefill = batch.prefill_requests * self.fit(prefill / batch.prefill_requests, self.context)
+        context = self.fit(batch.context, self.token) if batch.decodes else batch.context
+        return replace(batch, prefill_tokens=prefill, context=context)
+
+
 @dataclass(frozen=True, slots=True)
 class Deployment:
     device: DeviceSpec
@@ -50,6 +125,7 @@ class Deployment:
     precision: Precision = Precision.of("bf16")
     engine: Engine = GENERIC  # its per-step, -block and -call overheads are already in `derate` (`Engine.applied_to`)
     kv_heads: int | None = None  # the model's KV heads (None: the KV splits evenly over tp)
+    buckets: Buckets | None = None  # the static shapes a step is padded to ([Note: buckets]); None: none
 
     @property
     def step_overhead_s(self) -> float:
@@ -336,6 +412,8 @@ def step(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan, *,
     Times returned are per device: a device's compute and memory busy time
     over the step (what power reads), the step's wall time.
     """
+    if dep.buckets is not None:
+        batch = dep.buckets.pad(batch)
     m = micro_batches if micro_batches is not None else pipeline_micro_batches(batch, dep.pp)
     if dep.pp == 1:
         m = 1.0

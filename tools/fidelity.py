@@ -136,6 +136,21 @@ def row_derate(row: dict, dep, derates: dict | None = None, exclude: frozenset[s
                    provenance=f"{derate.provenance}; x{speed:.3f} kernel speed of {row['engine']}")
 
 
+def row_buckets(row: dict):
+    """The buckets the launch behind `row` compiled (cost_models/data/neuron_buckets.csv: the Neuron rows whose source
+    states them, [Note: buckets] in cost_models/serving.py); None for any other row (not padded)."""
+    from cost_models.serving import Buckets
+
+    if not _BUCKETS:
+        with open(DATA_DIR / "neuron_buckets.csv", newline="") as f:
+            _BUCKETS.update({r["id"]: Buckets(*(tuple(int(v) for v in r[k].split()) for k in
+                                                ("context_buckets", "token_buckets"))) for r in csv.DictReader(f)})
+    return _BUCKETS.get(row["id"])
+
+
+_BUCKETS: dict = {}
+
+
 def predict(row: dict, graphs: dict, derates: dict | None = None, exclude: frozenset[str] = frozenset()) -> float:
     """`row`'s metric as `gimletc estimate` predicts it, with the family's derate from `derates` where given, at its
     engine release's speed (`row_derate`); a row that decodes speculatively (``drafter``) through the speculative
@@ -150,7 +165,7 @@ def predict(row: dict, graphs: dict, derates: dict | None = None, exclude: froze
     if model not in graphs:
         graphs[model] = block_graph(model)
     dep = deployment(row["device"], int(row["count"]), int(row["tp"]), int(row["pp"]), Precision.of(row["dtype"]),
-                     engine_of(row))
+                     engine_of(row), buckets=row_buckets(row))
     dep = replace(dep, derate=row_derate(row, dep, derates, exclude))
     concurrency = row.get("concurrency") or None
     r = estimate(graphs[model], dep, input_len=int(row["input_len"]), output_len=int(row["output_len"]),
@@ -177,7 +192,8 @@ def speculative(row: dict, graphs: dict, dep, plain) -> float:
     if drafter not in graphs:
         graphs[drafter] = block_graph(drafter)
     drafter_dep = replace(deployment(row["device"], int(row["count"]), int(row["tp"]), int(row["pp"]),
-                                     Precision.of(row["dtype"]), engine_of(row)), derate=dep.derate)
+                                     Precision.of(row["dtype"]), engine_of(row), buckets=row_buckets(row)),
+                          derate=dep.derate)
     drafting = Drafting(graphs[drafter], drafter_dep, float(row["acceptance"]), int(row["draft_tokens"]),
                         link_bw_bytes_per_s=math.inf, link_latency_s=0.0, fused=fused(row))
     batch = int(row.get("concurrency") or row["batch"])
@@ -234,7 +250,7 @@ def estimate_args(row: dict) -> dict:
     concurrency = row.get("concurrency") or None
     return dict(shape, count=int(row["count"]), tp=int(row["tp"]), batch=None if concurrency else batch(row["batch"]),
                 concurrency=int(concurrency) if concurrency else None, engine=engine_of(row),
-                lengths=lengths_of(row))
+                lengths=lengths_of(row), buckets=row_buckets(row))
 
 
 def answered(rows: list[dict], graphs: dict) -> list[str]:

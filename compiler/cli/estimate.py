@@ -45,6 +45,13 @@ def register(sub) -> None:
                    help="with --concurrency: every request has the lengths given (fixed, the default, as "
                         "`vllm bench serve` sends them), or draws them from a range whose means they are (vary: "
                         "--random-range-ratio above 0), which keeps the clients from arriving in lock-step waves")
+    p.add_argument("--context-buckets", metavar="L,L,...",
+                   help="Neuron devices: the prompt lengths the launch compiled (NxD Inference's "
+                        "context_encoding_buckets); a prompt runs padded to the smallest that holds it (default: "
+                        "automatic, powers of two from 128 up to input + output tokens)")
+    p.add_argument("--token-buckets", metavar="L,L,...",
+                   help="Neuron devices: the sequence lengths the launch compiled for decoding "
+                        "(token_generation_buckets; default automatic, as --context-buckets)")
     p.add_argument("--scenarios", metavar="FILE.csv", help="evaluate every row of a CSV (columns named like the flags)")
     p.add_argument("--out", metavar="FILE.csv", help="with --scenarios: write predictions here (default: stdout)")
     options.add_json(p, "the prediction (with --scenarios: the rows)")
@@ -52,7 +59,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from compiler.driver import estimate
+    from compiler.driver import estimate, launch_buckets
     from compiler.inputs.scenarios import batch
 
     if args.scenarios:
@@ -67,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     result = estimate(args.model, device=args.device, count=args.count, tp=args.tp, pp=args.pp,
                       precision=options.precision_of(args), input_len=input_len, output_len=output_len,
                       batch=batch(args.batch), concurrency=args.concurrency, engine=args.engine,
-                      lengths=args.lengths)
+                      lengths=args.lengths,
+                      buckets=launch_buckets(args.context_buckets, args.token_buckets, input_len, output_len))
     return output(result.to_json(), args.json, render)
 
 

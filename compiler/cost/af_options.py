@@ -11,7 +11,7 @@ import math
 from typing import Callable
 
 from backends.registry import device
-from compiler.cost.costing import BATCHES, ClassDemand, tiers_text, unsupported, usable_services
+from compiler.cost.costing import BATCHES, ClassDemand, pool_buckets, tiers_text, unsupported, usable_services
 from compiler.cost.deployment import deployment, group_shape
 from compiler.inputs.cluster import Cluster
 from compiler.ir.block_graph import BlockGraph
@@ -21,7 +21,7 @@ from cost_models.af import ATTN_ROLES, EDGE_ROLES, FFN_ROLES, AFShape, af_decode
 from cost_models.derates import Derate
 from cost_models.load import StepTable, decode_curve
 from cost_models.power import step_power_w
-from cost_models.serving import Deployment, block_groups, devices_to_hold
+from cost_models.serving import Buckets, Deployment, block_groups, devices_to_hold
 
 #: Attention groups, FFN groups and micro-batches tried for one attention/FFN replica. MegaScale-Infer runs
 #: M:N ratios of attention to expert GPUs with two to four micro-batches; M grows (doubling) only while it
@@ -35,14 +35,17 @@ def af_options(graph: BlockGraph, cluster: Cluster, precision: Precision, classe
                 only: set[str] | None = None, adjust: Callable[[Derate], Derate] | None = None) -> list[PoolOption]:
     """Attention on one type, FFN/MoE on the same or another: per batch, the best M:N shape per provisioned watt."""
     usable = [d for d in sorted(cluster.inventory()) if not unsupported(d, precision)]
+    buckets = pool_buckets(classes)
     out = []
     for ta in usable:
         for tf in usable:
             if only is not None and ta not in only and tf not in only:
                 continue
-            attn = _af_group(graph, ta, ATTN_ROLES, 1, precision, cluster, adjust if ta in (only or ()) else None)
+            attn = _af_group(graph, ta, ATTN_ROLES, 1, precision, cluster, adjust if ta in (only or ()) else None,
+                             buckets)
             ffns = [(n, ffn) for n in AF_FFN_GROUPS if (ffn := _af_group(
-                graph, tf, FFN_ROLES + EDGE_ROLES, n, precision, cluster, adjust if tf in (only or ()) else None))]
+                graph, tf, FFN_ROLES + EDGE_ROLES, n, precision, cluster, adjust if tf in (only or ()) else None,
+                buckets))]
             if attn is not None and ffns:
                 out += _af_pair(graph, cluster, attn, ffns, classes)
     return out
@@ -82,7 +85,7 @@ def _tpot(s: ClassService) -> float:
 
 
 def _af_group(graph: BlockGraph, device_id: str, roles: tuple[str, ...], groups: int, precision: Precision,
-              cluster: Cluster, adjust: Callable[[Derate], Derate] | None) -> Deployment | None:
+              cluster: Cluster, adjust: Callable[[Derate], Derate] | None, buckets: Buckets) -> Deployment | None:
     """The smallest tensor-parallel group (no pipeline) holding `roles`' weights, a MoE's experts split over
     `groups` groups; None if it takes more than one scale-up domain."""
     if groups > 1 and not is_moe(graph):
@@ -93,7 +96,7 @@ def _af_group(graph: BlockGraph, device_id: str, roles: tuple[str, ...], groups:
     tp, pp = group_shape(device_id, devices_to_hold(per_group, device(device_id)))
     if pp > 1:
         return None
-    return deployment(device_id, tp, tp, 1, precision, cluster.engine(device_id), adjust)
+    return deployment(device_id, tp, tp, 1, precision, cluster.engine(device_id), adjust, buckets=buckets)
 
 
 def _af_fits(inventory: dict[str, int], shape: AFShape) -> bool:

@@ -22,7 +22,7 @@ from compiler.ir.precision import Precision
 from cost_models.load import RequestShape
 from cost_models.power import device_basis_w, draw_on_basis_w, step_power_w
 from cost_models.roofline import TierSplit
-from cost_models.serving import Deployment, StepTime
+from cost_models.serving import Buckets, Deployment, StepTime
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 PREFILL_BATCHES = (1, 2, 4, 8)
@@ -37,6 +37,7 @@ class ClassDemand:
     percentile: float
     kv_mean_bytes: float  # one request's KV at the class's mean lengths
     kv_max_bytes: float  # ... at its longest prompt and output
+    max_tokens: int  # its longest prompt plus output
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -50,8 +51,16 @@ def class_demands(graph: BlockGraph, workload: Workload, precision: Precision) -
         out.append(ClassDemand(
             c.name, shape, workload.class_slo(c).percentile / 100,
             graph.kv_bytes_per_sequence(shape.kv_tokens, precision),
-            graph.kv_bytes_per_sequence(c.input_len.max + c.output_len.max, precision)))
+            graph.kv_bytes_per_sequence(c.input_len.max + c.output_len.max, precision),
+            c.input_len.max + c.output_len.max))
     return out
+
+
+def pool_buckets(classes: list[ClassDemand]) -> Buckets:
+    """The buckets a Neuron pool serving every class launches with ([Note: buckets], `Buckets.for_classes`; a pool
+    the router sends fewer classes launches with its own classes', which changes no class's own buckets)."""
+    return Buckets.for_classes(max(c.max_tokens for c in classes), [c.shape.input_len for c in classes],
+                               [c.shape.input_len + c.shape.output_len for c in classes])
 
 
 def unsupported(device_id: str, precision: Precision) -> list[str]:

@@ -9,6 +9,8 @@ the precision its weights and KV are stored at. Bad shapes and unsupported dtype
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from backends.registry import backend_of, device
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.calibration import load_calibration, load_engine_record
@@ -18,14 +20,18 @@ from typing import Any, Callable, Mapping
 
 from cost_models import engines
 from cost_models.derates import Derate
-from cost_models.serving import Deployment, devices_to_hold
+from cost_models.serving import Buckets, Deployment, devices_to_hold
 
 
 def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precision, engine: str = "generic",
-               adjust: Callable[[Derate], Derate] | None = None, kv_heads: int | None = None) -> Deployment:
+               adjust: Callable[[Derate], Derate] | None = None, kv_heads: int | None = None,
+               buckets: Buckets | None = None) -> Deployment:
     """`count` devices of `device_id` as replicas of a `tp` x `pp` group, weights and KV at `precision`,
     served by `engine` (`cost_models.engines`); `adjust` changes the family's derate (sensitivity analysis);
-    `kv_heads` (`kv_heads_of`) lets tp above it replicate KV heads ([Note: replicated KV heads])."""
+    `kv_heads` (`kv_heads_of`) lets tp above it replicate KV heads ([Note: replicated KV heads]).
+
+    On a platform that runs static shapes (Neuron, `runs_static_shapes`), steps are padded to `buckets` and a
+    prompt runs whole ([Note: buckets]); other platforms pad to none."""
     spec = device(device_id)
     if count < 1 or tp < 1 or pp < 1:
         raise BadInput(f"count, tp and pp must be at least 1 (got count={count}, tp={tp}, pp={pp})")
@@ -41,7 +47,15 @@ def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precisio
         raise BadInput(f"engine: {e}") from None
     derate = engines.served_derate(spec.family, calibration, served_by, spec.id)
     derate = adjust(derate) if adjust is not None else derate
-    return Deployment(spec, count, derate, tp, pp, precision, served_by, kv_heads)
+    buckets = buckets if runs_static_shapes(device_id) else None
+    if buckets is not None:
+        served_by = replace(served_by, prefill_budget_tokens=max(served_by.prefill_budget_tokens, buckets.budget))
+    return Deployment(spec, count, derate, tp, pp, precision, served_by, kv_heads, buckets)
+
+
+def runs_static_shapes(device_id: str) -> bool:
+    """Whether `device_id`'s engine runs programs compiled per bucket of lengths ([Note: buckets])."""
+    return any(p.static_shapes for p in backend_of(device(device_id)).engines[:1])
 
 
 def kv_heads_of(config: Mapping[str, Any]) -> int | None:

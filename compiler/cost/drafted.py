@@ -22,7 +22,7 @@ from compiler.ir.pool_option import ClassService, PoolOption
 from compiler.ir.precision import Precision
 from cost_models.load import StepTable, decode_curve
 from cost_models.power import step_power_w
-from cost_models.serving import Deployment, MemoryPlan, devices_to_hold, memory_plan
+from cost_models.serving import Buckets, Deployment, MemoryPlan, devices_to_hold, memory_plan
 from cost_models.speculative import TOKEN_BYTES, Drafting, expected_tokens, speculative_round
 
 #: Room a drafter replica keeps beside the draft model's weights for its KV, as a share of the weights.
@@ -39,9 +39,10 @@ class DraftModel:
     draft_tokens: int
 
 
-def drafters(draft: DraftModel, cluster: Cluster, precision: Precision) -> list[Deployment]:
+def drafters(draft: DraftModel, cluster: Cluster, precision: Precision, buckets: Buckets) -> list[Deployment]:
     """One drafter replica per device type of the cluster that can hold the draft model: the smallest
-    tensor-parallel group, at the target's precision or, where the device lacks it, fp8."""
+    tensor-parallel group, at the target's precision or, where the device lacks it, fp8; launched with the
+    target pool's `buckets` ([Note: buckets])."""
     out = []
     for dev_id in sorted(cluster.inventory()):
         p = next((q for q in (precision, Precision.of("fp8")) if not unsupported(dev_id, q)), None)
@@ -50,7 +51,7 @@ def drafters(draft: DraftModel, cluster: Cluster, precision: Precision) -> list[
         need = devices_to_hold(draft.graph.weight_bytes(p) * (1 + DRAFT_KV_HEADROOM), device(dev_id))
         tp, pp = group_shape(dev_id, need)
         if pp == 1:
-            out.append(deployment(dev_id, tp, tp, 1, p, cluster.engine(dev_id)))
+            out.append(deployment(dev_id, tp, tp, 1, p, cluster.engine(dev_id), buckets=buckets))
     return out
 
 

@@ -36,8 +36,8 @@ from typing import Callable, Sequence
 from backends.registry import device
 from compiler.cost.af_options import af_options, worth_placing
 from compiler.cost.costing import (
-    BATCHES, PREFILL_BATCHES, ClassDemand, class_demands, on_basis, replica_power, tiers_text, unsupported,
-    usable_services,
+    BATCHES, PREFILL_BATCHES, ClassDemand, class_demands, on_basis, pool_buckets, replica_power, tiers_text,
+    unsupported, usable_services,
 )
 from compiler.cost.deployment import deployment, group_shape
 from compiler.cost.drafted import DraftModel, drafted_options, drafters
@@ -69,7 +69,8 @@ def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload, p
     workload's drafter, traced) adds decode options with a drafter pool (`compiler.cost.drafted`).
     """
     classes = class_demands(graph, workload, precision)
-    pool = drafters(draft, cluster, precision) if draft is not None else []
+    buckets = pool_buckets(classes)
+    pool = drafters(draft, cluster, precision, buckets) if draft is not None else []
     options: list[PoolOption] = []
     skipped: list[str] = []
     for dev_id, count in sorted(cluster.inventory().items()):
@@ -84,7 +85,7 @@ def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload, p
             skipped.append(f"{dev_id}: {count} devices cannot hold {graph.model} weights at {precision.weights}")
             continue
         for tp, pp in shapes:
-            dep = deployment(dev_id, tp * pp, tp, pp, precision, cluster.engine(dev_id), adjust)
+            dep = deployment(dev_id, tp * pp, tp, pp, precision, cluster.engine(dev_id), adjust, buckets=buckets)
             options += _replica_options(graph, dep, classes, draft, pool, cluster)
     basis = lambda o: on_basis(o, cluster.power_basis, cluster.pue_factor)  # noqa: E731
     options = [basis(o) for o in options]  # attention/FFN options are judged on the budget's footing too

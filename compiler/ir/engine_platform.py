@@ -40,6 +40,7 @@ class EnginePlatform:
     plugin: str | None = None  # the out-of-tree platform plugin package, where the engine needs one
     kv_layout: str = "NHD"  # the KV page layout the engine's attention backend keeps on this platform
     kv_block_size: int = 16  # tokens per KV block the engine uses on this platform by default
+    static_shapes: bool = False  # runs programs compiled per bucket of lengths, padded ([Note: buckets])
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_NAMES:

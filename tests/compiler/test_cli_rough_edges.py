@@ -149,6 +149,20 @@ def test_estimate_refuses_impossible_shapes(flags, needles):
     assert_one_line_error(proc, *needles)
 
 
+@pytest.mark.parametrize("device,flags,needles", [
+    ("aws-trn2", ["--context-buckets", "128,256"], ["--context-buckets 128,256", "cannot hold 400 tokens",
+                                                    "at least 400"]),
+    ("aws-trn2", ["--token-buckets", "256,480", "--context-buckets", "512"], ["--token-buckets 256,480",
+                                                                              "cannot hold 500 tokens"]),
+    ("aws-trn2", ["--context-buckets", "2k,8k"], ["--context-buckets '2k,8k'", "separated by commas"]),
+    ("cpu-host", ["--context-buckets", "512"], ["cpu-host's engine compiles no program per length", "drop them"]),
+])
+def test_estimate_refuses_buckets_the_request_or_the_device_cannot_use(device, flags, needles):
+    proc = run_cli("estimate", "llama-tiny", "--device", device, "--batch", "1", "--input-len", "400",
+                   "--output-len", "100", *flags)
+    assert_one_line_error(proc, *needles)
+
+
 def test_misnamed_scenarios_column_is_named_with_a_suggestion(tmp_path):
     src = tmp_path / "s.csv"
     src.write_text("model,device,concurency\nllama-tiny,cpu-host,4\n")

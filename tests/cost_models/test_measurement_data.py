@@ -298,3 +298,29 @@ def test_every_held_out_row_is_answered():
     """`gimletc estimate` answers each held-out row the way the CLI runs it (no refusal)."""
     fidelity = _fidelity()
     assert fidelity.answered([row for _name, row in HELDOUT], {}) == [""] * len(HELDOUT)
+
+
+def test_each_neuron_launchs_buckets_belong_to_a_neuron_row_they_can_hold():
+    """cost_models/data/neuron_buckets.csv: each id is a row of a measurement file, on a device that runs static
+    shapes, whose prompt fits the largest context bucket and whose prompt and output fit the largest token bucket
+    (NxD Inference refuses a longer request), with the launch's source."""
+    from compiler.cost.deployment import runs_static_shapes
+
+    fidelity = _fidelity()
+    files = [*fidelity.data_files(), *sorted(fidelity.HELDOUT_DIR.glob("measurements_*.csv"))]
+    if fidelity.DEFAULT_CSV.is_file():
+        files.append(fidelity.DEFAULT_CSV)
+    rows = {r["id"]: r for r in fidelity.load_rows(files)}
+    with open(fidelity.DATA_DIR / "neuron_buckets.csv", newline="") as f:
+        launches = list(csv.DictReader(f))
+    assert launches
+    for launch in launches:
+        row = rows.get(launch["id"])
+        if row is None and launch["id"].startswith("V") and not fidelity.DEFAULT_CSV.is_file():
+            continue  # a shared row, and ../shared/reference is not beside this checkout
+        assert row is not None, launch["id"]
+        buckets = fidelity.row_buckets(row)
+        assert runs_static_shapes(row["device"]), launch["id"]
+        assert max(buckets.context) >= int(row["input_len"]), launch["id"]
+        assert max(buckets.token) >= int(row["input_len"]) + int(row["output_len"]), launch["id"]
+        assert launch["source"].startswith("https://github.com/aws-neuron/"), launch["id"]

@@ -20,10 +20,10 @@ def graphs():
     return {m: block_graph(m) for m in ("llama-3.1-8b", "llama-3.1-70b")}
 
 
-def _dep(device_id, count, tp, dtype="bf16", pp=1):
+def _dep(device_id, count, tp, dtype="bf16", pp=1, buckets=None):
     from compiler.cost.deployment import deployment
 
-    return deployment(device_id, count, tp, pp, Precision.of(dtype))
+    return deployment(device_id, count, tp, pp, Precision.of(dtype), buckets=buckets)
 
 
 # Llama-3.1-70B from its Hugging Face config.json: hidden 8192, 80 layers, 64 query heads and 8 KV heads of 128,
@@ -233,3 +233,49 @@ def test_a_chunk_attends_to_the_tokens_cached_before_it(tiny_graph):
         g, dep, Batch(prefill_tokens=s), memory_plan(g, dep)).compute_s)
     peak, _ = compute_peak(dep.device, Precision.of("bf16").weights)
     assert (at(1000) - at(0)) * peak == pytest.approx(per_pair * 128 * 1000, rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------------ Neuron buckets
+def test_automatic_buckets_are_nxds_powers_of_two_up_to_the_longest_sequence():
+    """NxD Inference's feature guide, "Automatic Bucketing": powers of two from 128 up to the max context length
+    (and that length); the 70B tutorial's launch of 2025-02-04 (--max-context-length 12288 --seq-len 12800)."""
+    from cost_models.serving import Buckets
+
+    assert Buckets.automatic(12288).context == (128, 256, 512, 1024, 2048, 4096, 8192, 12288)
+    assert Buckets.automatic(12800).token == (128, 256, 512, 1024, 2048, 4096, 8192, 12800)
+    assert Buckets.automatic(4096).context == (128, 256, 512, 1024, 2048, 4096)
+    assert Buckets.automatic(100).context == (100,)
+    assert Buckets.fit(10000, (2048, 4096, 10240, 12288)) == 10240 and Buckets.fit(20000, (12288,)) == 20000
+
+
+def test_a_prompt_on_neuron_costs_the_flops_of_its_bucket(graphs):
+    """[Note: buckets]: Llama-3.3-70B (Llama-3.1-70B's shapes) on 16 Trainium2, a 10,000-token prompt in the 12,288
+    program (V079's launch). Prefill at these lengths is compute-bound, so padding multiplies its time by the FLOPs
+    of 12,288 tokens over those of 10,000, by hand: 2 x params x L for the matmuls and, causally, 2 x L^2 x hidden
+    per layer for attention (QK^T and AV, half the square each) = 1.253; the model gives 1.228, the step's fixed
+    host time and the all-reduces' latency not growing with tokens. A model that pads to nothing gives 1.0, one
+    padding to the automatic bucket of a 11,501-token --max-model-len 1.15."""
+    from compiler.cost.estimate import estimate
+    from cost_models.serving import Buckets
+
+    launch = Buckets(Buckets.automatic(12288).context, Buckets.automatic(12800).token)
+    padded = estimate(graphs["llama-3.1-70b"], _dep("aws-trn2", 16, 16, buckets=launch), input_len=10000,
+                      output_len=1501, batch=1)
+    plain = estimate(graphs["llama-3.1-70b"], _dep("aws-trn2", 16, 16), input_len=10000, output_len=1501, batch=1)
+    assert padded.bound_prefill == "compute"
+    matmul = LLAMA_70B_PARAMS - 2 * 128256 * 8192  # the embedding is a lookup; the head runs at the last token only
+    flops = lambda n: 2 * matmul * n + 2 * n * n * 8192 * 80  # noqa: E731
+    assert padded.ttft_ms / plain.ttft_ms == pytest.approx(flops(12288) / flops(10000), rel=0.03)
+    assert padded.tpot_ms > plain.tpot_ms  # decoding over the 12,800 program's KV, not the ~10,750 held
+
+
+def test_a_gpu_runs_no_buckets(graphs):
+    """Only a platform that compiles static shapes pads: buckets given to an H100 deployment change nothing."""
+    from compiler.cost.estimate import estimate
+    from cost_models.serving import Buckets
+
+    dep = _dep("nvidia-h100-sxm", 4, 4, buckets=Buckets((12288,), (12800,)))
+    assert dep.buckets is None
+    assert estimate(graphs["llama-3.1-70b"], dep, input_len=10000, output_len=1501, batch=1).ttft_ms == \
+        estimate(graphs["llama-3.1-70b"], _dep("nvidia-h100-sxm", 4, 4), input_len=10000, output_len=1501,
+                 batch=1).ttft_ms

@@ -107,6 +107,23 @@ def test_pd_pair_flags_follow_the_pools_and_the_workload(fleet, docs_workload):
     assert launches["n"].plugin == "vllm-neuron" and launches["n"].platform == "neuron"
 
 
+def test_a_neuron_pool_compiles_a_bucket_at_each_classs_mean_lengths_and_runs_its_longest_prompt_whole(
+        fleet, docs_workload):
+    """[Note: buckets]. Chat: 512 + 128 tokens on average, documents 24,000 + 256, the longest 32,000 + 512.
+    Automatic buckets alone (powers of two) would pad the documents' mean prompt to 32,512 (1.35x) and their
+    decodes, at about 24,128 tokens, too; the launch adds 24,064 (24,000 up to a multiple of 128) and, for the
+    decodes, 24,320 (24,256 up). GPUs' launches carry no buckets."""
+    plan = hand_plan([pool("n", "colocated", "aws-trn2", tp=16, batch=32, classes=()),
+                      pool("g", "colocated", "nvidia-h100-sxm", tp=8, batch=32, classes=())], [])
+    launches = served(plan, fleet, docs_workload)
+    powers = [128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+    config = json.loads(flag(launches["n"].command, "--additional-config"))["override-neuron-config"]
+    assert config == {"enable_bucketing": True, "context_encoding_buckets": [*powers, 24064, 32512],
+                      "token_generation_buckets": [*powers[:3], 640, *powers[3:], 24320, 32512]}
+    assert int(flag(launches["n"].command, "--max-num-batched-tokens")) >= 32512  # NxD runs a prompt whole
+    assert flag(launches["g"].command, "--additional-config") is None
+
+
 def test_a_router_that_cannot_route_by_class_sizes_every_pool_for_every_class(tmp_path, docs_workload):
     """Two colocated vLLM pools, one for chat only: vllm-router balances every request over both, so the chat pool
     must take a document's prompt too (sized for chat alone, 2048 + 512, vLLM answered HTTP 400 to documents on

@@ -30,6 +30,7 @@ from compiler.ir.engine_platform import EnginePlatform
 from compiler.ir.errors import BadInput
 from compiler.ir.placement import Instance
 from compiler.ir.pool_option import PoolOption
+from cost_models.serving import Buckets
 
 #: Pool roles no public engine serves as a pool of its own ([Note: attention/FFN ping-pong] in cost_models.af).
 _AF_ROLES = ("decode-attention", "decode-ffn")
@@ -91,10 +92,14 @@ def serve(plan: Plan, cluster: Cluster, workload: Workload, *, moe: bool, model_
                 pools.append(p)
                 continue
             entry = cluster.entry(p.device)
+            classes = _launch_classes(p, workload, every_class=every_class)
+            max_len = max(c.input_len.max + c.output_len.max for c in classes)
+            buckets = Buckets.for_classes(max_len, [c.input_len.mean for c in classes],
+                                          [c.input_len.mean + c.output_len.mean for c in classes])
             inputs = LaunchInputs(model=model, served_model_name=plan.model, dtype=plan.dtype,
-                                  kv_dtype=plan.kv_dtype, moe=moe,
-                                  max_model_len=_max_model_len(p, workload, every_class=every_class),
-                                  block_size=block_sizes[p.name], image=entry.image, endpoints=entry.endpoints)
+                                  kv_dtype=plan.kv_dtype, moe=moe, max_model_len=max_len,
+                                  block_size=block_sizes[p.name], image=entry.image, endpoints=entry.endpoints,
+                                  buckets=buckets if platforms[p.name].static_shapes else None)
             pools.append(p.model_copy(update={"launch": launch(p, platforms[p.name], inputs,
                                                                 connectors.get(p.name))}))
         return plan.model_copy(update={"pools": pools, "needs_runtime": needs})
@@ -178,9 +183,8 @@ def _block_sizes(pairs: dict[tuple[str, str], Connector | str], platforms: dict[
     return {pool: max(platforms[q].kv_block_size for q in group) for pool, group in linked.items()}
 
 
-def _max_model_len(pool: Pool, workload: Workload, *, every_class: bool = False) -> int:
-    """The longest prompt plus output of the classes routed to `pool` (every class if none is, or when
-    `every_class`: a router that cannot route by class sends any of them)."""
+def _launch_classes(pool: Pool, workload: Workload, *, every_class: bool = False) -> list:
+    """The classes `pool` is launched for: those routed to it (every class if none is, or when `every_class`: a
+    router that cannot route by class sends any of them)."""
     routed = {c.name for c in pool.predicted_classes}
-    classes = [c for c in workload.classes if c.name in routed and not every_class] or list(workload.classes)
-    return max(c.input_len.max + c.output_len.max for c in classes)
+    return [c for c in workload.classes if c.name in routed and not every_class] or list(workload.classes)

@@ -17,6 +17,7 @@ What each flag is set from (the same for every engine, in its own spelling):
 | ``--max-num-seqs`` / ``--max-running-requests`` / ``--max_batch_size`` | the pool's batch |
 | ``--max-num-batched-tokens`` / ``--chunked-prefill-size`` / ``--max_num_tokens`` | the engine's per-step token budget the cost model assumed (`cost_models.engines`) |
 | ``--max-model-len`` / ``--context-length`` / ``--max_seq_len`` | the longest prompt + output of the classes routed to the pool (of every class where the router cannot route by class) |
+| vLLM on Neuron: ``--additional-config`` ``override-neuron-config`` buckets | the buckets the cost model padded to: automatic ones and each class's mean lengths ([Note: buckets] in `cost_models.serving`); ``--max-num-batched-tokens`` then runs the largest prompt whole |
 | ``--dtype``, ``--quantization``, ``--kv-cache-dtype`` | the plan's dtype and KV dtype |
 | ``--block-size`` / ``--page-size`` | the connector's common block size, else the platform's |
 | ``--kv-transfer-config`` / ``--disaggregation-mode`` + transfer backend / cache transceiver | the `KvConnector` |
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from compiler.emit.plan import EngineLaunch, KvConnector, Pool
 from compiler.ir.engine_platform import EnginePlatform
 from cost_models.engines import engine as serving_engine
+from cost_models.serving import Buckets
 
 PORT = 8000
 #: Where the plan directory is mounted in a container (`compiler.emit.k8s`) and so where ``model/`` is found.
@@ -57,6 +59,7 @@ class LaunchInputs:
     block_size: int
     image: str | None  # the cluster file's image, else the platform's
     endpoints: tuple[str, ...] = ()
+    buckets: Buckets | None = None  # the static shapes a Neuron launch compiles ([Note: buckets])
 
 
 def model_reference(model: str, source: str | None) -> str:
@@ -106,7 +109,8 @@ def _vllm(pool: Pool, x: LaunchInputs, connector: KvConnector | None) -> list[st
     argv = ["vllm", "serve", x.model, "--host", "0.0.0.0", "--port", str(PORT),
             "--served-model-name", x.served_model_name,
             "--tensor-parallel-size", str(pool.tp), "--pipeline-parallel-size", str(pool.pp),
-            "--max-num-seqs", str(pool.batch), "--max-num-batched-tokens", str(_budget(pool)),
+            "--max-num-seqs", str(pool.batch),
+            "--max-num-batched-tokens", str(max(_budget(pool), x.buckets.budget if x.buckets else 0)),
             "--max-model-len", str(x.max_model_len), "--dtype", _VLLM_DTYPE[x.dtype],
             "--kv-cache-dtype", _VLLM_KV[x.kv_dtype], "--block-size", str(x.block_size)]
     if x.dtype == "fp8":
@@ -115,6 +119,10 @@ def _vllm(pool: Pool, x: LaunchInputs, connector: KvConnector | None) -> list[st
         argv.append("--enable-expert-parallel")
     if connector is not None:
         argv += ["--kv-transfer-config", json.dumps(vllm_kv_transfer_config(connector), sort_keys=True)]
+    if x.buckets is not None:  # vllm-neuron's own key (NxD Inference's vLLM user guide, "Bucketing")
+        config = {"enable_bucketing": True, "context_encoding_buckets": list(x.buckets.context),
+                  "token_generation_buckets": list(x.buckets.token)}
+        argv += ["--additional-config", json.dumps({"override-neuron-config": config}, sort_keys=True)]
     return argv
 
 
