@@ -214,19 +214,25 @@ def _watts(power: str | float | None) -> float | None:
 def estimate(model: str, device: str, count: int = 1, *, tp: int | None = None, pp: int = 1, dtype: str = "bf16",
              kv_dtype: str | None = None, input_len: int = 1024, output_len: int = 256,
              batch: int | str | None = None, concurrency: int | None = None, engine: str = "generic",
-             lengths: str = "fixed") -> Estimate:
+             lengths: str = "fixed", context_buckets: Sequence[int] | None = None,
+             token_buckets: Sequence[int] | None = None) -> Estimate:
     """TTFT, TPOT, throughput, memory and power of `count` devices of `device` serving `model` (predictions; as
     ``gimletc estimate``). `batch` is a number of requests started together or ``"max"``; `concurrency` closed-
     loop clients instead; neither: one request. `lengths`: ``"vary"`` where the clients' requests draw their
-    lengths from a range (`input_len` and `output_len` their means), ``"fixed"`` where all are alike."""
+    lengths from a range (`input_len` and `output_len` their means), ``"fixed"`` where all are alike.
+    `context_buckets`, `token_buckets`: a Neuron launch's compiled lengths (``--context-buckets``)."""
     from compiler.driver import estimate as estimate_pass
+    from compiler.inputs.scenarios import launch_buckets
     from compiler.ir.precision import Precision
 
     if batch is None and concurrency is None:
         batch = 1
+    text = lambda v: None if v is None else ",".join(str(int(x)) for x in v)  # noqa: E731
     return estimate_pass(model, device=device, count=count, tp=tp, pp=pp, precision=Precision.of(dtype, kv_dtype),
                          input_len=input_len, output_len=output_len, batch=batch, concurrency=concurrency,
-                         engine=engine, lengths=lengths)
+                         engine=engine, lengths=lengths,
+                         buckets=launch_buckets(text(context_buckets), text(token_buckets), input_len, output_len,
+                                                names=("context_buckets", "token_buckets")))
 
 
 @dataclass(frozen=True)

@@ -157,34 +157,6 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
     return result
 
 
-def launch_buckets(context: str | None, token: str | None, input_len: int, output_len: int) -> Buckets | None:
-    """The buckets of a Neuron launch from comma-separated lengths (``--context-buckets``, ``--token-buckets``),
-    either missing one automatic for `input_len` + `output_len` tokens; None where neither is given. A list whose
-    largest bucket cannot hold the request is refused, as NxD Inference refuses the request ([Note: buckets])."""
-    from cost_models.serving import Buckets
-
-    if context is None and token is None:
-        return None
-    auto = Buckets.automatic(input_len + output_len)
-    lists = []
-    for flag, text, default, need in (("--context-buckets", context, auto.context, input_len),
-                                      ("--token-buckets", token, auto.token, input_len + output_len)):
-        if text is None:
-            lists.append(default)
-            continue
-        try:
-            lengths = tuple(sorted({int(v) for v in text.split(",") if v.strip()}))
-        except ValueError:
-            raise BadInput(f"{flag} {text!r}: give token counts separated by commas, e.g. 2048,4096,8192") from None
-        if not lengths or lengths[0] < 1:
-            raise BadInput(f"{flag} {text!r}: give positive token counts separated by commas, e.g. 2048,4096,8192")
-        if lengths[-1] < need:
-            raise BadInput(f"{flag} {text}: the largest, {lengths[-1]}, cannot hold {need} tokens, so the engine "
-                           f"would refuse the request; add a bucket of at least {need}")
-        lists.append(lengths)
-    return Buckets(*lists)
-
-
 def stored_precision(model: str, precision: Precision) -> Precision:
     """`precision` as the model's checkpoint stores it (`checkpoint_precision`; a callable has no config, so none)."""
     return checkpoint_precision(resolve_model(model), precision)

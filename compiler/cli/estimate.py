@@ -59,8 +59,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from compiler.driver import estimate, launch_buckets
-    from compiler.inputs.scenarios import batch
+    from compiler.driver import estimate
+    from compiler.inputs.scenarios import batch, launch_buckets
 
     if args.scenarios:
         return _scenarios(args.scenarios, str(check_out_file(args.out)) if args.out else None, args.json)

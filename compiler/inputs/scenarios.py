@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import csv
 import difflib
+import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backends import registry
 from compiler.ir.errors import BadInput
 from compiler.ir.precision import Precision
 
+if TYPE_CHECKING:
+    from cost_models.serving import Buckets
+
 INPUT_COLUMNS = ("id", "model", "device", "count", "tp", "pp", "dtype", "kv_dtype", "input_len", "output_len",
-                 "batch", "concurrency", "engine", "lengths")
+                 "batch", "concurrency", "engine", "lengths", "context_buckets", "token_buckets")
 #: Upper bounds that keep every later product finite: more than any fleet or context holds.
 MAX_DEVICES = 1_000_000
 MAX_TOKENS = 100_000_000
@@ -108,10 +112,46 @@ def scenario(row: dict[str | None, Any]) -> dict[str, Any]:
     b, concurrency = batch((row.get("batch") or "").strip() or None), _int(row, "concurrency", None, MAX_TOKENS)
     if b is not None and concurrency is not None:
         raise BadInput("columns 'batch' and 'concurrency': give one of them, not both")
+    input_len, output_len = _int(row, "input_len", 1024, MAX_TOKENS), _int(row, "output_len", 256, MAX_TOKENS)
+    buckets = launch_buckets(row.get("context_buckets"), row.get("token_buckets"), input_len, output_len,
+                             names=("column 'context_buckets'", "column 'token_buckets'"))
     return dict(model=model, device=device, count=_int(row, "count", 1, MAX_DEVICES),
                 tp=_int(row, "tp", None, MAX_DEVICES), pp=_int(row, "pp", 1, MAX_DEVICES), precision=precision,
-                input_len=_int(row, "input_len", 1024, MAX_TOKENS), output_len=_int(row, "output_len", 256, MAX_TOKENS),
-                batch=b, concurrency=concurrency, engine=_engine(row), lengths=_lengths(row))
+                input_len=input_len, output_len=output_len, batch=b, concurrency=concurrency, engine=_engine(row),
+                lengths=_lengths(row), buckets=buckets)
+
+
+def launch_buckets(context: str | None, token: str | None, input_len: int, output_len: int,
+                   names: tuple[str, str] = ("--context-buckets", "--token-buckets")) -> Buckets | None:
+    """The buckets of a Neuron launch from lengths separated by commas or spaces (``--context-buckets``,
+    ``--token-buckets``; `names` say where they came from), either missing one automatic for `input_len` +
+    `output_len` tokens; None where neither is given. A list whose largest bucket cannot hold the request is
+    refused, as NxD Inference refuses the request ([Note: buckets])."""
+    from cost_models.serving import Buckets
+
+    context, token = (v if v and v.strip() else None for v in (context, token))
+    if context is None and token is None:
+        return None
+    auto = Buckets.automatic(input_len + output_len)
+    lists = []
+    for flag, text, default, need in ((names[0], context, auto.context, input_len),
+                                      (names[1], token, auto.token, input_len + output_len)):
+        if text is None:
+            lists.append(default)
+            continue
+        try:
+            lengths = tuple(sorted({int(v) for v in re.split(r"[,\s]+", text.strip()) if v}))
+        except ValueError:
+            raise BadInput(f"{flag} {text!r}: give token counts separated by commas or spaces, e.g. 2048,4096,8192"
+                           ) from None
+        if not lengths or not 1 <= lengths[0] <= lengths[-1] <= MAX_TOKENS:
+            raise BadInput(f"{flag} {text!r}: give token counts from 1 to {MAX_TOKENS:,} separated by commas or "
+                           "spaces, e.g. 2048,4096,8192")
+        if lengths[-1] < need:
+            raise BadInput(f"{flag} {text}: the largest, {lengths[-1]}, cannot hold {need} tokens, so the engine "
+                           f"would refuse the request; add a bucket of at least {need}")
+        lists.append(lengths)
+    return Buckets(*lists)
 
 
 def _int(row: dict[str | None, Any], key: str, default: int | None, high: int) -> int | None:
