@@ -193,11 +193,12 @@ def test_a_speculative_row_is_predicted_with_the_speculative_model():
 
 
 #: Trainium2's held-out rows: median APE with the committed derates must stay below this (41.3% when fused rows drafted
-#: as separate engine steps, 26.2% fused; HTRN-05 alone 161.7% -> 13.6%).
-TRN2_HELD_OUT_MEDIAN_APE_PCT = 30.0
+#: as separate engine steps, 26.2% fused; HTRN-05 alone 161.7% -> 13.6%; 12.0% with the last chunk charged its
+#: tokens, 4.1% with every row padded to its launch's buckets, [Note: buckets]).
+TRN2_HELD_OUT_MEDIAN_APE_PCT = 10.0
 #: The same with the Trainium derate fitted on the fitting rows alone, as docs/fidelity-published.md reports it
-#: (37.8% before, 19.6% fused).
-TRN2_HELD_OUT_FITTED_MEDIAN_APE_PCT = 25.0
+#: (37.8% before, 19.6% fused, 12.0% and 4.1% as above: the committed derate is that fit).
+TRN2_HELD_OUT_FITTED_MEDIAN_APE_PCT = 10.0
 
 
 def _trn2_held_out() -> list[dict]:
@@ -209,12 +210,15 @@ def _trn2_held_out() -> list[dict]:
 def test_trn2_held_out_rows_hold_with_fused_speculation():
     """HTRN-05/06 ran NxD Inference's fused speculation (the drafter inside the target's program, one launch per
     round): predicted so, the Trainium2 held-out rows' median APE stays under `TRN2_HELD_OUT_MEDIAN_APE_PCT`, and
-    HTRN-05's TPOT lands within 20% (each draft step costed as an engine step of its own: +162%)."""
+    HTRN-05's TPOT lands within 20% (each draft step costed as an engine step of its own: +162%). HTRN-06's
+    10,000-token prompt ran in its launch's 12,288 program: padded so, its TTFT lands within 6% (+2.2%; -9.8%
+    unpadded at the same derate)."""
     fidelity = _fidelity()
     results = {r["id"]: r for r in fidelity.evaluate_rows(_trn2_held_out(), {})}
     assert not any(r["error"] for r in results.values())
     assert statistics.median(r["ape_pct"] for r in results.values()) < TRN2_HELD_OUT_MEDIAN_APE_PCT
     assert results["HTRN-05"]["ape_pct"] < 20
+    assert results["HTRN-06"]["ape_pct"] < 6
     separate = fidelity.evaluate_rows([dict(r, fused="") for r in _trn2_held_out() if r["id"] == "HTRN-05"], {})[0]
     assert separate["ape_pct"] > 100, "a separate drafter pays the trn2 step overhead per draft step"
     with pytest.raises(ValueError, match="fused is 'true'"):
