@@ -62,18 +62,23 @@ def test_scenarios_csv_reports_bad_rows_in_place(tmp_path):
     assert rows[2]["error"] == "" and rows[2]["batch"] == "16"  # one tp=2 replica holds all 16
 
 
+def _scenarios(tmp_path, text: str) -> list[dict]:
+    """`gimletc estimate --scenarios` on a CSV of `text`: one JSON object per row."""
+    src = tmp_path / "scenarios.csv"
+    src.write_text(text)
+    proc = run_cli("estimate", "--scenarios", str(src), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 def test_scenarios_lengths_column_reaches_the_closed_loop(tmp_path):
     """``lengths``: vary (a benchmark's range of lengths) takes SGLang's clients out of lock-step waves, so the first
     token comes sooner than where every request is alike ([Note: waves]); a value it does not know is that row's
     error, naming the column."""
-    src = tmp_path / "scenarios.csv"
-    src.write_text("model,device,engine,input_len,output_len,concurrency,lengths\n"
-                   "llama-3.1-8b,nvidia-h100-sxm,sglang,1024,256,16,fixed\n"
-                   "llama-3.1-8b,nvidia-h100-sxm,sglang,1024,256,16,vary\n"
-                   "llama-3.1-8b,nvidia-h100-sxm,sglang,1024,256,16,sometimes\n")
-    proc = run_cli("estimate", "--scenarios", str(src), "--json")
-    assert proc.returncode == 0, proc.stderr
-    fixed, vary, bad = json.loads(proc.stdout)
+    fixed, vary, bad = _scenarios(tmp_path, "model,device,engine,input_len,output_len,concurrency,lengths\n"
+                                            "llama-3.1-8b,nvidia-h100-sxm,sglang,1024,256,16,fixed\n"
+                                            "llama-3.1-8b,nvidia-h100-sxm,sglang,1024,256,16,vary\n"
+                                            "llama-3.1-8b,nvidia-h100-sxm,sglang,1024,256,16,sometimes\n")
     assert not fixed["error"] and not vary["error"]
     assert float(vary["ttft_ms"]) < 0.5 * float(fixed["ttft_ms"])
     assert "column 'lengths'" in bad["error"] and "vary" in bad["error"]
@@ -85,14 +90,11 @@ def test_scenarios_bucket_columns_pad_a_neuron_prompt_and_a_bad_list_is_that_row
     128); a list that cannot hold the prompt is the row's error, naming the column; the API takes the same lists."""
     from compiler.api import estimate
 
-    src = tmp_path / "scenarios.csv"
-    src.write_text("model,device,count,input_len,output_len,batch,context_buckets,token_buckets\n"
-                   "llama-3.1-8b,aws-trn2,1,3000,200,1,,\n"
-                   "llama-3.1-8b,aws-trn2,1,3000,200,1,1024 2048 4096,4096\n"
-                   "llama-3.1-8b,aws-trn2,1,3000,200,1,1024 2048,\n")
-    proc = run_cli("estimate", "--scenarios", str(src), "--json")
-    assert proc.returncode == 0, proc.stderr
-    own, launch, bad = json.loads(proc.stdout)
+    own, launch, bad = _scenarios(tmp_path, "model,device,count,input_len,output_len,batch,context_buckets,"
+                                            "token_buckets\n"
+                                            "llama-3.1-8b,aws-trn2,1,3000,200,1,,\n"
+                                            "llama-3.1-8b,aws-trn2,1,3000,200,1,1024 2048 4096,4096\n"
+                                            "llama-3.1-8b,aws-trn2,1,3000,200,1,1024 2048,\n")
     assert not own["error"] and not launch["error"]
     assert float(launch["ttft_ms"]) > 1.2 * float(own["ttft_ms"])
     assert "column 'context_buckets'" in bad["error"] and "cannot hold 3000 tokens" in bad["error"]
