@@ -111,8 +111,8 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
     """One deployment's `Estimate`; `graphs` memoises BlockGraphs across calls (scenario files). `lengths`: a closed
     loop's request lengths, ``fixed`` or ``vary`` (drawn from a range whose means are the lengths given: no lock-step
     waves, [Note: waves] in cost_models/engines.py). `buckets`: the lengths a Neuron launch compiled (its
-    ``context_encoding_buckets`` and ``token_generation_buckets``); without them, a Neuron device runs the automatic
-    buckets of a ``--max-model-len`` of `input_len` + `output_len`, as gimletc's launch leaves them ([Note: buckets]).
+    ``context_encoding_buckets`` and ``token_generation_buckets``); without them, a Neuron device runs those
+    gimletc's own launch writes, which add this request's lengths, so nothing pads it ([Note: buckets]).
 
     Tensor parallelism above the KV heads replicates them ([Note: replicated KV heads]); closed-loop clients
     beyond what the KV cache holds wait for a slot ([Note: clients beyond the slots]). A static batch must fit."""

@@ -48,10 +48,10 @@ def register(sub) -> None:
     p.add_argument("--context-buckets", metavar="L,L,...",
                    help="Neuron devices: the prompt lengths the launch compiled (NxD Inference's "
                         "context_encoding_buckets); a prompt runs padded to the smallest that holds it (default: "
-                        "automatic, powers of two from 128 up to input + output tokens)")
+                        "those gimletc's own launch writes, which add this request's lengths: no padding)")
     p.add_argument("--token-buckets", metavar="L,L,...",
                    help="Neuron devices: the sequence lengths the launch compiled for decoding "
-                        "(token_generation_buckets; default automatic, as --context-buckets)")
+                        "(token_generation_buckets); default as --context-buckets")
     p.add_argument("--scenarios", metavar="FILE.csv", help="evaluate every row of a CSV (columns named like the flags)")
     p.add_argument("--out", metavar="FILE.csv", help="with --scenarios: write predictions here (default: stdout)")
     options.add_json(p, "the prediction (with --scenarios: the rows)")
