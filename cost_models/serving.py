@@ -75,8 +75,12 @@ class Buckets:
     tokens held, where NxD reserves a slot's whole sequence length.
     """
 
-    context: tuple[int, ...]
+    context: tuple[int, ...]  # ascending (sorted here once, not at each padded step)
     token: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "context", tuple(sorted(self.context)))
+        object.__setattr__(self, "token", tuple(sorted(self.token)))
 
     @classmethod
     def automatic(cls, max_len: int) -> "Buckets":
@@ -93,17 +97,17 @@ class Buckets:
         power of two (a 2,304-token decode context would be, 1.8x, by automatic buckets alone)."""
         auto = cls.automatic(max_len)
         align = lambda ts: tuple(min(max_len, -(-math.ceil(t) // BUCKET_ALIGN) * BUCKET_ALIGN) for t in ts)  # noqa: E731
-        return cls(tuple(sorted({*auto.context, *align(prompts)})), tuple(sorted({*auto.token, *align(sequences)})))
+        return cls(tuple({*auto.context, *align(prompts)}), tuple({*auto.token, *align(sequences)}))
 
     @staticmethod
     def fit(length: float, buckets: tuple[int, ...]) -> float:
-        """The smallest bucket holding `length` tokens; `length` itself beyond the largest (not padded)."""
-        return float(next((b for b in sorted(buckets) if b >= length), length))
+        """The smallest of ascending `buckets` holding `length` tokens; `length` itself beyond the largest."""
+        return float(next((b for b in buckets if b >= length), length))
 
     @property
     def budget(self) -> int:
         """Prompt tokens one step runs: the largest context bucket, so a prompt runs whole, never chunked."""
-        return max(self.context)
+        return self.context[-1]
 
     def pad(self, batch: "Batch") -> "Batch":
         """`batch` as the compiled programs compute it: whole prompts at their context bucket, decodes over their

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import re
@@ -139,16 +140,17 @@ def row_derate(row: dict, dep, derates: dict | None = None, exclude: frozenset[s
 def row_buckets(row: dict):
     """The buckets the launch behind `row` compiled (cost_models/data/neuron_buckets.csv: the Neuron rows whose source
     states them, [Note: buckets] in cost_models/serving.py); None for any other row (not padded)."""
+    return _launch_buckets().get(row["id"])
+
+
+@functools.cache
+def _launch_buckets() -> dict:
+    """cost_models/data/neuron_buckets.csv by row id, read once."""
     from cost_models.serving import Buckets
 
-    if not _BUCKETS:
-        with open(DATA_DIR / "neuron_buckets.csv", newline="") as f:
-            _BUCKETS.update({r["id"]: Buckets(*(tuple(int(v) for v in r[k].split()) for k in
-                                                ("context_buckets", "token_buckets"))) for r in csv.DictReader(f)})
-    return _BUCKETS.get(row["id"])
-
-
-_BUCKETS: dict = {}
+    with open(DATA_DIR / "neuron_buckets.csv", newline="") as f:
+        return {r["id"]: Buckets(*(tuple(int(v) for v in r[k].split()) for k in ("context_buckets", "token_buckets")))
+                for r in csv.DictReader(f)}
 
 
 def predict(row: dict, graphs: dict, derates: dict | None = None, exclude: frozenset[str] = frozenset()) -> float:

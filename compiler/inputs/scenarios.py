@@ -124,15 +124,15 @@ def scenario(row: dict[str | None, Any]) -> dict[str, Any]:
 def launch_buckets(context: str | None, token: str | None, input_len: int, output_len: int,
                    names: tuple[str, str] = ("--context-buckets", "--token-buckets")) -> Buckets | None:
     """The buckets of a Neuron launch from lengths separated by commas or spaces (``--context-buckets``,
-    ``--token-buckets``; `names` say where they came from), either missing one automatic for `input_len` +
-    `output_len` tokens; None where neither is given. A list whose largest bucket cannot hold the request is
+    ``--token-buckets``; `names` say where they came from), either missing one as gimletc's own launch writes it
+    for this request (`Buckets.for_classes`: not padded); None where neither is given. A list whose largest bucket cannot hold the request is
     refused, as NxD Inference refuses the request ([Note: buckets])."""
     from cost_models.serving import Buckets
 
     context, token = (v if v and v.strip() else None for v in (context, token))
     if context is None and token is None:
         return None
-    auto = Buckets.automatic(input_len + output_len)
+    auto = Buckets.for_classes(input_len + output_len, [input_len], [input_len + output_len])
     lists = []
     for flag, text, default, need in ((names[0], context, auto.context, input_len),
                                       (names[1], token, auto.token, input_len + output_len)):
