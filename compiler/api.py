@@ -180,20 +180,20 @@ def compile(model: str, cluster: str | os.PathLike, workload: str | os.PathLike,
             power_budget: str | float | None = None, objective: str = "throughput", slo_ttft_ms: float | None = None,
             slo_tpot_ms: float | None = None, dtype: str = "bf16", kv_dtype: str | None = None,
             time_limit_s: float = 60.0, sensitivity: bool = True, progress: Progress | None = None,
-            deployable: bool = False) -> Plan:
+            deployable: bool = False, calibration: str | None = None) -> Plan:
     """Trace, cost, place and emit `model` on the `cluster` file's fleet for the `workload` file: the whole of
     ``gimletc compile``, in memory (`Plan.save` writes it). `power_budget` overrides the cluster file's: watts,
     or a string with its unit (``"200kW"``). Raises `BadInput` (a file, field or flag is wrong) or `Infeasible`
     (the binding constraints named). `deployable` places only what the cluster file's engines run
-    (``--deployable``)."""
+    (``--deployable``); `calibration` names a profile (``gimletc calibrate --from``) to cost with."""
     from compiler.driver import compile as compile_pass
 
     inputs = CompileInputs.of(model, cluster, workload, power_budget_w=_watts(power_budget), objective=objective,
                               slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, dtype=dtype, kv_dtype=kv_dtype,
-                              time_limit_s=time_limit_s, deployable=deployable)
+                              time_limit_s=time_limit_s, deployable=deployable, calibration=calibration)
     result = compile_pass(model, inputs.cluster, inputs.workload, objective=objective, slo_ttft_ms=slo_ttft_ms,
                           slo_tpot_ms=slo_tpot_ms, precision=inputs.precision(), time_limit_s=time_limit_s,
-                          analyse=sensitivity, progress=progress, deployable=deployable, **inputs.budgets())
+                          analyse=sensitivity, progress=progress, deployable=deployable, **inputs.overrides())
     return Plan(result.plan, inputs=inputs, compilation=result)
 
 
@@ -215,12 +215,13 @@ def estimate(model: str, device: str, count: int = 1, *, tp: int | None = None, 
              kv_dtype: str | None = None, input_len: int = 1024, output_len: int = 256,
              batch: int | str | None = None, concurrency: int | None = None, engine: str = "generic",
              lengths: str = "fixed", context_buckets: Sequence[int] | None = None,
-             token_buckets: Sequence[int] | None = None) -> Estimate:
+             token_buckets: Sequence[int] | None = None, calibration: str | None = None) -> Estimate:
     """TTFT, TPOT, throughput, memory and power of `count` devices of `device` serving `model` (predictions; as
     ``gimletc estimate``). `batch` is a number of requests started together or ``"max"``; `concurrency` closed-
     loop clients instead; neither: one request. `lengths`: ``"vary"`` where the clients' requests draw their
     lengths from a range (`input_len` and `output_len` their means), ``"fixed"`` where all are alike.
-    `context_buckets`, `token_buckets`: a Neuron launch's compiled lengths (``--context-buckets``)."""
+    `context_buckets`, `token_buckets`: a Neuron launch's compiled lengths (``--context-buckets``). `calibration`:
+    a profile (``gimletc calibrate --from``) whose entry for the device and engine is used."""
     from compiler.driver import estimate as estimate_pass
     from compiler.inputs.scenarios import launch_buckets
     from compiler.ir.precision import Precision
@@ -230,7 +231,7 @@ def estimate(model: str, device: str, count: int = 1, *, tp: int | None = None, 
     text = lambda v: None if v is None else ",".join(str(int(x)) for x in v)  # noqa: E731
     return estimate_pass(model, device=device, count=count, tp=tp, pp=pp, precision=Precision.of(dtype, kv_dtype),
                          input_len=input_len, output_len=output_len, batch=batch, concurrency=concurrency,
-                         engine=engine, lengths=lengths,
+                         engine=engine, lengths=lengths, calibration=calibration,
                          buckets=launch_buckets(text(context_buckets), text(token_buckets), input_len, output_len,
                                                 names=("context_buckets", "token_buckets")))
 
@@ -253,7 +254,7 @@ class Frontier:
 
 def pareto(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, *,
            power_budget: str | float | None = None, dtype: str = "bf16", kv_dtype: str | None = None, points: int = 8,
-           time_limit_s: float = 60.0, progress: Progress | None = None) -> Frontier:
+           time_limit_s: float = 60.0, progress: Progress | None = None, calibration: str | None = None) -> Frontier:
     """The predicted speed-vs-throughput frontier (as ``gimletc pareto``): for a sweep of TPOT targets, the plan
     and the baselines solved at each. Raises `Infeasible` when no point is feasible."""
     from compiler.driver import pareto as pareto_pass
@@ -261,7 +262,7 @@ def pareto(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, 
 
     budget = _watts(power_budget)
     result = pareto_pass(model, str(cluster), str(workload), precision=Precision.of(dtype, kv_dtype), points=points,
-                         time_limit_s=time_limit_s, progress=progress,
+                         time_limit_s=time_limit_s, progress=progress, calibration=calibration,
                          **({"power_budget_w": budget} if budget is not None else {}))
     title, rows = _title_and_rows(result)
     return Frontier(title, list(rows), getattr(result, "objective", "tokens-per-watt"))
@@ -295,7 +296,7 @@ def report_frontier(inputs: CompileInputs, points: int, compilation: Compilation
                                   objective=objective if objective in PARETO_OBJECTIVES else "tokens-per-watt")
             else:
                 result = pareto_pass(inputs.model, inputs.cluster, inputs.workload, precision=inputs.precision(),
-                                     points=points, time_limit_s=limit, **inputs.budgets())
+                                     points=points, time_limit_s=limit, **inputs.overrides())
     except Infeasible as e:
         return None, "", f"No frontier: {e}", ""
     title, rows = _title_and_rows(result)

@@ -41,6 +41,7 @@ class CompileInputs:
     time_limit_s: float = 60.0
     cost_budget_per_hour: float | None = None
     deployable: bool = False  # `compile --deployable`: only what the cluster file's engines run
+    calibration: str | None = None  # `--calibration`: a profile replacing the cluster file's (None keeps it)
 
     @staticmethod
     def of(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, **options: Any) -> CompileInputs:
@@ -51,13 +52,16 @@ class CompileInputs:
 
         return Precision.of(self.dtype, self.kv_dtype)
 
-    def budgets(self) -> dict[str, float]:
-        """Keyword arguments of the driver's passes for the budgets given (none: the cluster file's)."""
-        out: dict[str, float] = {}
+    def overrides(self) -> dict[str, float | str]:
+        """Keyword arguments of the driver's passes for the budgets and calibration profile given (none: the
+        cluster file's)."""
+        out: dict[str, float | str] = {}
         if self.power_budget_w is not None:
             out["power_budget_w"] = self.power_budget_w
         if self.cost_budget_per_hour is not None:
             out["cost_budget_per_hour"] = self.cost_budget_per_hour
+        if self.calibration is not None:
+            out["calibration"] = self.calibration
         return out
 
     def to_json(self) -> str:

@@ -22,7 +22,7 @@ import logging
 import math
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Collection, Iterator
 
 from compiler.inputs.model_spec import ModelSpec, checkpoint_precision, resolve_model
@@ -107,12 +107,13 @@ def block_graph(model: str | ModelSpec, *, phases: tuple[str, ...] = ("prefill",
 def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, precision: Precision, input_len: int,
              output_len: int, batch: int | str | None, concurrency: int | None, engine: str = "generic",
              lengths: str = "fixed", buckets: Buckets | None = None,
-             graphs: dict[str, BlockGraph] | None = None) -> Estimate:
+             graphs: dict[str, BlockGraph] | None = None, calibration: str | None = None) -> Estimate:
     """One deployment's `Estimate`; `graphs` memoises BlockGraphs across calls (scenario files). `lengths`: a closed
     loop's request lengths, ``fixed`` or ``vary`` (drawn from a range whose means are the lengths given: no lock-step
     waves, [Note: waves] in cost_models/engines.py). `buckets`: the lengths a Neuron launch compiled (its
     ``context_encoding_buckets`` and ``token_generation_buckets``); without them, a Neuron device runs those
     gimletc's own launch writes, which add this request's lengths, so nothing pads it ([Note: buckets]).
+    `calibration`: a profile (``gimletc calibrate --from``) whose entry for the device and engine is used.
 
     Tensor parallelism above the KV heads replicates them ([Note: replicated KV heads]); closed-loop clients
     beyond what the KV cache holds wait for a slot ([Note: clients beyond the slots]). A static batch must fit."""
@@ -121,7 +122,7 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
     from cost_models.load import LENGTHS
     from cost_models.serving import RUNTIME_RESERVE_FRACTION
 
-    check_lengths(model, input_len, output_len)  # before any tracing
+    warning = check_lengths(model, input_len, output_len)  # before any tracing
     if lengths not in LENGTHS:
         raise BadInput(f"lengths {lengths!r}: use one of {', '.join(LENGTHS)}")
     if lengths == "vary" and concurrency is None:
@@ -141,19 +142,23 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
 
         buckets = Buckets.for_classes(input_len + output_len, [input_len], [input_len + output_len])
     dep = deployment(device, count, tp, pp, checkpoint_precision(spec, precision), engine,
-                     kv_heads=kv_heads_of(spec.config), buckets=buckets)
+                     kv_heads=kv_heads_of(spec.config), buckets=buckets, calibration=calibration)
     result = estimate_deployment(graphs[model], dep, input_len=input_len, output_len=output_len, batch=batch,
                                  concurrency=concurrency, lockstep=lengths != "vary")
+    if warning:
+        result = replace(result, warnings=(*result.warnings, warning))
     if not result.fits:
         flag = f"--concurrency {concurrency}" if concurrency is not None else f"--batch {result.batch}"
         most = (f"at most {result.max_batch} fit (use --batch max, --concurrency, or more devices)"
                 if result.max_batch else
                 "not even one request of this length fits; use more devices or shorter requests")
+        whole = ("even with the KV cache taking all the memory the weights and a "
+                 f"{RUNTIME_RESERVE_FRACTION:.0%} runtime reserve leave" if concurrency is None else
+                 f"and engine {dep.engine.name} gives KV {dep.engine.kv_memory_fraction:.0%} of what the weights and a "
+                 f"{RUNTIME_RESERVE_FRACTION:.0%} runtime reserve leave")
         raise BadInput(f"{flag}: {result.batch} requests of {input_len} + {output_len} tokens per replica need "
                        f"{result.memory_bytes / 1e9:.1f} GB per {device}, which has "
-                       f"{result.memory_capacity_bytes / 1e9:.1f} GB, and engine {dep.engine.name} gives KV "
-                       f"{dep.engine.kv_memory_fraction:.0%} of what the weights and a {RUNTIME_RESERVE_FRACTION:.0%} "
-                       f"runtime reserve leave; {most}")
+                       f"{result.memory_capacity_bytes / 1e9:.1f} GB, {whole}; {most}")
     return result
 
 
@@ -216,10 +221,10 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
             slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
             precision: Precision = Precision.of("bf16"), timings: Timings | None = None,
             progress: Progress | None = None, cost_budget_per_hour: float | None = None,
-            deployable: bool = False) -> Prepared:
-    """Load the inputs, trace the model and cost every candidate pool. The budgets given here override the
-    cluster file's (the returned `Prepared.cluster` carries them). `deployable` keeps only what the cluster
-    file's engines run (`compiler.emit.serving.deployable`)."""
+            deployable: bool = False, calibration: str | None = None) -> Prepared:
+    """Load the inputs, trace the model and cost every candidate pool. The budgets and the `calibration` profile
+    given here override the cluster file's (the returned `Prepared.cluster` carries them). `deployable` keeps only
+    what the cluster file's engines run (`compiler.emit.serving.deployable`)."""
     from compiler.cost.instance import build_instance
     from compiler.cost.pool_options import enumerate_options
     from compiler.inputs import load_cluster, load_workload
@@ -229,7 +234,12 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     note = progress or _quiet
     with timings.step("inputs"):  # first: a bad file fails before any tracing
         cluster = load_cluster(cluster_path).with_budgets(power_budget_w=power_budget_w,
-                                                          cost_budget_per_hour=cost_budget_per_hour)
+                                                          cost_budget_per_hour=cost_budget_per_hour,
+                                                          calibration=calibration)
+        if cluster.calibration is not None:  # a profile that is missing or unreadable fails before any tracing
+            from compiler.cost.deployment import profile
+
+            profile(cluster.calibration)
         cluster.inventory()  # a `count: any` that no budget bounds is bad input, named before any tracing
         workload = load_workload(workload_path)
         if slo_ttft_ms is not None or slo_tpot_ms is not None:
@@ -314,14 +324,37 @@ def context_len(model: str) -> int | None:
 LONG_CONTEXT_HINT = "a long-context model (e.g. qwen2.5-7b-instruct-1m, 1,010,000 tokens)"
 
 
+#: How each engine runs a rotary model past its configured positions: only when told to.
+LONG_CONTEXT_FLAGS = ("vLLM: --max-model-len N with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; SGLang: --context-length N with "
+                      "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1; Neuron (NxD, transformers-neuronx): n_positions / "
+                      "max_context_length N")
+
+
+def rotary(config: dict) -> bool:
+    """Whether a Hugging Face config encodes positions by rotation (RoPE), which engines can run past
+    ``max_position_embeddings`` when told to; learned absolute positions (a table of that many rows) cannot."""
+    return any(k in config for k in ("rope_theta", "rope_parameters", "rope_scaling", "rotary_pct", "rotary_emb_base",
+                                     "qk_rope_head_dim", "partial_rotary_factor"))
+
+
 def check_lengths(model: str, input_len: int, output_len: int, flags: tuple[str, str] = ("--input-len",
-                                                                                        "--output-len")) -> None:
-    """`BadInput` naming `flags` when a request of `input_len` + `output_len` tokens is beyond `model`'s context."""
-    limit = context_len(model)
-    if limit and input_len + output_len > limit:
-        raise BadInput(f"{flags[0]} {input_len} + {flags[1]} {output_len} = {input_len + output_len:,} tokens, beyond "
-                       f"{model}'s context of {limit:,} tokens (max_position_embeddings); give shorter lengths or "
-                       f"{LONG_CONTEXT_HINT}")
+                                                                                        "--output-len")) -> str | None:
+    """A request of `input_len` + `output_len` tokens beyond `model`'s configured positions: a warning for a rotary
+    model, which engines run when told to (`LONG_CONTEXT_FLAGS`: the published Neuron runs of Llama-2 at 8,192
+    tokens did), naming `flags`; `BadInput` for learned absolute positions, which no engine runs past. None within
+    the context."""
+    config = resolve_model(model).config
+    limit = config.get("max_position_embeddings")
+    total = input_len + output_len
+    if not limit or total <= limit:
+        return None
+    head = (f"{flags[0]} {input_len} + {flags[1]} {output_len} = {total:,} tokens, beyond {model}'s context of "
+            f"{int(limit):,} tokens (max_position_embeddings)")
+    if not rotary(config):
+        raise BadInput(f"{head}: its positions are a learned table of that many rows, which no engine runs past; give "
+                       f"shorter lengths or {LONG_CONTEXT_HINT}")
+    return (f"{head}: engines run it only when told to ({LONG_CONTEXT_FLAGS}), and the model was not trained past "
+            f"{int(limit):,} tokens; predicted as asked")
 
 
 def check_context(model: str, workload: Workload, workload_path: str) -> None:
@@ -355,7 +388,8 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
             precision: Precision = Precision.of("bf16"), time_limit_s: float = 60.0, baselines: bool = True,
             analyse: bool = True, progress: Progress | None = None, timings: Timings | None = None,
             cost_budget_per_hour: float | None = None, deployable: bool = False,
-            on_placed: Callable[[Plan], None] | None = None, exact: bool = False) -> Compilation:
+            on_placed: Callable[[Plan], None] | None = None, exact: bool = False,
+            calibration: str | None = None) -> Compilation:
     """Trace, cost, place and emit: the whole of ``gimletc compile``. Infeasible inputs raise `Infeasible`.
 
     `baselines` adds the comparisons of [Note: baselines] (iso-power and iso-cost fleets of each device type,
@@ -368,7 +402,7 @@ def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w
     timings = timings if timings is not None else Timings()
     prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, slo_ttft_ms=slo_ttft_ms,
                    slo_tpot_ms=slo_tpot_ms, precision=precision, timings=timings, progress=progress,
-                   cost_budget_per_hour=cost_budget_per_hour, deployable=deployable)
+                   cost_budget_per_hour=cost_budget_per_hour, deployable=deployable, calibration=calibration)
     _raise_if_bounded(prep.graph.model, prep.instance)  # the TPOT targets too ([Note: placement bounds])
     # forks before any solve, and the child solves the baselines beside the placement ([Note: a forked analysis] in
     # compiler/sensitivity.py)
@@ -465,7 +499,7 @@ class Frontier:
 def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
            precision: Precision = Precision.of("bf16"), points: int = 8, time_limit_s: float = 60.0,
            progress: Progress | None = None, timings: Timings | None = None, objective: str = "tokens-per-watt",
-           cost_budget_per_hour: float | None = None) -> Frontier:
+           cost_budget_per_hour: float | None = None, calibration: str | None = None) -> Frontier:
     """The interactivity frontier: tokens/s per user against throughput per MW (and per dollar), for the
     heterogeneous plan and every baseline of [Note: baselines].
 
@@ -481,7 +515,8 @@ def pareto(model: str, cluster_path: str, workload_path: str, *, power_budget_w:
         raise BadInput(f"--objective {objective!r}: the frontier maximises one of {', '.join(PARETO_OBJECTIVES)}")
     timings = timings if timings is not None else Timings()
     prep = prepare(model, cluster_path, workload_path, power_budget_w=power_budget_w, precision=precision,
-                   progress=progress, timings=timings, cost_budget_per_hour=cost_budget_per_hour)
+                   progress=progress, timings=timings, cost_budget_per_hour=cost_budget_per_hour,
+                   calibration=calibration)
     return frontier(prep, points=points, time_limit_s=time_limit_s, progress=progress, timings=timings,
                     objective=objective)
 

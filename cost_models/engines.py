@@ -40,6 +40,7 @@ from typing import Any
 
 from compiler.ir.calibration import Calibration
 from compiler.ir.device_spec import DeviceSpec
+from compiler.ir.prediction import Spread
 from cost_models.derates import Derate, derate_for
 
 TRTLLM_DEFAULTS = ("https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/"
@@ -96,6 +97,10 @@ class Engine:
     fp8_compute_eff: float | None = None
     mem_eff: float | None = None
     calibrated_on: str | None = None
+    # Set with them: how far its leave-one-out predictions of the points it was fitted on landed, per metric
+    # (`cost_models.spreads.METRICS`); the intervals of every prediction on `calibrated_on` ([Note: prediction
+    # intervals] in compiler/ir/prediction.py).
+    spreads: tuple[tuple[str, Spread], ...] = ()
     provenance: tuple[tuple[str, str], ...] = field(default=())
 
     def source(self, name: str) -> str:
@@ -281,7 +286,8 @@ def at_version(found: Engine, version: str) -> Engine:
 
 # ------------------------------------------------------------------------------------------ engine records
 
-#: The `Engine` fields an engine calibration record holds (`gimletc calibrate --device D --engine E`).
+#: The `Engine` fields an engine calibration record holds (`gimletc calibrate --device D --engine E`); a profile's
+#: (``calibrate --from``) may hold ``fp8_compute_eff`` too.
 RECORD_FIELDS = ("step_overhead_s", "block_overhead_s", "op_overhead_s", "seq_overhead_s", "request_overhead_s",
                  "sync_fraction", "admission_fraction", "prefill_budget_tokens", "max_batch", "overlap",
                  "mixes_prefill", "compute_eff", "mem_eff")
@@ -302,7 +308,7 @@ def engine_record(fitted: Engine, device: DeviceSpec, base: Derate) -> dict[str,
 
 
 def calibrated_engine(name: str, record: dict[str, Any] | None, device: DeviceSpec,
-                      calibration: Calibration | None) -> Engine | None:
+                      calibration: Calibration | None, refresh: str | None = None) -> Engine | None:
     """The engine `name` as `gimletc calibrate --device D --engine name` measured it on `device` (its `record`, as
     `compiler.ir.calibration.load_engine_record` reads it), or None where there is none or it is unreadable.
     Raises `ValueError` where the device changed under it.
@@ -316,23 +322,30 @@ def calibrated_engine(name: str, record: dict[str, Any] | None, device: DeviceSp
     rather than read against numbers it was not fitted on. A fresh record's
     efficiencies apply on that device even though the device has a calibration of
     its own (which otherwise keeps its own efficiencies, `served_derate`).
+
+    A record (or a `compiler.ir.calibration.ProfileEntry`, as ``to_json`` writes it) may carry ``spreads``: how far
+    its held-out points landed, the intervals of every prediction made with it ([Note: prediction intervals] in
+    compiler/ir/prediction.py). `refresh` is the command that makes a new one (default: ``calibrate --engine``).
     """
     if record is None:
         return None
     try:
         values = {k: record["fields"][k] for k in RECORD_FIELDS}
+        fp8 = record["fields"].get("fp8_compute_eff")
         against, sources = record["fitted_against"], dict(record.get("provenance", {}))
+        spreads = tuple(sorted((m, Spread.from_json(v)) for m, v in (record.get("spreads") or {}).items()))
     except (ValueError, KeyError, TypeError):
         return None
     path = f"the {name} record of {device.id}"
     now = fitted_against(device, derate_for(device.family, calibration))
     if against != now:
         changed = ", ".join(k for k in now if against.get(k) != now[k])
+        refresh = refresh or f"gimletc calibrate --device {device.id} --engine {name}"
         raise ValueError(f"{path}: engine {name} was calibrated on {device.id} against other device numbers "
-                         f"({changed} changed since); rerun `gimletc calibrate --device {device.id} --engine {name}` "
-                         f"(or delete {path} to use the shipped {name} costs)")
+                         f"({changed} changed since); rerun `{refresh}` (or delete {path} to use the shipped {name} "
+                         f"costs)")
     base = ENGINES[name] if name in ENGINES else Engine(name)
-    return replace(base, **values, fp8_compute_eff=None, calibrated_on=device.id,
+    return replace(base, **values, fp8_compute_eff=fp8, calibrated_on=device.id, spreads=spreads,
                    provenance=tuple(sorted({**dict(base.provenance), **sources}.items())))
 
 

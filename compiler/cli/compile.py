@@ -23,6 +23,7 @@ from pathlib import Path
 from compiler.cli import options, report
 from compiler.cli import run as run_command
 from compiler.cli.console import check_out_dir, fitted_tables, progress_for, seconds, timings_line
+from compiler.emit.report.figures import gain_text, meets_text, with_interval
 from compiler.ir.files import atomic_write_text
 from compiler.ir.placement import OBJECTIVE_QUANTITIES, OBJECTIVES
 
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                              precision=options.precision_of(args), time_limit_s=args.time_limit,
                              analyse=not args.no_sensitivity, cost_budget_per_hour=args.cost_budget,
                              progress=progress_for(args), timings=timings, deployable=args.deployable,
-                             on_placed=placed, exact=args.exact)
+                             on_placed=placed, exact=args.exact, calibration=args.calibration)
             wrote += report.write(result.plan, result, args, out, timings, progress_for(args))  # reads no artifact
             with timings.step("write"):
                 from compiler.emit.artifacts import finish_plan_dir  # plan.json and the manifest over the artifacts
@@ -140,19 +141,22 @@ def render(result, out: Path) -> None:
             f"{plan.devices_used.get(t, 0)} of at most {plan.inventory.get(t, 0)} {t}" for t in plan.fleet_design))
     for table in _pool_tables(plan, console.width):
         console.print(table)
-    pr = plan.predicted
+    pr, iv = plan.predicted, plan.predicted.intervals
     console.print(
-        f"predicted: {pr.requests_per_s:.2f} req/s, {pr.output_tokens_per_s:,.0f} output tokens/s, "
+        f"predicted (80% intervals in brackets): {with_interval(pr.requests_per_s, iv.get('requests_per_s'), '.2f')} "
+        f"req/s, {with_interval(pr.output_tokens_per_s, iv.get('output_tokens_per_s'), ',.0f')} output tokens/s, "
         f"{pr.power_w / 1e3:.1f}kW drawn ({pr.provisioned_power_w / 1e3:.1f}kW provisioned), "
         f"{pr.output_tokens_per_s_per_w:.2f} output tokens/s per W drawn "
         f"({pr.output_tokens_per_s_per_provisioned_w:.2f} per W provisioned), "
         + (f"${pr.cost_per_hour:,.2f}/h, {pr.output_tokens_per_dollar:,.0f} output tokens per $, "
            if pr.cost_per_hour else "") + "worst TTFT "
-        f"{'-' if pr.worst_ttft_ms is None else f'{pr.worst_ttft_ms:.0f} ms'}, worst TPOT "
-        f"{'-' if pr.worst_tpot_ms is None else f'{pr.worst_tpot_ms:.1f} ms'}")
+        f"{with_interval(pr.worst_ttft_ms, iv.get('worst_ttft_ms'), '.0f')} ms, worst TPOT "
+        f"{with_interval(pr.worst_tpot_ms, iv.get('worst_tpot_ms'), '.1f')} ms")
     if plan.classes:
         for table in _class_tables(plan, console.width):
             console.print(table)
+    for line in verdict_warnings(plan):  # what the plan cannot claim, before anything it compares
+        console.print(line)
     kv = [t for t in plan.transfers if t.kind == "kv"]
     if kv:
         total = sum(t.predicted_bytes_per_s for t in kv)
@@ -191,8 +195,9 @@ def _pool_tables(plan, width: int) -> list:
         span = f"{blocks[0]} .. {p.stages[-1].blocks[-1]}" if blocks else "-"
         rows.append([p.name, p.role, p.device, f"{p.replicas} x {p.devices_per_replica}", str(p.tp), str(p.pp),
                      str(p.batch), f"{p.predicted_requests_per_s:.2f}", f"{p.predicted_utilisation:.0%}",
-                     "-" if p.predicted_ttft_ms is None else f"{p.predicted_ttft_ms:.0f}",
-                     "-" if p.predicted_tpot_ms is None else f"{p.predicted_tpot_ms:.1f}",
+                     with_interval(p.predicted_ttft_ms, p.predicted_intervals.get("ttft_ms"), ".0f")
+                     if "prefill" in p.phases else "-",
+                     with_interval(p.predicted_tpot_ms, p.predicted_intervals.get("tpot_ms"), ".1f"),
                      f"{p.predicted_power_w / 1e3:.1f}", ", ".join(c.name for c in p.predicted_classes), span])
     return fitted_tables("pools (predicted, at their utilisation)", columns, rows, width)
 
@@ -202,13 +207,14 @@ def _class_tables(plan, width: int) -> list:
     columns = [("class", "left"), ("share", "right"), ("req/s", "right"), ("TTFT p50 / pN ms", "right"),
                ("TTFT SLO", "right"), ("TPOT p50 / pN ms", "right"), ("TPOT SLO", "right"), ("meets", "left"),
                ("pools", "left")]
-    def pair(a, b, digits):  # noqa: E306
-        return "-" if a is None else f"{a:.{digits}f} / {b:.{digits}f}"
-    rows = [[c.name, f"{c.share:.0%}", f"{c.requests_per_s:.2f}", pair(c.ttft_p50_ms, c.ttft_slo_percentile_ms, 0),
+    def pair(a, b, bounds, digits):  # noqa: E306
+        return "-" if a is None else f"{a:.{digits}f} / {with_interval(b, bounds, f'.{digits}f')}"
+    rows = [[c.name, f"{c.share:.0%}", f"{c.requests_per_s:.2f}",
+             pair(c.ttft_p50_ms, c.ttft_slo_percentile_ms, c.ttft_slo_percentile_interval_ms, 0),
              "-" if c.slo_ttft_ms is None else f"{c.slo_ttft_ms:g} @p{c.slo_percentile:g}",
-             pair(c.tpot_p50_ms, c.tpot_slo_percentile_ms, 1),
+             pair(c.tpot_p50_ms, c.tpot_slo_percentile_ms, c.tpot_slo_percentile_interval_ms, 1),
              "-" if c.slo_tpot_ms is None else f"{c.slo_tpot_ms:g} @p{c.slo_percentile:g}",
-             "yes" if c.meets_slo else "NO", ", ".join(c.pools)] for c in plan.classes]
+             meets_text(c.meets_slo, c.meets_slo_at_estimate), ", ".join(c.pools)] for c in plan.classes]
     return fitted_tables("request classes (predicted)", columns, rows, width)
 
 
@@ -236,14 +242,15 @@ def _baseline_tables(plan, width: int) -> list:
 
     columns = [("baseline", "left"), ("status", "left"), ("devices", "right"), ("output tok/s", "right"),
                ("kW drawn / prov.", "right"), ("tok/s per kW prov.", "right"), ("$/h", "right"),
-               ("tok per $", "right"), (f"plan gain ({plan.solver.objective})", "right")]
+               ("tok per $", "right"), (f"plan gain ({plan.solver.objective}; 80%)", "right")]
     rows = [[b.name, b.status, str(sum(b.devices.values())) if b.devices else "-",
              num(b.output_tokens_per_s if b.status in ("optimal", "feasible") else None, ",.0f"),
              f"{b.power_w / 1e3:.1f} / {b.provisioned_power_w / 1e3:.1f}" if b.provisioned_power_w else "-",
              num(None if b.output_tokens_per_s_per_provisioned_w is None
                  else b.output_tokens_per_s_per_provisioned_w * 1e3, ",.0f"),
              num(b.cost_per_hour, ",.2f"), num(b.output_tokens_per_dollar, ",.0f"),
-             "-" if b.plan_gain is None else f"{b.plan_gain:.2f}x"] for b in plan.baselines]
+             gain_text(b.plan_gain, b.plan_gain_interval) + (" within error" if b.within_error else "")]
+            for b in plan.baselines]
     standard = f"to the plan's {100 * plan.solver.gap:.2f}% gap" if plan.solver.status == "feasible" else \
         "as the plan" if plan.solver.pruning else "exactly"
     return fitted_tables(f"baselines (same cost model, same objective, solved {standard}; predictions)", columns, rows,
@@ -258,4 +265,13 @@ def baseline_verdicts(plan) -> list[str]:
     from compiler.emit.report.verdict import verdict_lines
 
     style = {"beaten": "[yellow]{}[/yellow]", "missing": "[dim]{}[/dim]", "fine": "{}"}
-    return [style[line.kind].format(escape(line.text)) for line in verdict_lines(plan)]
+    return [style[line.kind].format(escape(line.text)) for line in verdict_lines(plan) if line.kind != "warning"]
+
+
+def verdict_warnings(plan) -> list[str]:
+    """The verdict's warnings (an uncalibrated device, an SLO met only at the central estimate), styled."""
+    from rich.markup import escape
+
+    from compiler.emit.report.verdict import verdict_lines
+
+    return [f"[bold yellow]{escape(line.text)}[/bold yellow]" for line in verdict_lines(plan) if line.kind == "warning"]

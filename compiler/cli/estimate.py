@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import logging
 import sys
 from typing import Any
 
 from compiler.cli import options
 from compiler.cli.console import check_out_file, output
 from compiler.ir.errors import BadInput, GimletError
+
+log = logging.getLogger(__name__)
 
 
 def register(sub) -> None:
@@ -52,6 +55,7 @@ def register(sub) -> None:
     p.add_argument("--token-buckets", metavar="L,L,...",
                    help="Neuron devices: the sequence lengths the launch compiled for decoding "
                         "(token_generation_buckets); default as --context-buckets")
+    options.add_calibration(p)
     p.add_argument("--scenarios", metavar="FILE.csv", help="evaluate every row of a CSV (columns named like the flags)")
     p.add_argument("--out", metavar="FILE.csv", help="with --scenarios: write predictions here (default: stdout)")
     options.add_json(p, "the prediction (with --scenarios: the rows)")
@@ -74,8 +78,10 @@ def run(args: argparse.Namespace) -> int:
     result = estimate(args.model, device=args.device, count=args.count, tp=args.tp, pp=args.pp,
                       precision=options.precision_of(args), input_len=input_len, output_len=output_len,
                       batch=batch(args.batch), concurrency=args.concurrency, engine=args.engine,
-                      lengths=args.lengths,
+                      lengths=args.lengths, calibration=args.calibration,
                       buckets=launch_buckets(args.context_buckets, args.token_buckets, input_len, output_len))
+    for warning in result.warnings:
+        log.warning("%s", warning)
     return output(result.to_json(), args.json, render)
 
 
@@ -138,6 +144,16 @@ def _shares(tiers: dict[str, float]) -> str:
     return ", ".join(f"{name} {share:.0%}" for name, share in tiers.items())
 
 
+def _interval(v: list | None, unit: str = "") -> str:
+    """``98-160 ms``, or ``no bound`` where nothing measured bounds it."""
+    if not v:
+        return ""
+    lo, hi = v
+    if hi is None:
+        return "no bound"
+    return f"{lo:.3g}-{hi:.3g}" + (f" {unit}" if unit else "")
+
+
 def render(r: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -148,26 +164,32 @@ def render(r: dict[str, Any]) -> None:
                         f"{r['batch']} per replica — PREDICTED", title_justify="left")
     table.add_column("metric")
     table.add_column("predicted", justify="right")
+    table.add_column("80% interval", justify="right")
     slow = f"  (reads {', '.join(r['slow_tiers'])}: slow tier)" if r.get("slow_tiers") else ""
+    iv = r.get("intervals", {})
     rows = [
-        ("TTFT", f"{r['ttft_ms']:.1f} ms{slow}"), ("TPOT", f"{r['tpot_ms']:.2f} ms{slow}"),
-        ("end-to-end latency", f"{r['e2e_latency_s']:.2f} s"),
-        ("output tokens/s (system)", f"{r['output_tokens_per_s']:.0f}"),
-        ("total tokens/s (system)", f"{r['total_tokens_per_s']:.0f}"),
-        ("tokens/s per user", f"{r['tokens_per_s_per_user']:.1f}"),
-        ("batch per replica (max that fits)", f"{r['batch']} ({r['max_batch']})"),
+        ("TTFT", f"{r['ttft_ms']:.1f} ms{slow}", _interval(iv.get("ttft_ms"), "ms")),
+        ("TPOT", f"{r['tpot_ms']:.2f} ms{slow}", _interval(iv.get("tpot_ms"), "ms")),
+        ("end-to-end latency", f"{r['e2e_latency_s']:.2f} s", _interval(iv.get("e2e_latency_s"), "s")),
+        ("output tokens/s (system)", f"{r['output_tokens_per_s']:.0f}", _interval(iv.get("output_tokens_per_s"))),
+        ("total tokens/s (system)", f"{r['total_tokens_per_s']:.0f}", _interval(iv.get("total_tokens_per_s"))),
+        ("tokens/s per user", f"{r['tokens_per_s_per_user']:.1f}", _interval(iv.get("tokens_per_s_per_user"))),
+        ("batch per replica (max that fits)", f"{r['batch']} ({r['max_batch']})", ""),
         ("memory per device", f"{r['memory_bytes'] / 1e9:.1f} of {r['memory_capacity_bytes'] / 1e9:.0f} GB"
-                              + ("" if r["fits"] else "  (does NOT fit)")),
+                              + ("" if r["fits"] else "  (does NOT fit)"), ""),
         ("weights / KV in", f"{_shares(r['weight_tiers'])} / {_shares(r['kv_tiers'])}"
                             + ("" if r["resident_devices"] <= r["tp"] * r["pp"] else
-                               f"  ({r['fast_tier']}-resident from {r['resident_devices']} devices per replica)")),
-        ("power (all devices)", f"{r['power_w'] / 1e3:.2f}kW"),
-        ("energy per output token", f"{r['energy_j_per_token']:.3f} J"),
-        ("bound by", f"prefill: {r['bound']['prefill']}, decode: {r['bound']['decode']}"),
+                               f"  ({r['fast_tier']}-resident from {r['resident_devices']} devices per replica)"), ""),
+        ("power (all devices)", f"{r['power_w'] / 1e3:.2f}kW",
+         _interval([v / 1e3 if v is not None else None for v in iv["power_w"]], "kW") if "power_w" in iv else ""),
+        ("energy per output token", f"{r['energy_j_per_token']:.3f} J", _interval(iv.get("energy_j_per_token"), "J")),
+        ("bound by", f"prefill: {r['bound']['prefill']}, decode: {r['bound']['decode']}", ""),
     ]
     if "interference" in r:
-        rows.append(("prefill interference (step slowdown)", f"{r['interference']:.2f}x"))
+        rows.append(("prefill interference (step slowdown)", f"{r['interference']:.2f}x", ""))
     for row in rows:
         table.add_row(*row)
     console.print(table)
+    for kind, basis in sorted(r.get("interval_basis", {}).items()):
+        console.print(f"[dim]{kind} interval: {basis}[/dim]")
     console.print(f"[dim]derates: {r['derate']}[/dim]")

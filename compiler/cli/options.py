@@ -104,6 +104,14 @@ def add_json(p: argparse.ArgumentParser, what: str = "the result") -> None:
     p.add_argument("--json", action="store_true", help=f"print {what} as JSON instead of tables")
 
 
+def add_calibration(p: argparse.ArgumentParser) -> None:
+    """``--calibration NAME|FILE``: a profile of the user's own fleet (``gimletc calibrate --from``)."""
+    p.add_argument("--calibration", metavar="NAME|FILE", default=None,
+                   help="a calibration profile made by `gimletc calibrate --from` (its name, or its file): its "
+                        "devices' engine costs, kernel efficiencies and intervals replace the shipped ones "
+                        "(overrides the cluster file's calibration)")
+
+
 def add_placement_inputs(p: argparse.ArgumentParser) -> None:
     """What ``compile`` and ``pareto`` place: a fleet, a workload, a budget, a solver time limit, an output folder."""
     add_model(p)
@@ -114,6 +122,7 @@ def add_placement_inputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cost-budget", type=positive_float, metavar="USD_PER_HOUR",
                    help="override the cluster's cost_budget_per_hour: dollars per hour the devices may cost")
     add_precision(p)
+    add_calibration(p)
     p.add_argument("--time-limit", type=positive_float, default=60.0, metavar="S",
                    help="solver time limit, seconds (default 60)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         frontier = pareto(args.model, args.cluster, args.workload, power_budget_w=args.power_budget,
                           precision=options.precision_of(args), points=args.points, time_limit_s=args.time_limit,
                           progress=progress_for(args), timings=timings, objective=args.objective,
-                          cost_budget_per_hour=args.cost_budget)
+                          cost_budget_per_hour=args.cost_budget, calibration=args.calibration)
         with timings.step("write"):
             write(frontier, out)
         wrote += list(OUTPUTS)

@@ -94,6 +94,7 @@ def register(sub) -> None:
                         "to match the next plan (needs --out)")
     p.add_argument("--cluster", metavar="FILE", help="cluster file (default: the compile's, report/inputs.json)")
     p.add_argument("--workload", metavar="FILE", help="workload file (default: the compile's, report/inputs.json)")
+    options.add_calibration(p)
     p.add_argument("--time-limit", type=options.positive_float, default=60.0, metavar="S",
                    help="solver time limit per solve, seconds (default 60)")
     options.add_json(p, "the replan (measurements, factors, forecast, decision and diff)")
@@ -119,6 +120,10 @@ def run(args: argparse.Namespace) -> int:
 
         check_running(args.plan, args.out)
     inputs = options.plan_inputs(args, required=True)
+    if args.calibration is not None:
+        import dataclasses
+
+        inputs = dataclasses.replace(inputs, calibration=args.calibration)
     out = check_out_dir(args.out) if args.out else None
     snaps = _snapshots(args, load, merged)
     settings = Settings(window_s=args.window, max_moves=args.max_moves, min_gain=args.min_gain,

@@ -30,7 +30,8 @@ def inputs_of(args: argparse.Namespace):
                             objective=args.objective, slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms,
                             dtype=args.dtype, kv_dtype=args.kv_dtype, time_limit_s=args.time_limit,
                             cost_budget_per_hour=getattr(args, "cost_budget", None),
-                            deployable=getattr(args, "deployable", False))
+                            deployable=getattr(args, "deployable", False),
+                            calibration=getattr(args, "calibration", None))
 
 
 def write(plan, result, args: argparse.Namespace, out: Path, timings, progress=None) -> list[str]:

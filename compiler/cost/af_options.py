@@ -22,6 +22,7 @@ from cost_models.derates import Derate
 from cost_models.load import StepTable, decode_curve
 from cost_models.power import step_power_w
 from cost_models.serving import Buckets, Deployment, block_groups, devices_to_hold
+from cost_models.spreads import deployment_spreads, widest
 
 #: Attention groups, FFN groups and micro-batches tried for one attention/FFN replica. MegaScale-Infer runs
 #: M:N ratios of attention to expert GPUs with two to four micro-batches; M grows (doubling) only while it
@@ -96,7 +97,8 @@ def _af_group(graph: BlockGraph, device_id: str, roles: tuple[str, ...], groups:
     tp, pp = group_shape(device_id, devices_to_hold(per_group, device(device_id)))
     if pp > 1:
         return None
-    return deployment(device_id, tp, tp, 1, precision, cluster.engine(device_id), adjust, buckets=buckets)
+    return deployment(device_id, tp, tp, 1, precision, cluster.engine(device_id), adjust, buckets=buckets,
+                      calibration=cluster.calibration)
 
 
 def _af_fits(inventory: dict[str, int], shape: AFShape) -> bool:
@@ -182,4 +184,11 @@ def _af_option(graph: BlockGraph, shape: AFShape, b: int, served: list[ClassDema
                        ("ffn_groups", shape.ffn_groups), ("ffn_tp", shape.ffn.tp),
                        ("micro_batches", shape.micro_batches),
                        ("weights_in", tiers_text(step.attn_plan.weight_tiers))),
-                      link_bytes_per_token=0.0 if a == f else step.seam_bytes / sequences)
+                      link_bytes_per_token=0.0 if a == f else step.seam_bytes / sequences,
+                      spreads=_both(shape.attn, shape.ffn))
+
+
+def _both(attn: Deployment, ffn: Deployment) -> tuple:
+    """The spreads of an attention/FFN option: each metric's widest of its two deployments'."""
+    a, b = dict(deployment_spreads(attn)), dict(deployment_spreads(ffn))
+    return tuple((m, widest(a[m], b[m])) for m in a)

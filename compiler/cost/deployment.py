@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from backends.registry import backend_of, device
 from compiler.ir.block_graph import BlockGraph
-from compiler.ir.calibration import load_calibration, load_engine_record
+from compiler.ir.calibration import Profile, cached_profile, load_calibration, load_engine_record
 from compiler.ir.errors import BadInput
 from compiler.ir.precision import Precision
 from typing import Any, Callable, Mapping
@@ -25,10 +25,14 @@ from cost_models.serving import Buckets, Deployment, devices_to_hold
 
 def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precision, engine: str = "generic",
                adjust: Callable[[Derate], Derate] | None = None, kv_heads: int | None = None,
-               buckets: Buckets | None = None) -> Deployment:
+               buckets: Buckets | None = None, calibration: str | None = None) -> Deployment:
     """`count` devices of `device_id` as replicas of a `tp` x `pp` group, weights and KV at `precision`,
     served by `engine` (`cost_models.engines`); `adjust` changes the family's derate (sensitivity analysis);
     `kv_heads` (`kv_heads_of`) lets tp above it replicate KV heads ([Note: replicated KV heads]).
+
+    `calibration`: a profile (name or file, ``gimletc calibrate --from``) whose entry for this device and engine,
+    where it has one, replaces the shipped engine costs and kernel efficiencies (and bounds the predictions'
+    intervals); else the engine as ``calibrate --engine`` measured it on this device, where it did.
 
     On a platform that runs static shapes (Neuron, `runs_static_shapes`), steps are padded to `buckets` and a
     prompt runs whole ([Note: buckets]); other platforms pad to none."""
@@ -40,17 +44,33 @@ def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precisio
     reasons = backend_of(spec).unsupported_reasons(spec, precision.weights)
     if reasons:
         raise BadInput(f"{device_id} cannot run {precision.weights}. Reasons: {'; '.join(reasons)}")
-    calibration = load_calibration(spec.id)
-    try:  # as `gimletc calibrate --engine` measured it on this device, where it did ([Note: engine records])
-        served_by = engines.engine_on(engine, spec, calibration, load_engine_record(spec.id, engine))
+    host = load_calibration(spec.id)
+    entry = profile(calibration).entry(spec.id, engine) if calibration else None
+    try:  # as the profile or `gimletc calibrate --engine` measured it on this device ([Note: engine records])
+        if entry is not None:
+            served_by = engines.calibrated_engine(engine, entry.to_json(), spec, host,
+                                                  refresh=f"gimletc calibrate --from ... --name {calibration}")
+        else:
+            served_by = engines.engine_on(engine, spec, host, load_engine_record(spec.id, engine))
+            if engine == "generic" and host is not None and host.spreads and served_by.calibrated_on is None:
+                # the reference runtime on a calibrated host: bounded by the calibration's held-out steps
+                served_by = replace(served_by, calibrated_on=spec.id, spreads=host.spreads)
     except ValueError as e:
         raise BadInput(f"engine: {e}") from None
-    derate = engines.served_derate(spec.family, calibration, served_by, spec.id)
+    derate = engines.served_derate(spec.family, host, served_by, spec.id)
     derate = adjust(derate) if adjust is not None else derate
     buckets = buckets if runs_static_shapes(device_id) else None
     if buckets is not None:
         served_by = replace(served_by, prefill_budget_tokens=max(served_by.prefill_budget_tokens, buckets.budget))
     return Deployment(spec, count, derate, tp, pp, precision, served_by, kv_heads, buckets)
+
+
+def profile(ref: str) -> Profile:
+    """The calibration profile `ref` (a name or a file), read once per version of its file. Raises `BadInput`."""
+    try:
+        return cached_profile(ref)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
 
 
 def runs_static_shapes(device_id: str) -> bool:

@@ -23,6 +23,7 @@ from compiler.ir.precision import Precision
 from cost_models.load import StepTable, decode_curve
 from cost_models.power import step_power_w
 from cost_models.serving import Buckets, Deployment, MemoryPlan, devices_to_hold, memory_plan
+from cost_models.spreads import deployment_spreads, widest
 from cost_models.speculative import TOKEN_BYTES, Drafting, expected_tokens, speculative_round
 
 #: Room a drafter replica keeps beside the draft model's weights for its KV, as a share of the weights.
@@ -51,7 +52,8 @@ def drafters(draft: DraftModel, cluster: Cluster, precision: Precision, buckets:
         need = devices_to_hold(draft.graph.weight_bytes(p) * (1 + DRAFT_KV_HEADROOM), device(dev_id))
         tp, pp = group_shape(dev_id, need)
         if pp == 1:
-            out.append(deployment(dev_id, tp, tp, 1, p, cluster.engine(dev_id), buckets=buckets))
+            out.append(deployment(dev_id, tp, tp, 1, p, cluster.engine(dev_id), buckets=buckets,
+                                  calibration=cluster.calibration))
     return out
 
 
@@ -115,4 +117,11 @@ def _option(graph: BlockGraph, target: Deployment, plan: MemoryPlan, batch: int,
         (("bound", r.verify.bound), ("draft_acceptance", drafting.acceptance), ("draft_device", d),
          ("draft_dtype", drafter.precision.weights), ("draft_k", drafting.draft_tokens), ("draft_model", draft.name),
          ("draft_tp", drafter.tp), ("weights_in", tiers_text(plan.weight_tiers))),
-        link_bytes_per_token=0.0 if t == d else (drafting.draft_tokens + 1) * TOKEN_BYTES / tokens)
+        link_bytes_per_token=0.0 if t == d else (drafting.draft_tokens + 1) * TOKEN_BYTES / tokens,
+        spreads=_both(target, drafter))
+
+
+def _both(target: Deployment, drafter: Deployment) -> tuple:
+    """The spreads of a drafted option: each metric's widest of the target's and the drafter's."""
+    a, b = dict(deployment_spreads(target)), dict(deployment_spreads(drafter))
+    return tuple((m, widest(a[m], b[m])) for m in a)

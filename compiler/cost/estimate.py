@@ -23,14 +23,16 @@ Steps: `_check_fits` (weights fit, or say how many devices they need),
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.errors import BadInput
-from compiler.ir.estimate import Estimate
+from compiler.ir.estimate import INTERVAL_OF, Estimate
+from compiler.ir.prediction import Interval
 from compiler.cost.deployment import devices_needed, group_shape
 from cost_models.power import energy_per_token_j, step_power_w
 from cost_models.load import RequestShape, closed_loop
+from cost_models.spreads import deployment_spreads
 from cost_models.serving import (Deployment, MemoryPlan, StepTime, decode_step, memory_plan, prefill_time,
                                  sequences_that_fit)
 
@@ -66,27 +68,70 @@ def estimate(graph: BlockGraph, dep: Deployment, *, input_len: int, output_len: 
     seq_kv = graph.kv_bytes_per_sequence(input_len + output_len, dep.precision)
     per_replica, running, fit_batch, fits = _batch_per_replica(graph, dep, weights_only, input_len, output_len,
                                                                batch, concurrency)
+    warnings = ()
+    if not fits and isinstance(batch, int) and running <= _whole_memory_fit(graph, dep, input_len + output_len):
+        # the engine's KV share is a default, not a limit: a measured static batch beyond it ran ([Note: KV memory])
+        fits, warnings = True, (static_batch_warning(dep, batch),)
+        dep = replace(dep, engine=replace(dep.engine, kv_memory_fraction=1.0))
     plan = memory_plan(graph, dep, seq_kv * running / dep.kv_devices)
     phases = _phases(graph, dep, plan, per_replica, running, input_len, output_len,
                      concurrent=concurrency is not None, lockstep=lockstep)
     e2e = phases.e2e_s(output_len)
     requests = per_replica * dep.replicas
     power = dep.count * _mean_power(dep, phases)
+    values = dict(ttft_ms=phases.ttft_s * 1e3, tpot_ms=phases.tpot_s * 1e3, e2e_latency_s=e2e,
+                  output_tokens_per_s=requests * output_len / e2e,
+                  total_tokens_per_s=requests * (input_len + output_len) / e2e,
+                  tokens_per_s_per_user=1.0 / phases.tpot_s,
+                  energy_j_per_token=energy_per_token_j(power, e2e, requests * output_len), power_w=power)
+    intervals, basis = intervals_of(dep, values)
     return Estimate(
         model=graph.model, device=dep.device.id, count=dep.count, tp=dep.tp, pp=dep.pp, replicas=dep.replicas,
         dtype=dep.precision.weights, kv_dtype=dep.precision.kv, input_len=input_len, output_len=output_len,
         mode="concurrency" if concurrency is not None else ("batch_max" if batch == "max" else "batch"),
-        ttft_ms=phases.ttft_s * 1e3, tpot_ms=phases.tpot_s * 1e3, e2e_latency_s=e2e,
-        output_tokens_per_s=requests * output_len / e2e, total_tokens_per_s=requests * (input_len + output_len) / e2e,
-        tokens_per_s_per_user=1.0 / phases.tpot_s, batch=per_replica, max_batch=fit_batch,
+        **values, batch=per_replica, max_batch=fit_batch,
         fits=fits, memory_bytes=plan.weight_bytes + seq_kv * running / dep.kv_devices,
-        memory_capacity_bytes=dep.device.capacity_bytes, power_w=power,
-        energy_j_per_token=energy_per_token_j(power, e2e, requests * output_len),
-        bound_prefill=phases.prefill.bound, bound_decode=phases.decode.bound, derate=dep.derate.provenance,
+        memory_capacity_bytes=dep.device.capacity_bytes, bound_prefill=phases.prefill.bound, bound_decode=phases.decode.bound, derate=dep.derate.provenance,
         interference=phases.interference, prefill_tokens_per_step=phases.prefill_tokens_per_step,
         weight_tiers=dict(plan.weight_tiers.fractions), kv_tiers=dict(plan.kv_tiers.fractions),
         fast_tier=dep.device.memory[0].name, resident_devices=devices_needed(graph, dep, resident=True),
+        intervals=intervals, interval_basis=basis, warnings=warnings,
     )
+
+
+def _whole_memory_fit(graph: BlockGraph, dep: Deployment, tokens: int) -> int:
+    """Sequences of `tokens` a replica holds when its KV cache takes all the memory weights and the runtime reserve
+    leave (no engine default held back): the most any engine can run as one static batch."""
+    whole = replace(dep, engine=replace(dep.engine, kv_memory_fraction=1.0))
+    return sequences_that_fit(graph, whole, tokens)
+
+
+def static_batch_warning(dep: Deployment, batch: int) -> str:
+    """A static batch beyond the engine's default KV share but within the memory: what the engine must be told."""
+    return (f"--batch {batch}: its KV fits only with the cache taking more than the {dep.engine.kv_memory_fraction:.0%} "
+            f"of free memory engine {dep.engine.name} gives it by default (vLLM --gpu-memory-utilization, TensorRT-LLM "
+            "kv_cache_free_gpu_mem_fraction, SGLang --mem-fraction-static); predicted with all of it")
+
+
+#: What bounds a deployment's drawn power: its devices between idle and full load ([Note: drawn power]).
+POWER_BASIS = "physics: between the devices' idle and rated power (no power measurement fits it)"
+
+
+def intervals_of(dep: Deployment, values: dict[str, float]) -> tuple[dict[str, Interval], dict[str, str]]:
+    """The 80% interval of each predicted metric in `values` (`INTERVAL_OF`), and what each kind rests on
+    ([Note: prediction intervals] in `compiler.ir.prediction`)."""
+    intervals, basis = {}, {}
+    spreads = dict(deployment_spreads(dep))
+    for name, value in values.items():
+        kind, rate = INTERVAL_OF[name]
+        if kind == "power":
+            intervals[name] = Interval(min(value, dep.count * dep.device.idle_w), max(value, dep.count * dep.device.tdp_w))
+            basis[kind] = POWER_BASIS
+            continue
+        spread = spreads[kind]
+        intervals[name] = (spread.inverse() if rate else spread).of(value)
+        basis[kind] = spread.basis
+    return intervals, basis
 
 
 def _check_fits(graph: BlockGraph, dep: Deployment) -> MemoryPlan:

@@ -48,6 +48,7 @@ from compiler.ir.errors import BadInput
 from compiler.ir.pool_option import ClassService, PoolOption
 from compiler.ir.precision import Precision
 from cost_models.derates import Derate
+from cost_models.spreads import deployment_spreads
 from cost_models.load import colocated_curve, decode_curve, decode_table, prefill_curve, prefill_table
 from cost_models.serving import (
     Batch, Deployment, MemoryPlan, StepTime, decode_step, devices_to_hold, max_batch, memory_plan, prefill_time,
@@ -85,7 +86,8 @@ def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload, p
             skipped.append(f"{dev_id}: {count} devices cannot hold {graph.model} weights at {precision.weights}")
             continue
         for tp, pp in shapes:
-            dep = deployment(dev_id, tp * pp, tp, pp, precision, cluster.engine(dev_id), adjust, buckets=buckets)
+            dep = deployment(dev_id, tp * pp, tp, pp, precision, cluster.engine(dev_id), adjust, buckets=buckets,
+                             calibration=cluster.calibration)
             options += _replica_options(graph, dep, classes, draft, pool, cluster)
     basis = lambda o: on_basis(o, cluster.power_basis, cluster.pue_factor)  # noqa: E731
     options = [basis(o) for o in options]  # attention/FFN options are judged on the budget's footing too
@@ -182,4 +184,5 @@ def _option(key: str, kind: str, dep: Deployment, batch: int, step: StepTime, se
     return PoolOption(key, kind, ((dep.device.id, dep.group),), replica_power(dep, power_step or step),
                       dep.group * dep.device.tdp_w,
                       dep.device.id, dep.tp, dep.pp, batch, usable_services(services),
-                      (("bound", step.bound), ("weights_in", tiers_text(plan.weight_tiers))))
+                      (("bound", step.bound), ("weights_in", tiers_text(plan.weight_tiers))),
+                      spreads=deployment_spreads(dep))

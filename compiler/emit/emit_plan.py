@@ -7,13 +7,16 @@ validated value ``plan.json`` holds. Writing it is the caller's (the CLI's) job.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from importlib import metadata
 
 from compiler.emit.plan import (
-    GAIN_METRICS, Baseline, ClassResult, Draft, Plan, Pool, PoolClass, Predicted, SensitivityResult, SolverReport,
-    Stage, Transfer,
+    GAIN_METRICS, Baseline, CalibrationUsed, ClassResult, Draft, Plan, Pool, PoolClass, Predicted, SensitivityResult,
+    SolverReport, Stage, Transfer,
 )
+from compiler.emit.intervals import (draws, gain_interval, paths_interval, throughput_interval, type_spreads,
+                                     within_error)
 from compiler.emit.serving import serve
 from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
@@ -22,6 +25,7 @@ from compiler.ir.placement import Baseline as BaselineSolution
 from compiler.ir.placement import Instance, Sensitivity, Solution, gain
 from compiler.ir.pool_option import PoolOption
 from compiler.ir.precision import Precision
+from compiler.ir.prediction import Interval
 from cost_models.comm import loaded_handoff_s
 from cost_models.power import drawn_w
 
@@ -39,7 +43,9 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
     pools, pool_of = _pools(graph, inst, sol, used, draft_graph)
     latencies = class_latencies(inst, sol)
     out_tps = sol.output_tokens_per_s(inst.classes)
-    predicted = _predicted(sol, latencies, out_tps)
+    spreads = type_spreads(inst, sol)
+    sampled = draws(spreads)
+    predicted = _predicted(inst, sol, latencies, out_tps, throughput_interval(inst, sol, spreads, sampled))
     plan = Plan(
         gimletc_version=_version(), model=graph.model, model_sha256=graph.config_sha256, dtype=precision.weights,
         kv_dtype=precision.kv, dense_dtype=precision.dense, cluster=cluster.name, power_budget_w=inst.power_budget_w,
@@ -54,7 +60,7 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
         solver=SolverReport(status=sol.status, objective=sol.objective.name, objective_value=sol.objective.value,
                             bound=sol.objective.bound, gap=sol.objective.gap, variables=sol.variables,
                             constraints=sol.constraints, options=len(options), pruning=sol.objective.pruning),
-        baselines=[baseline_result(b, sol, predicted) for b in baselines],
+        baselines=[baseline_result(b, sol, predicted, inst, spreads, sampled) for b in baselines],
         sensitivity=[SensitivityResult(factor=m.factor, change=m.change, objective_change=m.objective_change,
                                        changes_pools=m.changes_pools, pools_added=list(m.pools_added),
                                        pools_removed=list(m.pools_removed), solve_gap=m.solve_gap)
@@ -63,8 +69,34 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
         devices_used=sol.devices(), prices_per_hour=dict(inst.prices_per_hour),
         price_sources={t: src for t, _p in inst.prices_per_hour if (src := cluster.price_source(t))},
         power_basis=cluster.power_basis, pue=cluster.pue,
+        unbounded_devices={t: s.basis for t, s in sorted(spreads.items()) if not s.bounded and t in sol.devices()},
+        calibrations=calibrations_used(cluster, sorted({(t, cluster.engine(t)) for t in sol.devices()})),
     )
     return serve(plan, cluster, workload, moe=graph.expert_params > 0, model_source=_model_source(graph.model))
+
+
+def calibrations_used(cluster: Cluster, pairs: list[tuple[str, str]]) -> list[CalibrationUsed]:
+    """The calibrations behind the predictions of `pairs` (device, engine): the cluster's profile where it has an
+    entry for a pair, else an engine record saved on that device, each with its file's sha256."""
+    import hashlib
+
+    from compiler.ir.calibration import cached_profile, engine_record_path
+
+    out = []
+    covered: set[tuple[str, str]] = set()
+    if cluster.calibration is not None:
+        prof = cached_profile(cluster.calibration)  # read (and checked) when the options were costed
+        covered = {p for p in pairs if prof.entry(*p) is not None}
+        out.append(CalibrationUsed(kind="profile", name=prof.name, path=prof.path, sha256=prof.sha256,
+                                   covers=[f"{d}/{e}" for d, e in sorted(covered)]))
+    for device, engine in pairs:
+        path = engine_record_path(device, engine)
+        if (device, engine) in covered or not path.is_file():
+            continue
+        out.append(CalibrationUsed(kind="engine record", name=path.stem, path=str(path),
+                                   sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+                                   covers=[f"{device}/{engine}"]))
+    return out
 
 
 def _model_source(model: str) -> str | None:
@@ -83,6 +115,8 @@ class ClassLatency:
     tpot_p50_s: float
     tpot_p_s: float
     options: tuple[str, ...]
+    ttft_p_interval: Interval = Interval(0.0, math.inf)  # 80% interval of ttft_p_s ([Note: prediction intervals])
+    tpot_p_interval: Interval = Interval(0.0, math.inf)
 
 
 #: A KV flow below this many requests/s is left out of the plan: its hand-offs, the latencies of its path and
@@ -124,12 +158,12 @@ def class_latencies(inst: Instance, sol: Solution) -> dict[str, ClassLatency]:
     handoffs = solved_handoffs(inst, sol)
     out: dict[str, ClassLatency] = {}
     for c in inst.classes:
-        paths: list[tuple[float, float, float, float, tuple[str, ...]]] = []
+        paths: list[tuple[float, float, float, float, tuple[str, ...], Interval, Interval]] = []
         for (cls, key), _rate in sol.served:
             o = by_key[key]
             if cls == c.name and o.kind == "colocated":
                 _u, t50, tp, p50, pp = o.service(cls).at(util[key])
-                paths.append((t50, tp, p50, pp, (key,)))
+                paths.append((t50, tp, p50, pp, (key,), o.spread("ttft").of(tp), o.spread("tpot").of(pp)))
         for (cls, p_key, t), _rate in live_flows(sol):
             if cls != c.name:
                 continue
@@ -140,10 +174,15 @@ def class_latencies(inst: Instance, sol: Solution) -> dict[str, ClassLatency]:
                 d = by_key[d_key]
                 if cls2 == cls and d.receives_kv and d.kv_device == t:
                     _u, w50, wp, p50, pp = d.service(cls).at(util[d_key])
-                    paths.append((pf50 + handoff + w50, pfp + handoff + wp, p50, pp, (p_key, d_key)))
+                    prefill, wait = p.spread("ttft").of(pfp), d.spread("tpot").of(wp)
+                    ttft = Interval(prefill.lo + handoff + wait.lo, prefill.hi + handoff + wait.hi)
+                    paths.append((pf50 + handoff + w50, pfp + handoff + wp, p50, pp, (p_key, d_key), ttft,
+                                  d.spread("tpot").of(pp)))
         if paths:
             out[c.name] = ClassLatency(max(p[0] for p in paths), max(p[1] for p in paths), max(p[2] for p in paths),
-                                       max(p[3] for p in paths), tuple(sorted({k for p in paths for k in p[4]})))
+                                       max(p[3] for p in paths), tuple(sorted({k for p in paths for k in p[4]})),
+                                       Interval(max(p[5].lo for p in paths), max(p[5].hi for p in paths)),
+                                       Interval(max(p[6].lo for p in paths), max(p[6].hi for p in paths)))
     return out
 
 
@@ -190,10 +229,14 @@ def _pools(graph: BlockGraph, inst: Instance, sol: Solution, used: list[tuple[Po
         classes = _pool_classes(o, sol.served_on(o.key), util)
         worst = lambda index: max((getattr(c, index) for c in classes if getattr(c, index) is not None),  # noqa: E731
                                   default=None)
+        ttft, tpot = worst("ttft_slo_percentile_ms"), worst("tpot_slo_percentile_ms")
+        bounds = {k: _bounds(o.spread(m).of(v)) for k, m, v in (("ttft_ms", "ttft", ttft), ("tpot_ms", "tpot", tpot))
+                  if v is not None}
         common = dict(batch=o.batch, option=o.key,
                       predicted_requests_per_s=sum(sol.served_on(o.key).values()),
-                      predicted_ttft_ms=worst("ttft_slo_percentile_ms"), predicted_tpot_ms=worst("tpot_slo_percentile_ms"),
-                      predicted_utilisation=util, predicted_classes=classes)
+                      predicted_ttft_ms=ttft, predicted_tpot_ms=tpot,
+                      predicted_utilisation=util, predicted_classes=classes, predicted_intervals=bounds,
+                      interval_basis={m: s.basis for m, s in o.spreads})
         if o.kind == "decode-af":
             for (suffix, role, roles), (dev, per, replicas) in zip(_AF_HALVES, _af_halves(o, n)):
                 pools.append(Pool(name=f"{name}{suffix}", role=role, device=dev, devices_per_replica=per, tp=per,
@@ -252,10 +295,21 @@ def _pool_classes(o: PoolOption, served: dict[str, float], util: float) -> list[
     for c, rate in sorted(served.items()):
         _u, t50, tp, p50, pp = o.service(c).at(util)
         decodes = o.kind != "prefill"
+        # a decode pool's TTFT is its wait for a slot, a queue of its decode steps: its TPOT's spread
+        ttft_spread = o.spread("tpot" if o.receives_kv else "ttft")
         out.append(PoolClass(name=c, requests_per_s=rate, ttft_p50_ms=t50 * 1e3, ttft_slo_percentile_ms=tp * 1e3,
                              tpot_p50_ms=p50 * 1e3 if decodes else None,
-                             tpot_slo_percentile_ms=pp * 1e3 if decodes else None))
+                             tpot_slo_percentile_ms=pp * 1e3 if decodes else None,
+                             ttft_slo_percentile_interval_ms=_bounds(ttft_spread.of(tp * 1e3)),
+                             tpot_slo_percentile_interval_ms=_bounds(o.spread("tpot").of(pp * 1e3)) if decodes
+                             else None))
     return out
+
+
+def _bounds(interval: Interval) -> list[float | None]:
+    """An interval as plan.json writes it (`Bounds`), rounded to 6 significant digits like the figures beside it."""
+    lo, hi = interval.to_json()
+    return [float(f"{lo:.6g}"), None if hi is None else float(f"{hi:.6g}")]
 
 
 def _kv_transfers(inst: Instance, sol: Solution, used: list[tuple[PoolOption, int]],
@@ -314,26 +368,53 @@ def _class_result(workload: Workload, inst: Instance, sol: Solution, c, lat: Cla
                   pool_of: dict[str, list[str]]) -> ClassResult:
     slo = workload.class_slo(next(k for k in workload.classes if k.name == c.name))
     ms = lambda s: None if s is None else s * 1e3  # noqa: E731
-    meets = lat is not None and (c.ttft_slo_s is None or lat.ttft_p_s <= c.ttft_slo_s * (1 + 1e-9)) and (
+    central = lat is not None and (c.ttft_slo_s is None or lat.ttft_p_s <= c.ttft_slo_s * (1 + 1e-9)) and (
         c.tpot_slo_s is None or lat.tpot_p_s <= c.tpot_slo_s * (1 + 1e-9))
+    meets = lat is not None and (c.ttft_slo_s is None or lat.ttft_p_interval.hi <= c.ttft_slo_s * (1 + 1e-9)) and (
+        c.tpot_slo_s is None or lat.tpot_p_interval.hi <= c.tpot_slo_s * (1 + 1e-9))
     return ClassResult(
         name=c.name, share=c.share, requests_per_s=dict(sol.class_requests_per_s).get(c.name, 0.0),
         slo_ttft_ms=slo.ttft_ms, slo_tpot_ms=slo.tpot_ms, slo_percentile=slo.percentile,
         ttft_p50_ms=ms(lat.ttft_p50_s if lat else None), ttft_slo_percentile_ms=ms(lat.ttft_p_s if lat else None),
         tpot_p50_ms=ms(lat.tpot_p50_s if lat else None), tpot_slo_percentile_ms=ms(lat.tpot_p_s if lat else None),
-        meets_slo=bool(meets), pools=sorted({name for k in (lat.options if lat else ()) for name in pool_of[k]}))
+        meets_slo=bool(meets), meets_slo_at_estimate=bool(central),
+        ttft_slo_percentile_interval_ms=_bounds(lat.ttft_p_interval.scaled(1e3)) if lat else None,
+        tpot_slo_percentile_interval_ms=_bounds(lat.tpot_p_interval.scaled(1e3)) if lat else None,
+        pools=sorted({name for k in (lat.options if lat else ()) for name in pool_of[k]}))
 
 
-def _predicted(sol: Solution, latencies: dict[str, ClassLatency], out_tps: float) -> Predicted:
+def _predicted(inst: Instance, sol: Solution, latencies: dict[str, ClassLatency], out_tps: float,
+               tokens: Interval) -> Predicted:
     ttfts = [lat.ttft_p_s for lat in latencies.values()]
     tpots = [lat.tpot_p_s for lat in latencies.values() if lat.tpot_p_s]
-    return Predicted(requests_per_s=sol.requests_per_s, output_tokens_per_s=out_tps, power_w=sol.power_w,
+    scale = lambda v: tokens.scaled(v / out_tps) if out_tps and v is not None else None  # noqa: E731
+    per_s = sol.requests_per_s
+    intervals = {"requests_per_s": scale(per_s), "output_tokens_per_s": tokens,
+                 "output_tokens_per_s_per_w": scale(out_tps / sol.power_w if sol.power_w else None),
+                 "output_tokens_per_s_per_provisioned_w": scale(out_tps / sol.provisioned_w if sol.provisioned_w
+                                                               else None),
+                 "output_tokens_per_dollar": scale(_per_dollar(out_tps, sol.cost_per_hour)),
+                 "worst_ttft_ms": Interval(max(lat.ttft_p_interval.lo for lat in latencies.values()),
+                                           max(lat.ttft_p_interval.hi for lat in latencies.values())).scaled(1e3)
+                 if latencies else None,
+                 "worst_tpot_ms": Interval(max(lat.tpot_p_interval.lo for lat in latencies.values() if lat.tpot_p_s),
+                                           max(lat.tpot_p_interval.hi for lat in latencies.values() if lat.tpot_p_s)
+                                           ).scaled(1e3) if tpots else None,
+                 "power_w": _power_interval(sol)}
+    return Predicted(intervals={k: _bounds(v) for k, v in intervals.items() if v is not None},requests_per_s=sol.requests_per_s, output_tokens_per_s=out_tps, power_w=sol.power_w,
                      provisioned_power_w=sol.provisioned_w,
                      output_tokens_per_s_per_w=out_tps / sol.power_w if sol.power_w else 0.0,
                      worst_ttft_ms=max(ttfts) * 1e3 if ttfts else None,
                      worst_tpot_ms=max(tpots) * 1e3 if tpots else None,
                      output_tokens_per_s_per_provisioned_w=out_tps / sol.provisioned_w if sol.provisioned_w else 0.0,
                      cost_per_hour=sol.cost_per_hour, output_tokens_per_dollar=_per_dollar(out_tps, sol.cost_per_hour))
+
+
+def _power_interval(sol: Solution) -> Interval:
+    """The plan's draw between its pools' idle and full-load draw: what no utilisation error can leave."""
+    idle = sum(o.idle_w * n for o, n in sol.used())
+    full = sum(o.power_w * n for o, n in sol.used())
+    return Interval(min(idle, sol.power_w), max(full, sol.power_w))
 
 
 def _per_dollar(tokens_per_s: float, cost_per_hour: float | None) -> float | None:
@@ -344,9 +425,12 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
-def baseline_result(b: BaselineSolution, sol: Solution, plan: Predicted) -> Baseline:
+def baseline_result(b: BaselineSolution, sol: Solution, plan: Predicted, inst: Instance | None = None,
+                    spreads: dict | None = None, sampled: list | None = None) -> Baseline:
     """One baseline as plan.json reports it: its numbers, and the plan's gain over it in the objective's terms
-    (`compiler.ir.placement.gain`) and on each of `GAIN_METRICS`."""
+    (`compiler.ir.placement.gain`) and on each of `GAIN_METRICS`; with the plan's `inst`, its device types'
+    `spreads` (`compiler.emit.intervals.type_spreads`) and their `sampled` factors (`draws`), their 80%
+    intervals."""
     ok = b.feasible
     own = {"output_tokens_per_s": b.output_tokens_per_s if ok else None,
            "output_tokens_per_s_per_w": _ratio(b.output_tokens_per_s, b.power_w) if ok else None,
@@ -356,13 +440,21 @@ def baseline_result(b: BaselineSolution, sol: Solution, plan: Predicted) -> Base
     value = b.objective.value if ok and b.objective is not None else None
     proven = value is not None and b.kind != "greedy"  # a heuristic has no bound
     plan_gain = gain(sol.objective.sense, sol.objective.value, value)
+    gains_at = gain_interval(inst, sol, b, sampled, plan_gain) if inst is not None and spreads is not None else None
+    own_at = None
+    if ok and inst is not None and inst.arrival_rate_per_s is not None:  # it serves the given rate
+        own_at = Interval(b.output_tokens_per_s, b.output_tokens_per_s)
+    elif ok and spreads is not None and b.paths:
+        own_at = paths_interval(b.paths, sampled, b.output_tokens_per_s)
     return Baseline(
         name=b.name, question=b.question, status=b.status, note=b.note, devices=dict(b.devices),
         requests_per_s=b.requests_per_s, output_tokens_per_s=b.output_tokens_per_s, power_w=b.power_w,
         provisioned_power_w=b.provisioned_w, cost_per_hour=b.cost_per_hour, **{m: own[m] for m in GAIN_METRICS[1:]},
         objective_value=value, objective_bound=b.objective.bound if proven else None,
         gap=b.objective.gap if proven else None, plan_gain=plan_gain, plan_gains=gains,
-        beats_plan=plan_gain is not None and plan_gain < 1 - BEATS_TOLERANCE)
+        beats_plan=plan_gain is not None and plan_gain < 1 - BEATS_TOLERANCE,
+        output_tokens_per_s_interval=_bounds(own_at) if own_at else None,
+        plan_gain_interval=_bounds(gains_at) if gains_at else None, within_error=within_error(gains_at))
 
 
 #: A baseline beats the plan only by more than the solver's floating-point tolerance: the plan's tie-break keeps

@@ -95,6 +95,11 @@ class TransferDetail(_Frozen):
     pairs: list[HeadPair] = []
 
 
+#: An 80% interval in plan.json: ``[lo, hi]``, ``hi`` null where nothing measured bounds it ([Note: prediction
+#: intervals] in compiler/ir/prediction.py).
+Bounds = list[float | None]
+
+
 class PoolClass(_Frozen):
     """One request class on one pool, at the pool's predicted utilisation (predictions)."""
 
@@ -104,6 +109,8 @@ class PoolClass(_Frozen):
     ttft_slo_percentile_ms: float | None
     tpot_p50_ms: float | None
     tpot_slo_percentile_ms: float | None
+    ttft_slo_percentile_interval_ms: Bounds | None = None  # 80% interval of ttft_slo_percentile_ms
+    tpot_slo_percentile_interval_ms: Bounds | None = None
 
 
 class Draft(_Frozen):
@@ -214,6 +221,9 @@ class Pool(_Frozen):
     predicted_classes: list[PoolClass] = []
     draft: Draft | None = None  # speculative decoding (colocated, decode and decode-attention pools)
     launch: EngineLaunch | None = None  # the serving engine that runs it (None: only the reference runtime does)
+    # 80% intervals of predicted_ttft_ms, predicted_tpot_ms, and what they rest on, per metric (ttft, tpot, e2e)
+    predicted_intervals: dict[str, Bounds] = {}
+    interval_basis: dict[str, str] = {}
 
 
 class Transfer(_Frozen):
@@ -238,6 +248,10 @@ class Predicted(_Frozen):
     cost_per_hour: float | None = None  # dollars per hour of the deployed devices (None: a type has no price)
     output_tokens_per_dollar: float | None = None
     prediction: Literal[True] = True
+    # 80% intervals of requests_per_s, output_tokens_per_s, the per-watt and per-dollar figures (at the predicted
+    # draw and price), worst_ttft_ms, worst_tpot_ms and power_w (between idle and rated: physics)
+    intervals: dict[str, Bounds] = {}
+    interval_coverage: float = 0.8
 
 
 class ClassResult(_Frozen):
@@ -254,8 +268,11 @@ class ClassResult(_Frozen):
     ttft_slo_percentile_ms: float | None
     tpot_p50_ms: float | None
     tpot_slo_percentile_ms: float | None
-    meets_slo: bool
+    meets_slo: bool  # the whole 80% interval meets every target ([Note: prediction intervals])
     pools: list[str]
+    ttft_slo_percentile_interval_ms: Bounds | None = None
+    tpot_slo_percentile_interval_ms: Bounds | None = None
+    meets_slo_at_estimate: bool = False  # the central prediction meets every target (the interval may not)
 
 
 class SensitivityResult(_Frozen):
@@ -341,6 +358,22 @@ class Baseline(_Frozen):
     plan_gains: dict[str, float | None] = {}
     beats_plan: bool = False
     prediction: Literal[True] = True
+    output_tokens_per_s_interval: Bounds | None = None  # 80% interval of output_tokens_per_s
+    # the plan_gain's interval with each device type off by one factor within its 80% spread ([Note: one factor
+    # per device type] in compiler/emit/intervals.py); within_error: it holds 1, the model cannot tell them apart
+    plan_gain_interval: Bounds | None = None
+    within_error: bool = False
+
+
+class CalibrationUsed(_Frozen):
+    """A calibration a plan's predictions were made with: a profile (``--calibration``, the cluster file's
+    ``calibration``) or an engine record ``gimletc calibrate --engine`` saved for a device here."""
+
+    kind: Literal["profile", "engine record"]
+    name: str
+    path: str
+    sha256: str  # of the file's bytes: the same calibration, byte for byte
+    covers: list[str]  # device/engine pairs of the plan's pools it calibrates
 
 
 class Plan(_Frozen):
@@ -378,6 +411,9 @@ class Plan(_Frozen):
     # before the field existed counted chip power.
     power_basis: Literal["chip", "node", "facility"] = "chip"
     pue: float | None = None  # the cluster file's facility PUE, if it gave one
+    # Device types whose predictions nothing measured bounds (an uncalibrated host): no SLO is claimed met on them
+    unbounded_devices: dict[str, str] = {}  # device type -> why, and the command that bounds it
+    calibrations: list[CalibrationUsed] = []  # what replaced the shipped costs, with each file's sha256
 
     def dumps(self) -> str:
         """Canonical text: sorted keys, fixed float repr, so equal plans are equal bytes."""

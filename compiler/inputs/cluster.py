@@ -213,6 +213,10 @@ class Cluster(Frozen):
     links: tuple[LinkSpec, ...] = ()
     default_link: LinkSpeed = Field(
         default_factory=LinkSpeed, description="network between pools not listed in links")
+    calibration: str | None = Field(
+        default=None, description="a calibration profile of this fleet (a name or a file, made by `gimletc calibrate "
+                                  "--from` from its benchmark runs): its devices' engine costs and intervals replace "
+                                  "the shipped ones (a --calibration flag overrides it)")
 
     @field_validator("power_budget_kw")
     @classmethod
@@ -322,9 +326,12 @@ class Cluster(Frozen):
         return f"catalog reference: {ref.source}" if ref is not None else None
 
     def with_budgets(self, *, power_budget_w: float | None = None,
-                     cost_budget_per_hour: float | None = None) -> Cluster:
-        """The same fleet with the budgets a command line overrides (None keeps the file's)."""
-        update: dict[str, float] = {}
+                     cost_budget_per_hour: float | None = None, calibration: str | None = None) -> Cluster:
+        """The same fleet with the budgets and calibration profile a command line overrides (None keeps the
+        file's)."""
+        update: dict[str, float | str] = {}
+        if calibration is not None:
+            update["calibration"] = calibration
         if power_budget_w is not None:
             if power_budget_w > MAX_POWER_BUDGET_W:
                 raise BadInput(f"power budget {power_budget_w:.3g} W is beyond any site (the largest AI campuses "

@@ -10,9 +10,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from compiler.ir.prediction import COVERAGE, Interval
+
 KEYS = ("ttft_ms", "tpot_ms", "e2e_latency_s", "output_tokens_per_s", "total_tokens_per_s", "tokens_per_s_per_user",
         "batch", "fits", "memory_bytes", "power_w", "energy_j_per_token", "bound")
 MODES = ("batch", "batch_max", "concurrency")
+#: Each predicted metric's interval: which kind of residual bounds it (`cost_models.spreads.METRICS`, or ``power``:
+#: the devices' idle and rated power), and whether it is a rate (the inverse of that time).
+INTERVAL_OF = {"ttft_ms": ("ttft", False), "tpot_ms": ("tpot", False), "e2e_latency_s": ("e2e", False),
+               "output_tokens_per_s": ("e2e", True), "total_tokens_per_s": ("e2e", True),
+               "tokens_per_s_per_user": ("tpot", True), "energy_j_per_token": ("e2e", False),
+               "power_w": ("power", False)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,14 @@ class Estimate:
     kv_tiers: dict[str, float] = field(default_factory=dict)
     fast_tier: str = ""
     resident_devices: int = 0  # fewest devices per replica holding the weights in `fast_tier` alone
+    intervals: dict[str, Interval] = field(default_factory=dict)  # 80% interval of each `INTERVAL_OF` metric
+    interval_basis: dict[str, str] = field(default_factory=dict)  # what each kind's interval rests on
+    warnings: tuple[str, ...] = ()  # what the prediction assumes that the user should know (a context overridden)
+
+    @property
+    def bounded(self) -> bool:
+        """Whether every latency and rate has a bounded interval (something measured pins it down)."""
+        return all(i.bounded for i in self.intervals.values())
 
     @property
     def slow_tiers(self) -> list[str]:
@@ -61,6 +77,9 @@ class Estimate:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"prediction": True, **asdict(self)}
+        out["intervals"] = {k: v.to_json() for k, v in self.intervals.items()}
+        out["warnings"] = list(self.warnings)
+        out["interval_coverage"] = COVERAGE
         out["bound"] = {"prefill": out.pop("bound_prefill"), "decode": out.pop("bound_decode")}
         out["slow_tiers"] = self.slow_tiers
         for key in ("interference", "prefill_tokens_per_step"):

@@ -310,6 +310,25 @@ class Solution:
             return 0.0
         return sum(rate / option.service(c).rate_per_s for c, rate in self.served_on(option.key).items()) / n
 
+    def paths(self, classes: Sequence[ClassTarget]) -> tuple[tuple[float, tuple[str, ...]], ...]:
+        """Output tokens/s of each way requests are served, by the device types on the way (sorted): colocated
+        pools, and each KV flow from a prefill option to the decode pools of its type that decode its class."""
+        lengths = {c.name: c.output_len for c in classes}
+        by_key = {o.key: o for o in self.options}
+        out: dict[tuple[str, ...], float] = {}
+        for (c, key), rate in self.served:
+            o = by_key[key]
+            if o.kind == "colocated" and rate > 0:
+                out[o.device_types] = out.get(o.device_types, 0.0) + rate * lengths[c]
+        for (c, p_key, t), rate in self.flows:
+            if rate <= 0:
+                continue
+            decoders = {d for (cc, k), r in self.served if cc == c and r > 0 and by_key[k].receives_kv
+                        and by_key[k].kv_device == t for d in by_key[k].device_types}
+            types = tuple(sorted(set(by_key[p_key].device_types) | {t} | decoders))
+            out[types] = out.get(types, 0.0) + rate * lengths[c]
+        return tuple(sorted((tokens, types) for types, tokens in out.items()))
+
 
 
 #: [Note: baselines] What a plan is compared against, each answering a user's question, each solved under the
@@ -349,6 +368,7 @@ class Baseline:
     objective: Objective | None = None
     devices: tuple[tuple[str, int], ...] = ()
     note: str = ""
+    paths: tuple[tuple[float, tuple[str, ...]], ...] = ()  # output tokens/s by device types (`Solution.paths`)
 
     @property
     def kind(self) -> str:

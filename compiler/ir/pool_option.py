@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.ir.prediction import UNBOUNDED, Spread
+
 POOL_KINDS: tuple[str, ...] = ("colocated", "prefill", "decode", "decode-af")
 
 #: One point of a latency curve: (utilisation, TTFT p50, TTFT at the SLO percentile, TPOT p50, TPOT at the percentile).
@@ -122,6 +124,13 @@ class PoolOption:
     link_bytes_per_token: float = 0.0  # per output token, between its two device types (attention/FFN seam)
     idle_w: float = 0.0  # predicted draw of one replica serving nothing, on the same footing
     hands_to: tuple[str, ...] = ()  # a prefill option's copy that hands KV only to these types (empty: any)
+    # How far to trust its latencies: the 80% spread of each metric of `cost_models.spreads.METRICS` on its devices
+    # and engine ([Note: prediction intervals] in compiler/ir/prediction.py); empty: unbounded.
+    spreads: tuple[tuple[str, Spread], ...] = ()
+
+    def spread(self, metric: str) -> Spread:
+        """The 80% spread of this option's `metric` (ttft, tpot, e2e); unbounded where none was costed."""
+        return dict(self.spreads).get(metric, UNBOUNDED)
 
     def uses(self, device_id: str) -> int:
         return dict(self.devices).get(device_id, 0)

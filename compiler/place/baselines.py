@@ -71,7 +71,8 @@ def solved(name: str, inst: Instance, objective: str, time_limit_s: float, expla
     if not s.feasible:
         return Baseline(name, "infeasible", note="binding: " + (", ".join(s.binding) or "not analysed"))
     return Baseline(name, s.status, s.requests_per_s, s.output_tokens_per_s(inst.classes), s.power_w,
-                    s.provisioned_w, s.cost_per_hour, s.objective, tuple(s.devices().items()))
+                    s.provisioned_w, s.cost_per_hour, s.objective, tuple(s.devices().items()),
+                    paths=s.paths(inst.classes))
 
 
 def greedy_baseline(inst: Instance, objective: str) -> Baseline:
@@ -98,7 +99,17 @@ def greedy_baseline(inst: Instance, objective: str) -> Baseline:
                     sum(o.power_w * n for o, n in used), provisioned, cost,
                     None if value is None else Objective(objective, value, value), tuple(sorted(devices.items())),
                     note="heuristic: colocated pools by requests per " +
-                         ("dollar" if objective in ("cost", "tokens-per-dollar") else "provisioned watt"))
+                         ("dollar" if objective in ("cost", "tokens-per-dollar") else "provisioned watt"),
+                    paths=_greedy_paths(inst, used))
+
+
+def _greedy_paths(inst: Instance, used: list) -> tuple[tuple[float, tuple[str, ...]], ...]:
+    """The greedy placement's output tokens/s by device types: each colocated option's rate at the mix."""
+    tokens = sum(c.share * c.output_len for c in inst.classes)
+    out: dict[tuple[str, ...], float] = {}
+    for o, n in used:
+        out[o.device_types] = out.get(o.device_types, 0.0) + mix_rate(inst, o) * n * tokens
+    return tuple(sorted((v, k) for k, v in out.items()))
 
 
 def _value(inst: Instance, objective: str, used: list, rate: float, provisioned: float,

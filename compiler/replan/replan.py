@@ -282,7 +282,8 @@ def replan(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot], s
     with repeat_warnings_muted():
         prep = prepare(inputs.model, inputs.cluster, str(path), power_budget_w=inputs.power_budget_w,
                        slo_ttft_ms=inputs.slo_ttft_ms, slo_tpot_ms=inputs.slo_tpot_ms, precision=inputs.precision(),
-                       cost_budget_per_hour=inputs.cost_budget_per_hour, deployable=inputs.deployable)
+                       cost_budget_per_hour=inputs.cost_budget_per_hour, deployable=inputs.deployable,
+                       calibration=inputs.calibration)
     pools, factors = fit(obs, plan, list(prep.options), prep.instance.classes)
     options, factors = at_measured_efficiency(obs, plan, prep.options, prep.instance.classes, factors, recost_of(prep))
     raw = prep.instance.with_options(options)

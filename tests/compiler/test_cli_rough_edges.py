@@ -249,11 +249,28 @@ def test_run_checks_the_length_against_the_context_before_starting_workers(tmp_p
                           "--prompt-ids", "context of 512", "at most 509 new tokens")
 
 
-def test_estimate_beyond_the_context_is_bad_input():
-    """Llama-3.1-8B's context is 131,072 tokens (its config.json); 1,000,000 + 256 is beyond it, on any count."""
+def test_estimate_beyond_a_rotary_context_warns_with_the_engine_flags_and_predicts():
+    """Llama-3.1-8B's context is 131,072 tokens (its config.json); engines run a rotary model past it when told to
+    (the published Neuron runs of Llama-2 at 8,192 tokens did), so 1,000,000 + 256 is predicted, with a warning
+    naming the flags that allow it."""
     proc = run_cli("estimate", "llama-3.1-8b", "--device", "nvidia-h100-sxm", "--count", "8", "--batch", "1",
-                   "--input-len", "1000000")
-    assert_one_line_error(proc, "--input-len 1000000", "131,072", "qwen2.5-7b-instruct-1m")
+                   "--input-len", "1000000", "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["input_len"] == 1000000 and r["ttft_ms"] > 0
+    for needle in ("--input-len 1000000", "131,072", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1", "--context-length"):
+        assert needle in proc.stderr and needle in r["warnings"][0]
+
+
+def test_estimate_beyond_learned_positions_is_bad_input(tmp_path):
+    """OPT keeps a table of learned positions (no rotary key in its config): no engine runs past its rows."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "opt", "architectures": ["OPTForCausalLM"], "hidden_size": 64,
+                                  "num_hidden_layers": 2, "num_attention_heads": 4, "ffn_dim": 128,
+                                  "vocab_size": 256, "max_position_embeddings": 512, "word_embed_proj_dim": 64}))
+    proc = run_cli("estimate", str(config), "--device", "cpu-host", "--batch", "1", "--input-len", "600",
+                   "--output-len", "10")
+    assert_one_line_error(proc, "--input-len 600", "512", "learned table", "qwen2.5-7b-instruct-1m")
 
 
 def test_estimate_defaults_fit_a_short_context():

@@ -181,13 +181,22 @@ def _verdict(md: str) -> str:
     return md[md.index("## Verdict (predicted)"):md.index("## Pools")]
 
 
-def test_the_summary_opens_by_saying_a_single_type_beats_the_mix_at_equal_power(tmp_path):
+def test_the_summary_opens_with_a_single_type_at_equal_power_and_how_sure_that_is(tmp_path):
     """One H100 and one MI300X under a budget of their two nodes' power (1,275 + 1,325 W on the node footing):
     H100s alone, as many as the budget buys (floor(2,600 / 1,275) = 2), serve two of the plan's H100 replicas'
-    requests, more than its H100 plus the slower MI300X. The verdict says so, with the ratio, before the pools;
-    the baselines with no placement say why, with no zeros."""
+    requests, more than its H100 plus the slower MI300X. The verdict says so, with the ratio and its 80% interval,
+    before the pools; the baselines with no placement say why, with no zeros.
+
+    The interval by hand ([Note: one factor per device type]): with each type's predictions off by a factor f, the
+    baseline serves iso / f_h and the plan a / f_h + b / f_m (a, b: its tokens/s on each type), so the baseline is
+    iso / (a + b r) times the plan at r = f_h / f_m, falling in r. Each f is log-normal with its spread's ends as
+    10th and 90th percentiles, independent, so r is log-normal too: mu = mu_h - mu_m, sigma^2 = sigma_h^2 +
+    sigma_m^2, and the interval is iso / (a + b r90) .. iso / (a + b r10) (widened to hold the central ratio)."""
+    import math
+
     from compiler.driver import compile
     from compiler.emit.report.power import device_w
+    from compiler.ir.prediction import Z90
 
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text((TINY / "cluster.yaml").read_text() + "power_budget_kw: 2.6\n")
@@ -200,10 +209,32 @@ def test_the_summary_opens_by_saying_a_single_type_beats_the_mix_at_equal_power(
     assert iso.requests_per_s == pytest.approx(buys * h100.predicted_requests_per_s / h100.replicas, rel=1e-3)
     ratio = iso.output_tokens_per_s / plan.predicted.output_tokens_per_s
     assert ratio > 1.2 and iso.beats_plan
+    tokens = {d: sum(p.predicted_requests_per_s for p in plan.pools if p.device == d) * plan.mean_output_len
+              for d in ("nvidia-h100-sxm", "amd-mi300x")}
+    a, b = tokens["nvidia-h100-sxm"], tokens["amd-mi300x"]
+    assert a + b == pytest.approx(plan.predicted.output_tokens_per_s, rel=1e-6)
+    spread = {p.device: p.interval_basis for p in plan.pools}
+    from cost_models.spreads import spread_for
+
+    sh = spread_for("nvidia-h100-sxm", "nvidia", "generic", "tpot")
+    sm = spread_for("amd-mi300x", "amd", "generic", "tpot")
+    assert all("published" in v["tpot"] for v in spread.values())
+    params = [((math.log(s.lo) + math.log(s.hi)) / 2, (math.log(s.hi) - math.log(s.lo)) / (2 * Z90)) for s in (sh, sm)]
+    mu, sigma = params[0][0] - params[1][0], math.hypot(params[0][1], params[1][1])
+    r10, r90 = math.exp(mu - Z90 * sigma), math.exp(mu + Z90 * sigma)
+    lo, hi = min(iso.output_tokens_per_s / (a + b * r90), ratio), max(iso.output_tokens_per_s / (a + b * r10), ratio)
+    gain_lo, gain_hi = iso.plan_gain_interval
+    assert 1 / gain_hi == pytest.approx(lo, rel=0.05) and 1 / gain_lo == pytest.approx(hi, rel=0.05)
     md = build_report(plan, _graph_of(plan)).summary_md
     verdict = _verdict(md)
-    assert (f"A single device type beats this mix at equal power: {buys} x nvidia-h100-sxm alone would serve "
-            f"{ratio:.2f}x the plan's throughput") in verdict
+    if lo > 1:
+        assert not iso.within_error
+        assert (f"A single device type beats this mix at equal power: {buys} x nvidia-h100-sxm alone would serve "
+                f"{ratio:.2f}x (") in verdict
+    else:
+        assert iso.within_error
+        assert (f"{buys} x nvidia-h100-sxm alone at equal power would serve {ratio:.2f}x (") in verdict
+        assert "within the model's error" in verdict
     assert "No baseline beats" not in verdict
     skipped = [b for b in plan.baselines if b.status in ("skipped", "infeasible")]
     assert skipped, "dmatrix-corsair cannot run bf16: its iso-power baseline is skipped"

@@ -18,11 +18,13 @@ from typing import Sequence
 
 from compiler.emit.emit_plan import NEGLIGIBLE_REQUESTS_PER_S
 from compiler.emit.plan import Plan, Pool
+from compiler.emit.report.figures import INTERVAL_NOTE, gain_text, meets_text, with_interval
 from compiler.emit.report.power import PowerBreakdown
 from compiler.emit.report.verdict import verdict_lines
 
 PREDICTION_NOTE = ("Every number below is a **prediction** of gimletc's cost model (datasheet peaks x efficiencies "
-                   "fitted on published measurements, queueing at each pool's utilisation), not a measurement.")
+                   "fitted on published measurements, queueing at each pool's utilisation), not a measurement. "
+                   + INTERVAL_NOTE)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -77,10 +79,12 @@ def verdict(plan: Plan) -> str:
     used = sorted(((n, d) for d, n in plan.devices_used.items() if n), key=lambda x: (-x[0], x[1]))
     solved = f"MILP {s.described}"
     head = (f"**The plan**: {len(plan.pools)} pools on {sum(n for n, _d in used)} devices "
-            f"({', '.join(f'{n} {d}' for n, d in used)}), {pr.output_tokens_per_s:,.0f} output tokens/s "
-            f"({pr.requests_per_s:,.2f} req/s) at {_kw(pr.provisioned_power_w)} kW provisioned and {_kw(pr.power_w)} "
-            f"kW drawn; {solved}.")
-    lines = [f"- **{line.text}**" if line.kind == "beaten" else f"- {line.text}" for line in verdict_lines(plan)]
+            f"({', '.join(f'{n} {d}' for n, d in used)}), "
+            f"{with_interval(pr.output_tokens_per_s, pr.intervals.get('output_tokens_per_s'), ',.0f')} output "
+            f"tokens/s ({pr.requests_per_s:,.2f} req/s) at {_kw(pr.provisioned_power_w)} kW provisioned and "
+            f"{_kw(pr.power_w)} kW drawn; {solved}.")
+    lines = [f"- **{line.text}**" if line.kind in ("beaten", "warning") else f"- {line.text}"
+             for line in verdict_lines(plan)]
     return head + ("\n\n" + "\n".join(lines) if lines else "\n\nNo baselines were solved.")
 
 
@@ -97,8 +101,11 @@ def _live(rate: float) -> bool:
 def _pools(plan: Plan) -> str:
     pct = f"p{plan.classes[0].slo_percentile:g} " if plan.classes else ""
     rows = [[p.name, p.role, p.device, f"{p.replicas} x {p.devices_per_replica}", str(p.tp), str(p.pp), str(p.batch),
-             f"{p.predicted_requests_per_s:.2f}", f"{p.predicted_utilisation:.0%}", _ttft(p, p.predicted_ttft_ms),
-             _ms(p.predicted_tpot_ms), _kw(p.predicted_power_w), ", ".join(c.name for c in p.predicted_classes)]
+             f"{p.predicted_requests_per_s:.2f}", f"{p.predicted_utilisation:.0%}",
+             with_interval(p.predicted_ttft_ms, p.predicted_intervals.get("ttft_ms"), ".0f")
+             if "prefill" in p.phases else "-",
+             with_interval(p.predicted_tpot_ms, p.predicted_intervals.get("tpot_ms"), ".1f"),
+             _kw(p.predicted_power_w), ", ".join(c.name for c in p.predicted_classes)]
             for p in plan.pools]
     return table(["pool", "role", "device", "replicas x devices", "tp", "pp", "batch", "req/s", "util",
                   f"{pct}TTFT ms", f"{pct}TPOT ms", "drawn kW", "classes"], rows)
@@ -114,13 +121,16 @@ def _devices(plan: Plan, power: PowerBreakdown) -> str:
 
 
 def _totals(plan: Plan) -> str:
-    pr = plan.predicted
+    pr, iv = plan.predicted, plan.predicted.intervals
     return "\n".join([
-        f"- requests: {pr.requests_per_s:.2f} req/s; output tokens: {pr.output_tokens_per_s:,.0f} tokens/s",
+        f"- requests: {with_interval(pr.requests_per_s, iv.get('requests_per_s'), '.2f')} req/s; output tokens: "
+        f"{with_interval(pr.output_tokens_per_s, iv.get('output_tokens_per_s'), ',.0f')} tokens/s",
         f"- power: {_kw(pr.power_w)} kW drawn, {_kw(pr.provisioned_power_w)} kW provisioned (budget {budget_kw(plan)}; "
         f"{basis_words(plan.power_basis, plan.pue)})",
-        f"- efficiency: {pr.output_tokens_per_s_per_w:.2f} output tokens/s per W drawn",
-        f"- worst TTFT {_ms(pr.worst_ttft_ms, 0)} ms, worst TPOT {_ms(pr.worst_tpot_ms)} ms (at the SLO percentile)"])
+        f"- efficiency: {with_interval(pr.output_tokens_per_s_per_w, iv.get('output_tokens_per_s_per_w'), '.2f')} "
+        "output tokens/s per W drawn",
+        f"- worst TTFT {with_interval(pr.worst_ttft_ms, iv.get('worst_ttft_ms'), '.0f')} ms, worst TPOT "
+        f"{with_interval(pr.worst_tpot_ms, iv.get('worst_tpot_ms'), '.1f')} ms (at the SLO percentile)"])
 
 
 #: What each power footing counts ([Note: power basis] in cost_models/power.py), as the summary says it.
@@ -143,17 +153,21 @@ def _classes(plan: Plan) -> str:
         return "-" if target is None else f"{target:g} @p{pct:g}"
 
     rows = [[c.name, f"{c.share:.0%}", f"{c.requests_per_s:.2f}",
-             f"{_ms(c.ttft_p50_ms, 0)} / {_ms(c.ttft_slo_percentile_ms, 0)}", slo(c.slo_ttft_ms, c.slo_percentile),
-             f"{_ms(c.tpot_p50_ms)} / {_ms(c.tpot_slo_percentile_ms)}", slo(c.slo_tpot_ms, c.slo_percentile),
-             "yes" if c.meets_slo else "NO", ", ".join(c.pools)] for c in plan.classes]
+             f"{_ms(c.ttft_p50_ms, 0)} / {with_interval(c.ttft_slo_percentile_ms, c.ttft_slo_percentile_interval_ms, '.0f')}",
+             slo(c.slo_ttft_ms, c.slo_percentile),
+             f"{_ms(c.tpot_p50_ms)} / {with_interval(c.tpot_slo_percentile_ms, c.tpot_slo_percentile_interval_ms, '.1f')}",
+             slo(c.slo_tpot_ms, c.slo_percentile),
+             meets_text(c.meets_slo, c.meets_slo_at_estimate), ", ".join(c.pools)] for c in plan.classes]
     return table(["class", "share", "req/s", "TTFT p50 / pN ms", "TTFT SLO", "TPOT p50 / pN ms", "TPOT SLO", "meets",
                   "pools"], rows)
 
 
 def _pool_classes(plan: Plan) -> str:
     rows = [[p.name, c.name, f"{c.requests_per_s:.2f}", f"{p.predicted_utilisation:.0%}",
-             f"{_ms(c.ttft_p50_ms, 0)} / {_ms(c.ttft_slo_percentile_ms, 0)}" if "prefill" in p.phases else "-",
-             f"{_ms(c.tpot_p50_ms)} / {_ms(c.tpot_slo_percentile_ms)}" if "decode" in p.phases else "-"]
+             f"{_ms(c.ttft_p50_ms, 0)} / {with_interval(c.ttft_slo_percentile_ms, c.ttft_slo_percentile_interval_ms, '.0f')}"
+             if "prefill" in p.phases else "-",
+             f"{_ms(c.tpot_p50_ms)} / {with_interval(c.tpot_slo_percentile_ms, c.tpot_slo_percentile_interval_ms, '.1f')}"
+             if "decode" in p.phases else "-"]
             for p in plan.pools for c in p.predicted_classes if _live(c.requests_per_s)]
     return table(["pool", "class", "req/s", "pool util", "TTFT p50 / pN ms", "TPOT p50 / pN ms"], rows) if rows \
         else "No pool serves a class."
@@ -170,7 +184,7 @@ def _transfer_rows(plan: Plan) -> list[list[str]]:
 _BASELINE_FIELDS = (("status", "status", str), ("output_tokens_per_s", "output tokens/s", lambda v: f"{v:,.0f}"),
                     ("power_w", "drawn kW", _kw), ("provisioned_power_w", "provisioned kW", _kw),
                     ("gap", "own gap", lambda v: f"{100 * v:.3f}%"),
-                    ("plan_gain", "plan gain", lambda v: "-" if v is None else f"{v:.2f}x"),
+                    ("plan_gain", "plan gain (80%)", None),
                     ("plan_ratio", "plan gain", lambda v: f"{v:.2f}x"), ("note", "note", str))
 
 
@@ -189,11 +203,15 @@ def _baselines(plan: Plan) -> str:
             return fmt(getattr(b, f))
         if b.status not in ("optimal", "feasible"):  # no placement: no numbers, the note says why
             return "-"
+        if f == "plan_gain":
+            return gain_text(b.plan_gain, b.plan_gain_interval) + (" within error" if b.within_error else "")
         return fmt(getattr(b, f)) if getattr(b, f, None) is not None else "-"
 
     rows = [[b.name] + [cell(b, f, fmt) for f, _h, fmt in fields] for b in plan.baselines]
     return (f"Each baseline is solved under the same cost model and constraints, {plan.solver.standard}; the gain is the "
-            "plan's output tokens/s (or objective) over the baseline's.\n\n"
+            "plan's output tokens/s (or objective) over the baseline's, with its 80% interval when each device type's "
+            "predictions are off by one factor within its own interval; \"within error\" where that interval holds "
+            "1x: the model cannot tell which is better.\n\n"
             + table(["baseline"] + [h for _f, h, _ in fields], rows))
 
 

@@ -1,0 +1,142 @@
+"""``gimletc calibrate --from``: benchmark results people already have, read as measured runs and fitted.
+
+The example files under tests/data/bench_results/ are published outputs of the benchmarks themselves (sources and
+commits in its SOURCES.md); the expected numbers below are read off those files by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from compiler.calibrate.bench_results import Defaults, read_points
+from compiler.ir.errors import BadInput
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "bench_results"
+H200 = Defaults(model="llama-3.3-70b", device="nvidia-h200-sxm", tp=4)
+
+
+def test_sglang_jsonl_reads_each_run_with_its_realised_lengths_and_load():
+    """Line 1 of the DataCrunch H200 run: 300 completed, 152,612 prompt and 160,347 output tokens, median TTFT
+    85.745 ms, median ITL 13.639 ms (that release wrote no TPOT), an open loop at 1 req/s whose mean latency was
+    7,840.6 ms: 7.84 clients in flight by Little's law, 8."""
+    points = read_points([DATA / "sglang_bench_serving.jsonl"], H200)
+    assert len(points) == 7
+    p = points[0]
+    assert p.engine == "sglang" and p.device == "nvidia-h200-sxm" and p.tp == 4 and p.count == 4
+    assert p.input_len == pytest.approx(152612 / 300) and p.output_len == pytest.approx(160347 / 300)
+    assert p.ttft_ms == pytest.approx(85.745, abs=1e-3) and p.tpot_ms == pytest.approx(13.639, abs=1e-3)
+    assert p.concurrency == 8 and "Little's law" in p.note
+    assert p.lengths == "vary"  # random range ratio 0.0: lengths drawn from [0, 1024]
+    assert points[4].concurrency == round(16.0 * 149037.25 / 1e3)  # 16 req/s x 149 s
+
+
+def test_aiperf_and_genai_perf_exports_read_their_concurrency_medians_and_lengths():
+    """AIPerf's own example (gpt-oss-20b, --concurrency 100, 550-token prompts): TTFT p50 2,369.3 ms, ITL p50
+    27.615 ms, output length mean 242.97. GenAI-Perf's (Triton ensemble, concurrency 100): TTFT p50 172.81 ms."""
+    p, = read_points([DATA / "aiperf_profile_export_aiperf.json"],
+                     Defaults(device="nvidia-h200-sxm", engine="vllm", model="llama-3.1-8b"))
+    assert (p.concurrency, p.input_len) == (100, 550.0)
+    assert p.ttft_ms == pytest.approx(2369.3177) and p.tpot_ms == pytest.approx(27.6151, abs=1e-4)
+    assert p.output_len == pytest.approx(242.966, abs=1e-3)
+    g, = read_points([DATA / "genai_perf_profile_export.json"],
+                     Defaults(device="nvidia-h100-sxm", engine="trtllm", model="llama-3.1-8b"))
+    assert g.concurrency == 100 and g.ttft_ms == pytest.approx(172.8094, abs=1e-4)
+
+
+def test_a_run_that_does_not_say_its_deployment_names_the_file_the_field_and_the_fix():
+    with pytest.raises(BadInput, match=r"sglang_bench_serving.jsonl:1: the run does not say its device; pass "
+                                       r"--device ID"):
+        read_points([DATA / "sglang_bench_serving.jsonl"], Defaults(model="llama-3.3-70b"))
+    with pytest.raises(BadInput, match="not streamed; rerun AIPerf with --streaming"):
+        read_points([DATA / "aiperf_profile_export_aiperf_v0.8_mock.json"], H200)
+
+
+def test_unreadable_and_foreign_files_are_refused_by_name(tmp_path):
+    bad = tmp_path / "notes.json"
+    bad.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(BadInput, match="notes.json: not a benchmark result gimletc reads"):
+        read_points([bad], H200)
+    with pytest.raises(BadInput, match="missing.json: cannot read it"):
+        read_points([tmp_path / "missing.json"], H200)
+    lines = tmp_path / "runs.jsonl"
+    lines.write_text('\nnot json\n')
+    with pytest.raises(BadInput, match=r"runs.jsonl:2: not JSON"):
+        read_points([lines], H200)
+
+
+def test_vllm_metadata_in_the_result_states_the_deployment(tmp_path):
+    """`vllm bench serve --metadata device=... tp=2` stores the pairs as top-level strings; the model id maps to
+    its preset (meta-llama/Llama-3.1-8B-Instruct: llama-3.1-8b)."""
+    result = {"backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "num_prompts": 32,
+              "device": "nvidia-h100-sxm", "tp": "2", "request_rate": "inf", "max_concurrency": 16,
+              "completed": 32, "total_input_tokens": 32 * 1024, "total_output_tokens": 32 * 128,
+              "median_ttft_ms": 80.0, "median_tpot_ms": 9.5}
+    path = tmp_path / "c16.json"
+    path.write_text(json.dumps(result))
+    p, = read_points([path])
+    assert (p.model, p.device, p.tp, p.count, p.engine) == ("llama-3.1-8b", "nvidia-h100-sxm", 2, 2, "vllm")
+    assert (p.concurrency, p.input_len, p.output_len, p.lengths) == (16, 1024.0, 128.0, "fixed")
+
+
+def test_a_csv_with_the_sweeps_columns_is_read_row_by_row(tmp_path):
+    path = tmp_path / "sweep.csv"
+    path.write_text("model,device,tp,concurrency,input_len,output_len,backend,backend_version,ttft_ms,tpot_ms\n"
+                    "llama-3.1-8b,nvidia-h100-sxm,1,8,1000,200,vllm,0.11.0,60.5,8.25\n"
+                    "llama-3.1-8b,nvidia-h100-sxm,1,x,1000,200,vllm,0.11.0,60.5,8.25\n")
+    with pytest.raises(BadInput, match=r"sweep.csv:3: .*each of concurrency"):
+        read_points([path])
+    path.write_text("\n".join(path.read_text().splitlines()[:2]) + "\n")
+    p, = read_points([path])
+    assert (p.engine, p.engine_version, p.concurrency, p.ttft_ms) == ("vllm", "0.11.0", 8, 60.5)
+
+
+def test_sglang_example_calibrates_and_its_profile_reaches_estimate_and_compile(tmp_path, monkeypatch):
+    """The whole flow on a published file: fit, a profile saved with its held-out error and intervals, an estimate
+    that uses it (its intervals are the profile's, not the shipped sweeps'), and a compile that records it."""
+    from compiler.cli.main import main as cli
+
+    monkeypatch.setenv("GIMLETC_CACHE_DIR", str(tmp_path / "cache"))
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("".join((DATA / "sglang_bench_serving.jsonl").read_text().splitlines(True)[:3]))
+    profile = tmp_path / "h200.json"
+    assert cli(["calibrate", "--from", str(runs), "--model", "llama-3.3-70b", "--device", "nvidia-h200-sxm",
+                "--tp", "4", "--out", str(profile), "--json"]) == 0
+    saved = json.loads(profile.read_text())
+    entry, = saved["entries"]
+    assert (entry["device"], entry["engine"], entry["points"]) == ("nvidia-h200-sxm", "sglang", 3)
+    assert set(entry["spreads"]) == {"ttft", "tpot", "e2e"}
+    assert all(len(r) >= 1 for r in saved["points"]) and len(saved["points"]) == 3
+    from compiler.driver import estimate
+    from compiler.ir.precision import Precision
+
+    def est(**kw):
+        return estimate("llama-3.3-70b", device="nvidia-h200-sxm", count=4, tp=4, pp=1, precision=Precision.of("bf16"),
+                        input_len=512, output_len=512, batch=None, concurrency=8, engine="sglang", **kw)
+
+    with_profile, shipped = est(calibration=str(profile)), est()
+    assert with_profile.interval_basis["tpot"].startswith("measured: 3 runs of sglang")
+    assert "serving sweeps" in shipped.interval_basis["tpot"]
+    lo, hi = entry["spreads"]["tpot"]["lo"], entry["spreads"]["tpot"]["hi"]
+    assert with_profile.intervals["tpot_ms"].lo == pytest.approx(with_profile.tpot_ms * lo)
+    assert hi is None or with_profile.intervals["tpot_ms"].hi == pytest.approx(with_profile.tpot_ms * hi)
+    assert math.isfinite(with_profile.ttft_ms) and with_profile.tpot_ms != shipped.tpot_ms
+    cluster = tmp_path / "h200.yaml"
+    cluster.write_text("name: h200\npower_budget_kw: 20\ndevices:\n  - {device: nvidia-h200-sxm, count: 8, "
+                       "engine: sglang}\n")
+    workload = tmp_path / "chat.yaml"
+    workload.write_text("name: chat\narrival_rate_per_s: maximise\nclasses:\n  - {name: chat, share: 1, "
+                        "input_len: {mean: 512, max: 1024}, output_len: {mean: 512, max: 1024}}\n"
+                        "slo: {ttft_ms: 2000, tpot_ms: 60}\n")
+    out = tmp_path / "plan"
+    assert cli(["compile", "llama-3.3-70b", "--cluster", str(cluster), "--workload", str(workload), "--out", str(out),
+                "--calibration", str(profile), "--no-sensitivity", "--no-report", "--json"]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    used, = plan["calibrations"]
+    import hashlib
+
+    assert used["kind"] == "profile" and used["sha256"] == hashlib.sha256(profile.read_bytes()).hexdigest()
+    assert used["covers"] == ["nvidia-h200-sxm/sglang"]
+    assert plan["pools"][0]["interval_basis"]["tpot"].startswith("measured: 3 runs of sglang")
