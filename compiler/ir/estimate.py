@@ -13,7 +13,7 @@ from typing import Any
 from compiler.ir.prediction import COVERAGE, Interval
 
 KEYS = ("ttft_ms", "tpot_ms", "e2e_latency_s", "output_tokens_per_s", "total_tokens_per_s", "tokens_per_s_per_user",
-        "batch", "fits", "memory_bytes", "power_w", "energy_j_per_token", "bound")
+        "batch", "fits", "memory_bytes", "power_w", "energy_j_per_token", "bound", "intervals", "warnings")
 MODES = ("batch", "batch_max", "concurrency")
 #: Each predicted metric's interval: which kind of residual bounds it (`cost_models.spreads.METRICS`, or ``power``:
 #: the devices' idle and rated power), and whether it is a rate (the inverse of that time).

