@@ -335,3 +335,67 @@ def write_report(document: PlanDocument, out: str | os.PathLike, *, graph: Block
         atomic_write_text(folder / INPUTS_FILE, inputs.to_json())
         files.append(folder / INPUTS_FILE)
     return sorted(files)
+
+
+def predict_load(document: PlanDocument, *, concurrency: int, input_len: int, output_len: int) -> dict[str, Any]:
+    """What the plan predicts for `concurrency` closed-loop clients sending requests of `input_len` prompt and
+    `output_len` output tokens through its router (what ``gimletc bench`` measures): TTFT, TPOT and output
+    tokens/s, each with its 80% interval, costed by the driver's `estimate` with the plan's own calibrations.
+
+    [Note: a plan under a closed loop] Colocated pools: one closed loop over all their replicas (the router
+    spreads the clients). A prefill -> decode split: each client's request is prefilled alone (the prefill engine
+    answers one token), handed over, and decoded by the decode engine, whose first token is the client's first: TTFT
+    is the prefill engine's closed loop of the clients prefilling at that moment, plus the plan's KV hand-off,
+    plus one decode step; TPOT the decode engine's step at the sequences decoding at that moment. Those shares of
+    the clients come from each phase's share of a request's life, solved by a few rounds of fixed point."""
+    from compiler.driver import estimate
+    from compiler.ir.precision import Precision
+
+    precision = Precision.of(document.dtype, document.kv_dtype)
+    profile = next((c.path for c in document.calibrations if c.kind == "profile"), None)
+
+    def run(pool, **kw) -> Any:
+        return estimate(document.model, device=pool.device, count=pool.replicas * pool.devices_per_replica,
+                        tp=pool.tp, pp=pool.pp, precision=precision, input_len=input_len, engine=pool.engine,
+                        calibration=profile, **kw)
+
+    roles = {p.role for p in document.pools}
+    if roles <= {"colocated"}:
+        pool = max(document.pools, key=lambda p: p.replicas * p.devices_per_replica)
+        e = run(pool, output_len=output_len, batch=None, concurrency=concurrency)
+        out = {"ttft_ms": (e.ttft_ms, e.intervals["ttft_ms"]), "tpot_ms": (e.tpot_ms, e.intervals["tpot_ms"]),
+               "output_tokens_per_s": (e.output_tokens_per_s, e.intervals["output_tokens_per_s"])}
+        how = f"one closed loop of {concurrency} clients on {pool.name}"
+    elif roles == {"prefill", "decode"}:
+        out, how = _split_load(document, run, concurrency, output_len)
+    else:
+        raise BadInput(f"bench prediction: pools of roles {', '.join(sorted(roles))} are not predicted under a closed "
+                       "loop yet (colocated pools, or one prefill and one decode role, are)")
+    return {k: {"value": v, "interval": i.to_json()} for k, (v, i) in out.items()} | {"how": how}
+
+
+def _split_load(document, run, concurrency: int, output_len: int) -> tuple[dict, str]:
+    """[Note: a plan under a closed loop] for a prefill -> decode split."""
+    from compiler.ir.prediction import Interval
+
+    prefill = max((p for p in document.pools if p.role == "prefill"), key=lambda p: p.replicas)
+    decode = max((p for p in document.pools if p.role == "decode"), key=lambda p: p.replicas)
+    handoff_s = max((t.predicted_latency_ms for t in document.transfers if t.kind == "kv"), default=0.0) / 1e3
+    prefilling, decoding = float(concurrency), 1.0
+    for _ in range(6):
+        pre = run(prefill, output_len=1, batch=None, concurrency=max(1, round(prefilling)))
+        dec = run(decode, output_len=output_len, batch=max(1, round(decoding)), concurrency=None)
+        ttft_s = pre.ttft_ms / 1e3 + handoff_s + dec.tpot_ms / 1e3
+        decode_s = (output_len - 1) * dec.tpot_ms / 1e3
+        cycle_s = ttft_s + decode_s
+        prefilling = concurrency * pre.ttft_ms / 1e3 / cycle_s
+        decoding = concurrency * (decode_s + dec.tpot_ms / 1e3) / cycle_s
+    p_ttft, d_tpot = pre.intervals["ttft_ms"], dec.intervals["tpot_ms"]
+    ttft = Interval(p_ttft.lo + (handoff_s * 1e3) + d_tpot.lo, p_ttft.hi + handoff_s * 1e3 + d_tpot.hi)
+    cycle = Interval(ttft.lo + (output_len - 1) * d_tpot.lo, ttft.hi + (output_len - 1) * d_tpot.hi)
+    tokens = concurrency * output_len / cycle_s
+    rate = Interval(concurrency * output_len / (cycle.hi / 1e3) if cycle.bounded else 0.0,
+                    concurrency * output_len / (cycle.lo / 1e3) if cycle.lo > 0 else float("inf"))
+    how = (f"{prefill.name} prefills about {prefilling:.1f} of the {concurrency} clients at a time, {decode.name} "
+           f"decodes about {decoding:.1f}")
+    return {"ttft_ms": (ttft_s * 1e3, ttft), "tpot_ms": (dec.tpot_ms, d_tpot), "output_tokens_per_s": (tokens, rate)}, how

@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
                               request_timeout_s=args.request_timeout_s, max_failures=args.max_failures)
     measured = summarize(samples, wall)
     result = {"concurrency": args.concurrency, "input_len": input_len, "output_len": output_len,
-              "measured": measured, "predicted": _predicted(plan)}
+              "measured": measured, "predicted": _predicted(plan, args.concurrency, input_len, output_len)}
+    result["inside"] = inside(result)
     output(result, args.json, _print)
     if measured["failed"]:
         raise RuntimeFailure(f"{measured['failed']} of {measured['requests']} requests failed: "
@@ -58,23 +59,41 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _predicted(plan) -> dict:
-    """The plan's own predictions, at its solved operating point (not at this bench's concurrency)."""
-    c = plan.classes[0] if plan.classes else None
-    return {"ttft_ms_p50": c.ttft_p50_ms if c else None, "tpot_ms_p50": c.tpot_p50_ms if c else None,
-            "output_tokens_per_s": plan.predicted.output_tokens_per_s,
-            "requests_per_s": plan.predicted.requests_per_s,
-            "prediction": "of the cost model, at the plan's solved rate"}
+def _predicted(plan, concurrency: int, input_len: int, output_len: int) -> dict:
+    """The plan's prediction at this bench's load (`compiler.api.predict_load`), each figure with its 80% interval."""
+    from compiler.api import predict_load
+
+    out = predict_load(plan, concurrency=concurrency, input_len=input_len, output_len=output_len)
+    return {**out, "prediction": f"of the cost model at this load ({out['how']}), with 80% intervals"}
+
+
+#: The measured figure each predicted one is compared with.
+COMPARED = (("ttft_ms", "ttft_ms_p50"), ("tpot_ms", "tpot_ms_p50"), ("output_tokens_per_s", "output_tokens_per_s"))
+
+
+def inside(result: dict) -> dict[str, bool | None]:
+    """Whether each measured figure lies inside its prediction's 80% interval (None: nothing measured)."""
+    out: dict[str, bool | None] = {}
+    for key, measured in COMPARED:
+        value = result["measured"].get(measured)
+        lo, hi = result["predicted"][key]["interval"]
+        out[key] = None if value is None else lo <= value <= (hi if hi is not None else float("inf"))
+    return out
 
 
 def _print(result: dict) -> None:
+    from compiler.emit.report.figures import with_interval
+
     m, p = result["measured"], result["predicted"]
     fmt = lambda v, spec=".1f": "-" if v is None else format(v, spec)  # noqa: E731
     print(f"concurrency {result['concurrency']}, {m['requests']} requests of {result['input_len']} -> "
           f"{result['output_len']} tokens: {m['succeeded']} succeeded, {m['failed']} failed")
-    print(f"{'':22}{'measured (here)':>18}{'predicted (plan)':>18}")
-    print(f"{'TTFT p50 ms':22}{fmt(m['ttft_ms_p50']):>18}{fmt(p['ttft_ms_p50']):>18}")
-    print(f"{'TPOT p50 ms':22}{fmt(m['tpot_ms_p50'], '.2f'):>18}{fmt(p['tpot_ms_p50'], '.2f'):>18}")
-    print(f"{'output tokens/s':22}{fmt(m['output_tokens_per_s']):>18}{fmt(p['output_tokens_per_s']):>18}")
+    print(f"{'':22}{'measured (here)':>18}  {'predicted at this load (80%)':<32}inside")
+    for (key, measured), label, spec in zip(COMPARED, ("TTFT p50 ms", "TPOT p50 ms", "output tokens/s"),
+                                            (".1f", ".2f", ".1f")):
+        inside_text = {True: "yes", False: "NO", None: "-"}[result["inside"][key]]
+        print(f"{label:22}{fmt(m[measured], spec):>18}  "
+              f"{with_interval(p[key]['value'], p[key]['interval'], spec):<32}{inside_text}")
+    print(f"(predicted: {p['how']})")
     for e in m["errors"]:
         print(f"error: {e}")

