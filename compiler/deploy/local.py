@@ -49,6 +49,7 @@ from pathlib import Path
 from compiler.deploy.engine_env import engine_python, outside_env, router_binary
 from compiler.deploy.router_handover import SETTLE_S, RouterMoves, front_command, router_moves, tell
 from compiler.emit.plan import Plan, Pool
+from compiler.emit.manifest import verify_manifest
 from compiler.emit.plan_checks import load_plan
 from compiler.ir.errors import BadInput, RuntimeFailure
 from compiler.ir.files import atomic_write_text
@@ -86,6 +87,15 @@ class Proc:
     @property
     def name(self) -> str:
         return {ROUTER: "router", FRONT: "front router"}.get(self.pool, f"pool {self.pool} replica {self.replica}")
+
+
+def load_local(root: Path) -> tuple[Plan, list[Pool]]:
+    """The plan in `root` and its engine pools, once its files match its manifest (as `run` and `serve` check
+    them: an edited plan.json or weight file is refused before any engine starts), or a `BadInput` saying why it
+    cannot run on this machine's engines."""
+    verify_manifest(root)
+    plan = load_plan(root)
+    return plan, check_local(plan, root)
 
 
 def check_local(plan: Plan, root: Path) -> list[Pool]:
@@ -270,8 +280,8 @@ class Deployment:
         work, logs, ident = work or self.root / "deploy", self.root / "deploy" / "logs", str(request.get("id", ""))
         try:
             nxt_root = Path(request["plan"])
-            nxt = load_plan(nxt_root)
-            pools = {p.name: p for p in check_local(nxt, nxt_root)}
+            nxt, local = load_local(nxt_root)
+            pools = {p.name: p for p in local}
         except (BadInput, KeyError, TypeError) as e:
             answer(work, ident, None, f"{type(e).__name__}: {e}")
             return
@@ -515,11 +525,11 @@ def _tail(path: Path, lines: int = 12) -> str:
         return "(no log)"
 
 
-def prepare(root: str | Path, python: Path, router: Path) -> Deployment:
-    """The processes that deploy the plan in `root` (nothing started yet)."""
+def prepare(root: str | Path, python: Path, router: Path,
+            loaded: tuple[Plan, list[Pool]] | None = None) -> Deployment:
+    """The processes that deploy the plan in `root` (`loaded`: what `load_local` read of it; nothing started yet)."""
     root = Path(root)
-    plan = load_plan(root)
-    pools = check_local(plan, root)
+    plan, pools = loaded or load_local(root)
     work = root / "deploy"
     kv_dir = work / "kv"
     shutil.rmtree(kv_dir, ignore_errors=True)  # KV of an earlier run must not be mistaken for this run's
@@ -545,8 +555,9 @@ def prepare(root: str | Path, python: Path, router: Path) -> Deployment:
 def deploy_local(root: str | Path, *, for_s: float | None = None, ready_timeout_s: float = 900.0,
                  progress: Callable[[str], None] = log.info) -> None:
     """Run the plan in `root` on local vLLM engines until interrupted, `for_s` elapses, or a process dies."""
+    loaded = load_local(Path(root))  # a plan that cannot run here is refused before minutes of engine set-up
     python = engine_python(progress)
-    deployment = prepare(root, python, router_binary())
+    deployment = prepare(root, python, router_binary(), loaded)
     def on_signal(_signum, _frame):  # SIGTERM: stop like Ctrl-C (an orchestrator's or a test's stop)
         raise KeyboardInterrupt
 

@@ -25,6 +25,7 @@ def scaled(running: Path, out: Path, role: str = "decode", by: int = 1) -> Path:
     router command written for them as the compiler writes it."""
     import shutil
 
+    from compiler.emit.manifest import write_manifest
     from compiler.emit.plan_checks import load_plan
     from compiler.emit.serving.router import router_for
     from compiler.ir.files import atomic_write_text
@@ -34,6 +35,7 @@ def scaled(running: Path, out: Path, role: str = "decode", by: int = 1) -> Path:
     pools = [p.model_copy(update={"replicas": p.replicas + by}) if p.role == role else p for p in plan.pools]
     plan = plan.model_copy(update={"pools": pools})
     atomic_write_text(out / "plan.json", plan.model_copy(update={"router": router_for(plan)}).dumps())
+    write_manifest(out, runnable=True, reason=None)
     return out
 
 

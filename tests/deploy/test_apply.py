@@ -260,3 +260,21 @@ def test_apply_without_a_running_deployment_says_how_to_start_one(tmp_path):
     for act in (True, False):
         with pytest.raises(BadInput, match="gimletc deploy .* --local"):
             apply_local(tmp_path, tmp_path / "next", act=act)
+
+
+def test_deploy_refuses_a_plan_edited_after_compile_before_any_setup(tmp_path, monkeypatch):
+    """`run` and `serve` refused a plan.json that no longer matched its manifest; `deploy --local` started the
+    engines on it and vLLM's own pydantic traceback came back (issue 40). Now the edited file is named, before the
+    engine environment is even looked for."""
+    from compiler.deploy import local
+    from compiler.ir.errors import BadInput
+
+    plan = _plan(tmp_path, "running", DOCS)
+    text = (plan / "plan.json").read_text()
+    (plan / "plan.json").write_text(text.replace('"replicas": 1', '"replicas": 2', 1))
+    assert (plan / "plan.json").read_text() != text
+    monkeypatch.setattr(local, "engine_python", lambda _p: pytest.fail("engine set-up began before the check"))
+    with pytest.raises(BadInput, match=r"plan\.json does not match its sha256.*recompile"):
+        local.deploy_local(plan, for_s=1.0, progress=lambda _m: None)
+    with pytest.raises(BadInput, match=r"plan\.json does not match"):
+        local.prepare(plan, Path(sys.executable), Path(sys.executable))
