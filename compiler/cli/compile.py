@@ -226,11 +226,13 @@ def _print_sensitivity(plan, console) -> None:
     tested = sorted({m.factor for m in plan.sensitivity})
     if not flips:
         worst = max(plan.sensitivity, key=lambda m: abs(m.objective_change))
-        console.print(f"assumptions ({', '.join(tested)}; fewer than two measurements each): moving any by +-20% "
-                      f"keeps these pools; the objective moves at most {abs(worst.objective_change):.1%}")
+        console.print(f"assumptions ({', '.join(tested)}; fewer than two measurements each, or another reading of "
+                      f"a family's measurements): none changes these pools; the objective moves at most "
+                      f"{abs(worst.objective_change):.1%}")
         return
     for m in flips:
-        console.print(f"[yellow]assumption {m.factor} {m.change:+.0%} would change the pools (objective "
+        moved = f"{m.change:+.0%}" if m.change else "(another reading of its measurements)"
+        console.print(f"[yellow]assumption {m.factor} {moved} would change the pools (objective "
                       f"{m.objective_change:+.1%}): adds {', '.join(m.pools_added) or '-'}, drops "
                       f"{', '.join(m.pools_removed) or '-'}. This plan flips on a guess.[/yellow]")
 

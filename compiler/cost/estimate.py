@@ -51,9 +51,11 @@ class _Phases:
     prefill_share: float
     interference: float | None = None
     prefill_tokens_per_step: float | None = None
+    mean_e2e_s: float | None = None  # a closed loop's mean request life, where `ttft_s`, `tpot_s` are the median's
 
     def e2e_s(self, output_len: int) -> float:
-        return self.ttft_s + (output_len - 1) * self.tpot_s
+        """A request's mean life: what throughput is (Little's law)."""
+        return self.mean_e2e_s if self.mean_e2e_s is not None else self.ttft_s + (output_len - 1) * self.tpot_s
 
 
 def estimate(graph: BlockGraph, dep: Deployment, *, input_len: int, output_len: int, batch: int | str | None = None,
@@ -195,8 +197,9 @@ def _phases(graph: BlockGraph, dep: Deployment, plan: MemoryPlan, per_replica: i
     prefill = prefill_time(graph, dep, 1, input_len, plan=plan)
     e2e = loop.ttft_s + (output_len - 1) * loop.tpot_s
     busy_prefill = prefill.time_s * per_replica / max(e2e, 1e-12)  # share of time spent on prefill work
-    return _Phases(loop.ttft_s, loop.tpot_s, prefill, decode, busy_prefill, loop.interference,
-                   loop.prefill_tokens_per_step)
+    # the median request's TTFT and TPOT, as benchmarks report them; the mean life for the rates
+    return _Phases(loop.ttft_median_s, loop.tpot_median_s, prefill, decode, busy_prefill, loop.interference,
+                   loop.prefill_tokens_per_step, e2e)
 
 
 def _mean_power(dep: Deployment, phases: _Phases) -> float:

@@ -180,29 +180,3 @@ def _weighted_percentile(pairs: Sequence[tuple[float, float]], q: float) -> floa
 
 
 UNBOUNDED = Spread(0.0, math.inf, "no measurement of this kind: unbounded")
-
-
-@dataclass(frozen=True, slots=True)
-class Prediction:
-    """A predicted figure with its 80% interval and what the interval rests on."""
-
-    value: float
-    interval: Interval
-    basis: str
-
-    @staticmethod
-    def of(value: float, spread: Spread, *, rate: bool = False) -> Prediction:
-        """`value` (a time; `rate`: a rate, the inverse of one) with `spread`'s interval."""
-        s = spread.inverse() if rate else spread
-        return Prediction(value, s.of(value), s.basis)
-
-    @property
-    def bounded(self) -> bool:
-        return self.interval.bounded
-
-    def meets(self, target: float) -> bool:
-        """Whether the whole interval meets an upper target (a latency SLO): its high end does."""
-        return self.interval.hi <= target * (1 + 1e-9)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"value": self.value, "interval": self.interval.to_json(), "basis": self.basis}

@@ -98,6 +98,23 @@ class Histogram:
             lo, below = le, c
         return out
 
+    def quantile(self, q: float) -> float | None:
+        """The `q` quantile as Prometheus's ``histogram_quantile`` reads it: linear inside the bucket that holds
+        it (from 0 for the first bucket), the open top bucket's lower edge when it falls there; None when empty.
+
+        >>> Histogram(((0.01, 2.0), (0.02, 6.0), (math.inf, 8.0)), 0.1, 8.0).quantile(0.5)
+        0.015
+        """
+        total = self.buckets[-1][1] if self.buckets else 0.0
+        if total <= 0:
+            return None
+        rank, lo, below = q * total, 0.0, 0.0
+        for le, c in self.buckets:
+            if c >= rank and c > below:
+                return lo if not math.isfinite(le) else lo + (le - lo) * (rank - below) / (c - below)
+            lo, below = (le if math.isfinite(le) else lo), c
+        return lo
+
     def std(self) -> float | None:
         """The spread of the samples, taken as uniform inside each bucket (the open top bucket at its lower edge):
         the bucket midpoints' variance plus each bucket's width squared over 12 (so one full bucket is not read as

@@ -112,3 +112,29 @@ def test_the_forked_child_returns_the_rows_this_process_would_and_its_loss_costs
                    "bare": [True, True]}
     assert out["shared"] >= 1
     assert "optimal" in out["baselines"]  # some baseline was solved, not only skipped
+
+
+def test_cerebras_launch_speed_reading_meets_the_launch_row_and_is_a_move():
+    """[Note: Cerebras per-user speed]: the other reading of Cerebras' published speeds (plain decoding at the
+    August 2024 launch's speed) is a move of the sensitivity analysis wherever a CS-3 is offered, and the derate it
+    applies predicts the launch row it comes from: CER-01, Llama-3.1-70B on four CS-3, 1,024 + 1,024 tokens, one
+    user, 2.2222 ms per token (450 tokens/s; cost_models/data/measurements_cerebras.csv), where the fitted derate
+    predicts about a quarter of that."""
+    from dataclasses import replace
+
+    from compiler.cost.deployment import deployment
+    from compiler.cost.estimate import estimate
+    from compiler.driver import block_graph, prepare
+    from compiler.ir.precision import Precision
+    from compiler.sensitivity import hypothesis, moves
+
+    reading = hypothesis("launch_speed")
+    graph = block_graph("llama-3.1-70b")
+    dep = deployment("cerebras-cs3", 4, 1, 4, Precision.of("bf16"))
+    fitted = estimate(graph, dep, input_len=1024, output_len=1024, batch=1)
+    launch = estimate(graph, replace(dep, derate=replace(dep.derate, **dict(reading.fields))), input_len=1024,
+                      output_len=1024, batch=1)
+    assert launch.tpot_ms == pytest.approx(2.2222, rel=0.02)
+    assert fitted.tpot_ms < 0.3 * launch.tpot_ms
+    prep = prepare("llama-3.1-8b", "examples/clusters/cerebras.yaml", "examples/workloads/chat.yaml")
+    assert "cerebras-cs3.launch_speed" in {m.label for m in moves(prep)}

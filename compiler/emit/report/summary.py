@@ -228,12 +228,14 @@ def _sensitivity(plan: Plan) -> str:
     if not plan.sensitivity:
         return ("Not analysed (every device used has at least two published measurements of its own and no factor "
                 "at a bound of its fit, or the compile ran with --no-sensitivity).")
-    rows = [[m.factor, f"{m.change:+.0%}", f"{m.objective_change:+.1%}", f"{m.solve_gap:.1%}",
+    rows = [[m.factor, f"{m.change:+.0%}" if m.change else "another reading", f"{m.objective_change:+.1%}",
+             f"{m.solve_gap:.1%}",
              "yes" if m.changes_pools else "no", ", ".join(m.pools_added) or "-", ", ".join(m.pools_removed) or "-"]
             for m in plan.sensitivity]
     flips = [m for m in plan.sensitivity if m.changes_pools]
     head = (f"{len(flips)} of {len(plan.sensitivity)} moves change the chosen pools: this plan flips on a guess."
-            if flips else "No +-20% move of an assumed efficiency changes the chosen pools.")
+            if flips else "No move (an assumed efficiency +-20%, or another reading of a family's measurements) "
+                          "changes the chosen pools.")
     head += (" A move that only makes a device type the plan does not use worse cannot change it, and is not "
              "re-solved (re-solve gap 0.0%).")
     return head + "\n\n" + table(["assumed factor", "moved", "objective", "re-solve gap", "changes pools", "adds",
