@@ -59,7 +59,8 @@ def baseline_of(fields: dict) -> Baseline:
     from compiler.ir.placement import Baseline, Objective
 
     objective = Objective(**fields["objective"]) if fields["objective"] is not None else None
-    return Baseline(**{**fields, "objective": objective, "devices": tuple(tuple(d) for d in fields["devices"])})
+    return Baseline(**{**fields, "objective": objective, "devices": tuple(tuple(d) for d in fields["devices"]),
+                       "paths": tuple((rate, tuple(ids)) for rate, ids in fields.get("paths", ()))})
 
 
 @dataclass(frozen=True)
