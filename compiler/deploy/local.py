@@ -18,7 +18,9 @@ the ``vllm`` console script, FIELD_NOTES), ``--host`` becomes 127.0.0.1,
 ``--port`` a free local port, the connector's shared-storage path a fresh
 folder under ``DIR/deploy/``, and without a tokenizer in ``DIR/model``
 ``--skip-tokenizer-init`` is added (prompts are token ids), and
-``--enforce-eager``: [Note: eager engines here] vLLM's CPU build compiles the
+``--enforce-eager`` ([Note: eager engines here]) and ``--custom-histogram-buckets`` ([Note: engine latency
+histograms]); each addition, and each engine's share of the cores, is listed with why under the process's
+``added_to_launch`` in ``endpoints.json``. [Note: eager engines here] vLLM's CPU build compiles the
 model with torch.compile at start, minutes on two busy cores for no gain on a
 model this small; eager execution starts an engine in about 90 s. Every other
 flag is the plan's. The router's ``--prefill``/``--decode``/``--worker-urls`` replica
@@ -79,6 +81,9 @@ class Proc:
     log_path: Path
     popen: subprocess.Popen | None = None
     env: dict[str, str] = field(default_factory=dict)
+    #: What deploy --local gave this process beyond the plan's launch (`Addition.to_json`), recorded in
+    #: ``endpoints.json``.
+    added: list[dict] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -137,8 +142,36 @@ def _set(argv: list[str], flag: str, value: str) -> list[str]:
     return out
 
 
-def local_command(pool: Pool, python: Path, root: Path, port: int, kv_dir: Path) -> list[str]:
-    """The local process of one replica of `pool` (see the module docstring)."""
+#: [Note: engine latency histograms] vLLM's default buckets start at 10 ms for the time between tokens and step
+#: 1-5-10 ms for the first token: a CPU engine's 3-20 ms steps all fall in the first one or two buckets, and a
+#: quantile read from them says nothing. These resolve a step to about 15%, from 0.5 ms to a minute (vLLM
+#: ``--custom-histogram-buckets``, vllm/config/observability.py).
+FINE_BUCKETS = {
+    "inter_token_latency": [0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.0035, 0.004, 0.0045, 0.005, 0.006, 0.007,
+                            0.008, 0.009, 0.01, 0.0115, 0.013, 0.015, 0.0175, 0.02, 0.0225, 0.025, 0.03, 0.035, 0.04,
+                            0.045, 0.05, 0.06, 0.07, 0.08, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0,
+                            2.5, 5.0, 10.0, 20.0, 60.0],
+    "time_to_first_token": [0.001, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.0175, 0.02, 0.025, 0.03, 0.035,
+                            0.04, 0.05, 0.06, 0.07, 0.08, 0.1, 0.12, 0.14, 0.17, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6,
+                            0.7, 0.8, 1.0, 1.2, 1.4, 1.7, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.5,
+                            15.0, 20.0, 30.0, 60.0],
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Addition:
+    """A flag or environment variable deploy --local gives an engine beyond its plan's launch, and why."""
+
+    what: str
+    why: str
+
+    def to_json(self) -> dict:
+        return {"what": self.what, "why": self.why}
+
+
+def local_command(pool: Pool, python: Path, root: Path, port: int, kv_dir: Path) -> tuple[list[str], list[Addition]]:
+    """The local process of one replica of `pool` (see the module docstring), and what it adds to the plan's
+    launch beyond this host's paths and ports."""
     spec = pool.launch.command
     if spec[:2] != ["vllm", "serve"]:
         raise BadInput(f"pool {pool.name}: launch command {spec[:2]} is not `vllm serve`; recompile the plan")
@@ -150,9 +183,30 @@ def local_command(pool: Pool, python: Path, root: Path, port: int, kv_dir: Path)
         if "shared_storage_path" in cfg.get("kv_connector_extra_config", {}):
             cfg["kv_connector_extra_config"]["shared_storage_path"] = str(kv_dir)
         argv[i] = json.dumps(cfg, sort_keys=True)
+    added = []
     if not (root / "model" / "tokenizer.json").exists() and "--skip-tokenizer-init" not in argv:
         argv.append("--skip-tokenizer-init")
-    return argv + ["--enforce-eager"]  # see [Note: eager engines here]
+        added.append(Addition("--skip-tokenizer-init", "the plan's model folder has no tokenizer: the engine takes "
+                                                      "token ids and returns token ids, not text"))
+    argv.append("--enforce-eager")
+    added.append(Addition("--enforce-eager", "[Note: eager engines here] torch.compile at start takes minutes on "
+                                            "a few CPU cores, for no gain on a tiny model"))
+    if "--custom-histogram-buckets" not in argv:
+        argv += ["--custom-histogram-buckets", json.dumps(FINE_BUCKETS, separators=(",", ":"))]
+        added.append(Addition("--custom-histogram-buckets", "[Note: engine latency histograms] finer TTFT and "
+                                                           "inter-token buckets, read by gimletc bench"))
+    return argv, added
+
+
+def engine_proc(pool: Pool, replica: int, python: Path, root: Path, kv_dir: Path, log_path: Path,
+                base_env: dict[str, str], cores: dict[str, str]) -> Proc:
+    """Replica `replica` of `pool` on a free port, bound to `cores` (`cores_of`), not started."""
+    port = _free_port()
+    argv, added = local_command(pool, python, root, port, kv_dir)
+    added += [Addition(f"{k}={v}", "[Note: engines sharing this host] this engine's own share of the host's cores")
+              for k, v in cores.items()]
+    return Proc(pool.name, replica, port, argv, log_path, env=engine_env(pool, base_env, cores),
+                added=[a.to_json() for a in added])
 
 
 def router_command(plan: Plan, binary: Path, port: int, urls: dict[str, list[str]]) -> list[str]:
@@ -298,10 +352,9 @@ class Deployment:
         new = []
         order = [(p.name, r) for p in pools.values() for r in range(p.replicas)]  # the next plan's engines
         for name, r in change.started:
-            port = _free_port()
             cores = cores_of(order.index((name, r)), len(order))  # the core it keeps once the leaving ones stop
-            new.append(Proc(name, r, port, local_command(pools[name], self.python, nxt_root, port, self.kv_dir),
-                            logs / f"{name}-{r}-{ident[:8]}.log", env=engine_env(pools[name], base_env, cores)))
+            new.append(engine_proc(pools[name], r, self.python, nxt_root, self.kv_dir,
+                                   logs / f"{name}-{r}-{ident[:8]}.log", base_env, cores))
         try:
             for p in new:
                 self._spawn(p)
@@ -399,7 +452,7 @@ class Deployment:
                 "served_model_name": self.plan.pools[0].launch.served_model_name if self.plan.pools[0].launch
                 else self.plan.model,
                 "processes": [{"pool": p.pool, "replica": p.replica, "url": p.url, "pid": p.popen.pid,
-                               "log": str(p.log_path)} for p in self.procs]}
+                               "log": str(p.log_path), "added_to_launch": p.added} for p in self.procs]}
         for work in self.work_dirs():
             atomic_write_text(work / "endpoints.json", json.dumps(data, indent=1) + "\n")
 
@@ -539,10 +592,8 @@ def prepare(root: str | Path, python: Path, router: Path,
     engines = sum(pool.replicas for pool in pools)
     for pool in pools:
         for r in range(pool.replicas):
-            port = _free_port()
-            procs.append(Proc(pool.name, r, port, local_command(pool, python, root, port, kv_dir),
-                              work / "logs" / f"{pool.name}-{r}.log",
-                              env=engine_env(pool, base_env, cores_of(len(procs), engines))))
+            procs.append(engine_proc(pool, r, python, root, kv_dir, work / "logs" / f"{pool.name}-{r}.log", base_env,
+                                     cores_of(len(procs), engines)))
             urls.setdefault(pool.name, []).append(procs[-1].url)
     if plan.router is not None and plan.router.router == "vllm-router":
         port = _free_port()
