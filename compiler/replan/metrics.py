@@ -49,6 +49,9 @@ NAMES: dict[str, tuple[str, ...]] = {
     "tpot_s": ("vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds",
                "vllm:time_per_output_token_seconds", "sglang:inter_token_latency_seconds",
                "sglang:time_per_output_token_seconds"),
+    #: Each request's own mean time per output token (one sample per request, as benchmarks count TPOT).
+    "request_tpot_s": ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds",
+                       "sglang:time_per_output_token_seconds"),
     "queue_s": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),
     "prefill_s": ("vllm:request_prefill_time_seconds",),
     "requests": ("vllm:request_success", "sglang:num_requests"),
@@ -150,8 +153,6 @@ def parse(text: str, source: str, time_s: float | None = None, pool: str | None 
     """A `Snapshot` of Prometheus text `text`; `pool` names the pool of samples that name none."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    wanted = {name: q for q, names in NAMES.items() for name in names}
-    chosen: dict[str, str] = {}  # quantity -> the first of its names present
     counters: dict[tuple[str, str], float] = {}
     gauges: dict[tuple[str, str], float] = {}
     hist: dict[tuple[str, str], dict] = {}
@@ -161,10 +162,9 @@ def parse(text: str, source: str, time_s: float | None = None, pool: str | None 
     except (ValueError, TypeError) as e:
         raise BadInput(f"--metrics {source}: not Prometheus text format ({e}); give an engine's /metrics URL or a "
                        "saved scrape of one") from None
-    for fam in families:
-        q = wanted.get(fam.name)
-        if q is None or chosen.setdefault(q, fam.name) != fam.name:
-            continue
+    present = {fam.name for fam in families}
+    chosen = {q: next(n for n in names if n in present) for q, names in NAMES.items() if present & set(names)}
+    for fam, q in ((fam, q) for fam in families for q, name in chosen.items() if name == fam.name):
         for s in fam.samples:
             if s.timestamp is not None:
                 stamps.append(float(s.timestamp))
