@@ -55,7 +55,7 @@ def main() -> None:
         rows = []
         for c in levels:
             r = cli("bench", str(out), "--concurrency", str(c), "--requests", str(4 * c), "--input-len",
-                    str(args.input_len), "--output-len", str(args.output_len), "--json", timeout=1800)
+                    str(args.input_len), "--output-len", str(args.output_len), "--warmup", str(c), "--json", timeout=1800)
             assert r.returncode == 0, r.stdout + r.stderr
             rows.append(json.loads(r.stdout))
     finally:
@@ -67,8 +67,9 @@ def main() -> None:
           f"{'(pred.)':>9}")
     for row in rows:
         m, p = row["measured"], row["predicted"]
-        print(f"{row['concurrency']:>3} {m['ttft_ms_p50']:>12.1f} {p['ttft_ms_p50']:>9.1f} {m['tpot_ms_p50']:>12.2f} "
-              f"{p['tpot_ms_p50']:>9.2f} {m['output_tokens_per_s']:>8.1f} {p['output_tokens_per_s']:>9.1f}")
+        print(f"{row['concurrency']:>3} {m['ttft_ms_p50']:>12.1f} {p['ttft_ms']['value']:>9.1f} "
+              f"{m['tpot_ms_p50']:>12.2f} {p['tpot_ms']['value']:>9.2f} {m['output_tokens_per_s']:>8.1f} "
+              f"{p['output_tokens_per_s']['value']:>9.1f}")
     last = rows[-1]["measured"]["output_tokens_per_s"]
     print(f"reference runtime, {4 * levels[-1]} requests as one batch: {ref_tps:.1f} output tokens/s; "
           f"vLLM deployment at C={levels[-1]} / reference runtime = {last / ref_tps:.2f}x")

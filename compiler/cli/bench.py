@@ -16,11 +16,21 @@ def register(sub) -> None:
                        description="Send closed-loop streaming completions (C clients, each sending its next request "
                                    "when the previous ends) through the router of `gimletc deploy DIR --local` with "
                                    "the openai client, and print measured TTFT, TPOT and throughput beside the "
-                                   "plan's predictions. Exits 4 when any request failed.")
+                                   "plan's predictions. TPOT is the engines' own (their /metrics histograms, "
+                                   "scraped before and after each run), TTFT the client's; percentiles come with "
+                                   "the number of requests behind them. Prompts are new random token ids every "
+                                   "bench (no prefix-cache hits); a warm-up round is left out. Exits 4 when any "
+                                   "request failed.")
     p.add_argument("plan", metavar="DIR", help="plan directory of a running `gimletc deploy DIR --local`")
     p.add_argument("--concurrency", type=options.positive_int, default=1, help="closed-loop clients (default 1)")
     p.add_argument("--requests", type=options.positive_int, default=None,
-                   help="requests in all (default 4 x concurrency)")
+                   help="requests per run (default 4 x concurrency, at least 10: enough for a p90)")
+    p.add_argument("--repeat", type=options.positive_int, default=1,
+                   help="runs of --requests each, with the spread between them (default 1)")
+    p.add_argument("--warmup", type=options.nonneg_int, default=None,
+                   help="requests sent first and left out (default: one per client)")
+    p.add_argument("--seed", type=options.nonneg_int, default=None,
+                   help="seed of the random prompts (default: a new one each bench, printed)")
     p.add_argument("--input-len", type=options.positive_int, default=None,
                    help="prompt tokens (default: the plan's mean prompt)")
     p.add_argument("--output-len", type=options.positive_int, default=None,
@@ -35,7 +45,10 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from compiler.deploy.bench import endpoints, run_bench, summarize
+    import secrets
+
+    from compiler.cli.console import progress_for
+    from compiler.deploy.bench import bench, endpoints, engines_of
     from compiler.emit.plan_checks import load_plan
     from compiler.ir.errors import RuntimeFailure
 
@@ -44,13 +57,19 @@ def run(args: argparse.Namespace) -> int:
     config = json.loads((Path(args.plan) / "model" / "config.json").read_text())
     input_len = args.input_len or max(1, round(plan.mean_input_len))
     output_len = args.output_len or max(1, round(plan.mean_output_len))
-    samples, wall = run_bench(info["router"], info["served_model_name"], concurrency=args.concurrency,
-                              requests=args.requests or 4 * args.concurrency, input_len=input_len,
-                              output_len=output_len, vocab_size=config["vocab_size"],
-                              request_timeout_s=args.request_timeout_s, max_failures=args.max_failures)
-    measured = summarize(samples, wall)
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)  # [Note: fresh prompts]
+    requests = args.requests or max(10, 4 * args.concurrency)
+    warmup = args.concurrency if args.warmup is None else args.warmup
+    engines = engines_of(info, {p.name: p.role for p in plan.pools})
+    out = bench(info["router"], info["served_model_name"], engines, concurrency=args.concurrency,
+                requests=requests, input_len=input_len, output_len=output_len, vocab_size=config["vocab_size"],
+                seed=seed, repeat=args.repeat, warmup=warmup, request_timeout_s=args.request_timeout_s,
+                max_failures=args.max_failures, note=progress_for(args) or (lambda _m: None))
+    measured = out["measured"]
     result = {"concurrency": args.concurrency, "input_len": input_len, "output_len": output_len,
-              "measured": measured, "predicted": _predicted(plan, args.concurrency, input_len, output_len)}
+              "requests_per_run": requests, "repeat": args.repeat, "warmup_requests": warmup, "seed": seed,
+              "measured": measured, "runs": out["runs"], "spread": out["spread"],
+              "predicted": _predicted(plan, args.concurrency, input_len, output_len)}
     result["inside"] = inside(result)
     output(result, args.json, _print)
     if measured["failed"]:
@@ -86,14 +105,31 @@ def _print(result: dict) -> None:
 
     m, p = result["measured"], result["predicted"]
     fmt = lambda v, spec=".1f": "-" if v is None else format(v, spec)  # noqa: E731
-    print(f"concurrency {result['concurrency']}, {m['requests']} requests of {result['input_len']} -> "
-          f"{result['output_len']} tokens: {m['succeeded']} succeeded, {m['failed']} failed")
+    runs = f"{result['repeat']} runs of " if result["repeat"] > 1 else ""
+    print(f"concurrency {result['concurrency']}, {runs}{result['requests_per_run']} requests of "
+          f"{result['input_len']} -> {result['output_len']} tokens (seed {result['seed']}, "
+          f"{result['warmup_requests']} warm-up left out): {m['succeeded']} succeeded, {m['failed']} failed")
     print(f"{'':22}{'measured (here)':>18}  {'predicted at this load (80%)':<32}inside")
     for (key, measured), label, spec in zip(COMPARED, ("TTFT p50 ms", "TPOT p50 ms", "output tokens/s"),
                                             (".1f", ".2f", ".1f")):
         inside_text = {True: "yes", False: "NO", None: "-"}[result["inside"][key]]
         print(f"{label:22}{fmt(m[measured], spec):>18}  "
               f"{with_interval(p[key]['value'], p[key]['interval'], spec):<32}{inside_text}")
+    tpot = m["engine"]["tpot_ms"] if m["tpot_source"] == "engine" else m["client"]["tpot_ms"]
+    for label, figure, source in (("TTFT", m["client"]["ttft_ms"], "client"), ("TPOT", tpot, m["tpot_source"])):
+        print(f"{label} ms ({source}, {figure['n']} requests): p50 {fmt(figure['p50'], '.2f')}, "
+              f"p90 {fmt(figure['p90'], '.2f')}, p99 {fmt(figure['p99'], '.2f')}")
+    for role, figure in sorted(m["engine"].get("ttft_ms_by_role", {}).items()):
+        print(f"  {role} engines' own TTFT ms ({figure['n']}): p50 {fmt(figure['p50'], '.2f')}")
+    if len(result["runs"]) > 1:
+        for i, r in enumerate(result["runs"], 1):
+            print(f"  run {i}: TTFT p50 {fmt(r['ttft_ms_p50'])} ms, TPOT p50 {fmt(r['tpot_ms_p50'], '.2f')} ms "
+                  f"({r['tpot_source']}), {fmt(r['output_tokens_per_s'])} tokens/s")
+        for key, s in result["spread"].items():
+            print(f"  spread of {key}: {fmt(s['min'], '.2f')} to {fmt(s['max'], '.2f')} "
+                  f"({fmt(s['ratio'], '.2f')}x)")
     print(f"(predicted: {p['how']})")
+    for w in m["warnings"]:
+        print(f"warning: {w}")
     for e in m["errors"]:
         print(f"error: {e}")

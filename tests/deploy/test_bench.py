@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 from openai import OpenAI
 
 from compiler.deploy.bench import one_request
@@ -50,3 +51,107 @@ def test_a_stream_short_of_its_tokens_fails_with_the_count():
 def test_a_stream_without_usage_fails_and_says_so():
     s = one_request(_client([f"t{i}" for i in range(16)], usage=None), "m", [1, 2, 3, 4], 16, 5.0)
     assert not s.ok and "without its usage" in s.error
+
+
+# ------------------------------------------------ the engines' own clock, against a stand-in that bursts its stream
+
+#: The stand-in engine's time to first token and time per output token (seconds), as its /metrics record them.
+TTFT_S, STEP_S = 0.02, 0.005
+
+
+def _stand_in_engine(prompts: list):
+    """An engine and router in one: each streamed completion waits `TTFT_S`, then `STEP_S` per further token, and
+    sends every token in one chunk at the end (a lagging output path); its /metrics (vLLM's names, deploy's
+    buckets) time each request as the engine would: TTFT `TTFT_S`, TPOT `STEP_S`. Records each prompt it got."""
+    import http.server
+    import threading
+    import time
+
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from compiler.deploy.local import FINE_BUCKETS
+
+    registry = CollectorRegistry()
+    tpot = Histogram("vllm:request_time_per_output_token_seconds", "per request", ["model_name"],
+                     buckets=FINE_BUCKETS["inter_token_latency"], registry=registry)
+    ttft = Histogram("vllm:time_to_first_token_seconds", "ttft", ["model_name"],
+                     buckets=FINE_BUCKETS["time_to_first_token"], registry=registry)
+    lock = threading.Lock()
+
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def do_GET(self):
+            with lock:
+                body = generate_latest(registry)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            n = req["max_tokens"]
+            with lock:
+                prompts.append(tuple(req["prompt"]))
+            time.sleep(TTFT_S + STEP_S * (n - 1))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            events = [{"id": "c", "object": "text_completion", "created": 0, "model": "m",
+                       "choices": [{"index": 0, "text": " x" * n, "finish_reason": "length", "logprobs": None}]},
+                      {"id": "c", "object": "text_completion", "created": 0, "model": "m", "choices": [],
+                       "usage": {"prompt_tokens": len(req["prompt"]), "completion_tokens": n,
+                                 "total_tokens": len(req["prompt"]) + n}}]
+            self.wfile.write(("".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n").encode())
+            with lock:
+                ttft.labels("m").observe(TTFT_S)
+                tpot.labels("m").observe(STEP_S)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_bench_reads_tpot_from_the_engines_histograms_not_the_bursting_stream():
+    """[Note: the engines' own clock]: an engine that sends all 8 tokens in one chunk reads as TPOT 0 at the
+    client; the bench reads the engine's histogram. Every request's 5 ms falls in deploy's bucket (4.5, 5] ms, so
+    the histogram's p50 interpolates to 4.75 ms and its p90 to 4.95 (hand arithmetic), over exactly the run's
+    requests (the warm-up and the other run left out); a p99 of 12 requests is withheld with a warning; an engine
+    that does not answer is left out, and the prefill engine's TTFT is not the decode engine's."""
+    from compiler.deploy.bench import Engine, bench
+
+    prompts: list = []
+    server, url = _stand_in_engine(prompts)
+    try:
+        engines = [Engine("pool1", "decode", url), Engine("pool0", "prefill", "http://127.0.0.1:9")]
+        out = bench(url, "m", engines, concurrency=3, requests=12, input_len=16, output_len=8, vocab_size=1000,
+                    seed=7, repeat=2, warmup=3)
+    finally:
+        server.shutdown()
+    assert len(out["runs"]) == 2
+    for m in (*out["runs"], out["measured"]):
+        assert m["failed"] == 0 and m["tpot_source"] == "engine"
+        assert m["client"]["tpot_ms"]["p50"] == 0.0  # what the client sees of a burst
+        assert m["tpot_ms_p50"] == pytest.approx(4.75) and m["tpot_ms_p90"] == pytest.approx(4.95)
+        assert m["engine"]["ttft_ms_by_role"]["decode"]["p50"] == pytest.approx(18.75)  # (17.5, 20] ms bucket
+        assert "prefill" not in m["engine"]["ttft_ms_by_role"]
+        assert m["client"]["ttft_ms"]["p50"] >= (TTFT_S + 7 * STEP_S) * 1e3  # the burst: first token with the last
+    assert [r["engine"]["tpot_ms"]["n"] for r in out["runs"]] == [12, 12]
+    assert out["measured"]["engine"]["tpot_ms"]["n"] == 24
+    assert out["runs"][0]["tpot_ms_p99"] is None and any("p99" in w for w in out["runs"][0]["warnings"])
+    assert out["spread"]["tpot_ms_p50"]["ratio"] == pytest.approx(1.0)
+    assert len(prompts) == 27 and len(set(prompts)) == 27  # warm-up and both runs: no prompt sent twice
+
+
+def test_percentiles_with_too_few_requests_are_withheld():
+    """Nearest rank by hand: of 1..9 the p50 is 5 and the p90 (9 requests, 10 needed) is withheld; of 1..10 the
+    p90 is 9."""
+    from compiler.deploy.bench import stats
+
+    nine = stats([i / 1e3 for i in range(1, 10)])
+    assert (nine["p50"], nine["p90"], nine["n"]) == (pytest.approx(5.0), None, 9)
+    assert stats([i / 1e3 for i in range(1, 11)])["p90"] == pytest.approx(9.0)
