@@ -55,7 +55,8 @@ def main() -> None:
         rows = []
         for c in levels:
             r = cli("bench", str(out), "--concurrency", str(c), "--requests", str(4 * c), "--input-len",
-                    str(args.input_len), "--output-len", str(args.output_len), "--warmup", str(c), "--json", timeout=1800)
+                    str(args.input_len), "--output-len", str(args.output_len), "--warmup", str(c), "--json",
+                timeout=1800)
             assert r.returncode == 0, r.stdout + r.stderr
             rows.append(json.loads(r.stdout))
     finally:
