@@ -140,15 +140,16 @@ def model_dir(model: str = MODEL) -> Path:
 
 
 def engine_argv(python: Path, model: Path, port: int) -> list[str]:
-    """vLLM's OpenAI server as deploy --local starts it (`compiler.deploy.local.ENGINE_MODULE`, ``--enforce-eager``),
-    with the budget and max batch the record states. Prefix caching is off: the random dataset's prompts are
-    cyclic runs of a 512-word vocabulary, and a cache hit would cut a prompt's prefill short."""
-    from compiler.deploy.local import ENGINE_MODULE, HOST
+    """vLLM's OpenAI server as deploy --local starts it (`compiler.deploy.local.ENGINE_MODULE`, ``--enforce-eager``,
+    its latency buckets), with the budget and max batch the record states. Prefix caching is off: the random
+    dataset's prompts are cyclic runs of a 512-word vocabulary, and a cache hit would cut a prompt's prefill short."""
+    from compiler.deploy.local import ENGINE_MODULE, FINE_BUCKETS, HOST
 
     return [str(python), "-m", ENGINE_MODULE, "--model", str(model), "--served-model-name", MODEL, "--host", HOST,
             "--port", str(port), "--max-num-seqs", str(MAX_SEQS), "--max-num-batched-tokens", str(BUDGET_TOKENS),
             "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "bfloat16", "--block-size", "128",
-            "--no-enable-prefix-caching", "--enforce-eager"]
+            "--no-enable-prefix-caching", "--enforce-eager",
+            "--custom-histogram-buckets", json.dumps(FINE_BUCKETS, separators=(",", ":"))]
 
 
 def sweep(points: Sequence[Point], note: Callable[[str], None]) -> tuple[list[Row], dict[str, Any]]:
@@ -162,7 +163,7 @@ def sweep(points: Sequence[Point], note: Callable[[str], None]) -> tuple[list[Ro
     work = workdir()
     results = work / "results"
     results.mkdir(parents=True, exist_ok=True)
-    for old in results.glob("*.json"):
+    for old in (*results.glob("*.json"), *results.glob("*.prom")):
         old.unlink()
     with socket.socket() as sock:  # a free local port, as deploy --local picks one
         sock.bind((HOST, 0))
@@ -200,15 +201,41 @@ def _file(p: Point) -> str:
     return f"c{p.concurrency}_i{p.input_len}_o{p.output_len}"
 
 
+def engine_quartiles(path: Path, quantity: str) -> tuple[float, float, float, int] | None:
+    """The 25th, 50th and 75th percentile (s) and the count of `quantity`'s histogram (`compiler.replan.metrics`
+    names) between the engine's scrapes around the point of result file `path` (``NAME.before.prom``,
+    ``NAME.after.prom``, written by compiler/calibrate/vllm_bench.py); None without both, or without samples."""
+    from compiler.replan.metrics import parse
+
+    scrapes = [path.with_name(f"{path.stem}.{when}.prom") for when in ("before", "after")]
+    if not all(s.exists() for s in scrapes):
+        return None
+    before, after = (dict(parse(s.read_text(), str(s)).histograms) for s in scrapes)
+    found = [k for k in after if k[0] == quantity]
+    if not found:
+        return None
+    h = after[found[0]].minus(before.get(found[0]))
+    if h.count < 1:
+        return None
+    return h.quantile(0.25), h.quantile(0.5), h.quantile(0.75), int(round(h.count))
+
+
 def measured_row(p: Point, path: Path) -> Row:
-    """`p` as ``vllm bench serve`` measured it in its result file `path`; a point with failed requests, or stalled
-    at every run ([Note: stalled streams]), is refused."""
+    """`p` as measured at result file `path`: TTFT from ``vllm bench serve``'s result, TPOT from the engine's own
+    histogram when it was scraped around the point ([Note: the engines' own clock] in `compiler.deploy.bench`),
+    else from the result too. A point with failed requests is refused; one whose stream stalled ([Note: stalled
+    streams]) takes its TTFT from the engine as well, and is refused only when the engine was not scraped."""
     try:
         r = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise RuntimeFailure(f"vllm bench serve left no result for {p.name} ({e}); see {path.parent.parent}/bench.log")
     if r.get("failed") or r.get("completed") != p.requests:
         raise RuntimeFailure(f"{p.name}: {r.get('failed')} of {p.requests} requests failed; see {path}")
+    tpot, ttft = engine_quartiles(path, "request_tpot_s"), engine_quartiles(path, "ttft_s")
+    if tpot is not None and tpot[3] == p.requests:
+        client_ttft = (r["median_ttft_ms"] / 1e3, (r["p25_ttft_ms"] / 1e3, r["p75_ttft_ms"] / 1e3))
+        t_med, t_iqr = ((ttft[1], (ttft[0], ttft[2])) if stalled(r) and ttft is not None else client_ttft)
+        return Row(p, t_med, tpot[1], t_iqr, (tpot[0], tpot[2]), str(path))
     if stalled(r):
         raise RuntimeFailure(f"{p.name}: the stream stalled at every one of {ATTEMPTS} runs (25th percentile of TPOT "
                              f"{r['p25_tpot_ms']:.4f} ms: tokens reached the client in one piece; [Note: "

