@@ -13,7 +13,7 @@ Only this host's CPU can be measured here, and only vLLM runs on it.
 Steps:
 
 1. `model_dir`: `MODEL`'s seeded weights (`compiler.emit.weights`, as compile
-   writes a plan's ``model/``) and a word-level tokenizer (`write_tokenizer`:
+   writes a plan's ``model/``) and a word-level tokenizer (`compiler.emit.weights.write_word_tokenizer`:
    word ``tN`` is token N, so the benchmark's random prompts decode and
    re-encode to exactly their length), in the gimletc cache.
 2. `engine_process`: the engine venv's vLLM (`compiler.deploy.engine_env`),
@@ -108,21 +108,10 @@ def workdir() -> Path:
 # ---------------------------------------------------------------- the model the engine serves
 
 
-def write_tokenizer(out: Path, vocab_size: int) -> None:
-    """A word-level tokenizer whose word ``tN`` is token N (no special tokens, no normaliser): the benchmark's
-    random token ids decode to text that encodes back to the same ids, so each prompt has exactly its length."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces, nothing else
-    PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(str(out))
-
-
 def model_dir(model: str = MODEL) -> Path:
     """``workdir()/model``: `model`'s config and seeded weights (as compile writes a plan's ``model/``) and
-    `write_tokenizer`'s tokenizer; written once."""
+    `compiler.emit.weights.write_word_tokenizer`'s tokenizer; written once."""
+    from compiler.emit.weights import write_word_tokenizer
     from compiler.inputs.model_spec import resolve_model
     from compiler.trace.export import build_model
 
@@ -132,7 +121,7 @@ def model_dir(model: str = MODEL) -> Path:
     spec = resolve_model(model)
     built, _ = build_model(spec, device="cpu", dtype="fp32", seed=0)  # what compile's `reference_model` builds
     built.save_pretrained(str(out), safe_serialization=True)
-    write_tokenizer(out, int(spec.config["vocab_size"]))
+    write_word_tokenizer(out, int(spec.config["vocab_size"]))
     return out
 
 

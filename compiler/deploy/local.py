@@ -17,7 +17,7 @@ How the plan's launch becomes a local process (`local_command`): the spec's
 the ``vllm`` console script, FIELD_NOTES), ``--host`` becomes 127.0.0.1,
 ``--port`` a free local port, the connector's shared-storage path a fresh
 folder under ``DIR/deploy/``, and without a tokenizer in ``DIR/model``
-``--skip-tokenizer-init`` is added (prompts are token ids), and
+``--tokenizer`` names a word-level one written under ``DIR/deploy/`` (`word_tokenizer`: text prompts work), and
 ``--enforce-eager`` ([Note: eager engines here]) and ``--custom-histogram-buckets`` ([Note: engine latency
 histograms]); each addition, and each engine's share of the cores, is listed with why under the process's
 ``added_to_launch`` in ``endpoints.json``. [Note: eager engines here] vLLM's CPU build compiles the
@@ -184,10 +184,12 @@ def local_command(pool: Pool, python: Path, root: Path, port: int, kv_dir: Path)
             cfg["kv_connector_extra_config"]["shared_storage_path"] = str(kv_dir)
         argv[i] = json.dumps(cfg, sort_keys=True)
     added = []
-    if not (root / "model" / "tokenizer.json").exists() and "--skip-tokenizer-init" not in argv:
-        argv.append("--skip-tokenizer-init")
-        added.append(Addition("--skip-tokenizer-init", "the plan's model folder has no tokenizer: the engine takes "
-                                                      "token ids and returns token ids, not text"))
+    if not (root / "model" / "tokenizer.json").exists() and not {"--tokenizer", "--skip-tokenizer-init"} & set(argv):
+        tokenizer = word_tokenizer(root, kv_dir.parent)
+        argv += ["--tokenizer", str(tokenizer)]
+        added.append(Addition("--tokenizer", f"the plan's model folder has no tokenizer (seeded weights): {tokenizer} "
+                                             "is a word-level one (word tN is token N), so text prompts and chat "
+                                             "work and answers come back as text"))
     argv.append("--enforce-eager")
     added.append(Addition("--enforce-eager", "[Note: eager engines here] torch.compile at start takes minutes on "
                                             "a few CPU cores, for no gain on a tiny model"))
@@ -196,6 +198,18 @@ def local_command(pool: Pool, python: Path, root: Path, port: int, kv_dir: Path)
         added.append(Addition("--custom-histogram-buckets", "[Note: engine latency histograms] finer TTFT and "
                                                            "inter-token buckets, read by gimletc bench"))
     return argv, added
+
+
+def word_tokenizer(root: Path, work: Path) -> Path:
+    """``work/tokenizer-vN``: a word-level tokenizer of the vocabulary of `root`'s model
+    (`compiler.emit.weights.write_word_tokenizer`), written once."""
+    from compiler.emit.weights import write_word_tokenizer
+
+    vocab = int(json.loads((root / "model" / "config.json").read_text())["vocab_size"])
+    out = work / f"tokenizer-v{vocab}"
+    if not (out / "tokenizer.json").exists():
+        write_word_tokenizer(out, vocab)
+    return out
 
 
 def engine_proc(pool: Pool, replica: int, python: Path, root: Path, kv_dir: Path, log_path: Path,

