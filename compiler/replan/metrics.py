@@ -2,10 +2,11 @@
 
 Read with prometheus_client's own text parser. A snapshot is every sample of one scrape at one moment (the
 samples' own timestamps when they carry them, else the file's modification time, else now for a URL). A window
-is two snapshots: counters and histograms as deltas between them (a counter that went down was reset: its later
-value is the delta), gauges as their mean over the snapshots inside it and as their change from the first to the
-last (a queue that grows: requests arrived that were not served). `windows` cuts a sequence of snapshots into
-consecutive windows, the series a forecast reads (`compiler.replan.forecast`).
+is two snapshots: counters and histograms as deltas between them, taken engine by engine ([Note: rounds of
+scrapes]; a counter that went down was reset: its later value is the delta), gauges as their mean over the
+snapshots inside it and as their change from the first to the last (a queue that grows: requests arrived that
+were not served). `windows` cuts a sequence of snapshots into consecutive windows, the series a forecast reads
+(`compiler.replan.forecast`).
 
 Pools: a sample belongs to the plan's pool named by its ``pool`` label, else the one its ``pod`` or
 ``instance`` names (``gimletc-pool0-0...``, the manifests' names), else to the pool its source was given
@@ -27,10 +28,28 @@ admission to its first token; TTFT adds the front end (from the API server's arr
 is the time between a running request's tokens: service, the queue excluded. SGLang exports its queue wait
 (``sglang:queue_time_seconds``) but its prefill only as ``sglang:per_stage_req_latency_seconds``, whose stage
 labels vary between versions: not read; there the prefill is TTFT less the queue (`compiler.replan.observe`).
+
+[Note: rounds of scrapes] One collection reads every engine once, one after another: a round of scrapes, each
+stamped with its own time. Scrapes are told apart by engine (`Snapshot.engine`): a URL is one engine; a folder's
+files are one engine's scrapes over time (or one whole deployment's); files given one by one are the engine their
+``POOL=`` names. Files of one engine key at the same moment (to the millisecond: tools/replay.py stamps the files
+of one round alike) are different engines, told apart by their order of name (so an engine keeps its place while
+each round saves the same engines). Sorted by time, a scrape joins the round being built unless its engine is
+already in it (`merged`). A window takes counters and histograms per engine: from the engine's scrape in the
+window's last round back to its own latest scrape at or before the window's first round (else its first one after
+it), over that engine's own interval, scaled to the window's seconds (the rounds' span) and summed over engines.
+So a rate is the sum of each engine's delta over its own two timestamps, and a reset is one engine's own.
+Grouping scrapes by their exact time instead never merged two engines (milliseconds apart): a window then ran
+from one engine's scrape to another's and counted the other's requests since it started as the window's (issue
+40: an idle deployment read at 10 req/s, its decode pool absent). Summing engines before subtracting would hide
+one engine's reset behind another's growth. An engine with no earlier scrape in the window (started inside it)
+counts everything since it started (`Window.unpaired`; `window` warns).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 import os
 import re
@@ -40,6 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compiler.ir.errors import BadInput
+
+log = logging.getLogger(__name__)
 
 WHOLE = "*"  # samples of the whole deployment, no pool named
 
@@ -89,6 +110,13 @@ class Histogram:
         return Histogram(tuple((le, mine.get(le, 0.0) + theirs.get(le, 0.0)) for le in les), self.sum + other.sum,
                          self.count + other.count)
 
+    def scaled(self, factor: float) -> Histogram:
+        """Every count and the sum times `factor` (one engine's delta read over the window's seconds); the mean
+        and quantiles stay."""
+        if factor == 1.0:
+            return self
+        return Histogram(tuple((le, c * factor) for le, c in self.buckets), self.sum * factor, self.count * factor)
+
     @property
     def mean(self) -> float | None:
         return self.sum / self.count if self.count > 0 else None
@@ -137,20 +165,30 @@ class Histogram:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """One scrape: counters, gauges and histograms per (quantity, pool), summed over other labels."""
+    """One engine's scrape, or a round of several engines' scrapes ([Note: rounds of scrapes]): counters, gauges
+    and histograms per (quantity, pool), summed over its engines and over other labels. A round's time is its
+    latest scrape's."""
 
     time_s: float
     source: str
     counters: tuple[tuple[tuple[str, str], float], ...]
     gauges: tuple[tuple[tuple[str, str], float], ...]
     histograms: tuple[tuple[tuple[str, str], Histogram], ...]
+    engine: str = ""  # which engine scraped: the same in each of its scrapes (a round's own is "")
+    parts: tuple[Snapshot, ...] = ()  # a round's scrapes, one per engine, each at its own time
 
     def pools(self) -> set[str]:
         return {p for (_q, p), _v in (*self.counters, *self.gauges, *self.histograms)}
 
+    def scrapes(self) -> tuple[Snapshot, ...]:
+        """The engines' own scrapes: a round's parts, else this snapshot alone."""
+        return self.parts or (self,)
 
-def parse(text: str, source: str, time_s: float | None = None, pool: str | None = None) -> Snapshot:
-    """A `Snapshot` of Prometheus text `text`; `pool` names the pool of samples that name none."""
+
+def parse(text: str, source: str, time_s: float | None = None, pool: str | None = None,
+          engine: str | None = None) -> Snapshot:
+    """A `Snapshot` of Prometheus text `text`; `pool` names the pool of samples that name none, `engine` the
+    engine that was scraped (default: `pool`; [Note: rounds of scrapes])."""
     from prometheus_client.parser import text_string_to_metric_families
 
     counters: dict[tuple[str, str], float] = {}
@@ -188,7 +226,7 @@ def parse(text: str, source: str, time_s: float | None = None, pool: str | None 
     when = max(stamps) if stamps else time_s if time_s is not None else time.time()
     histograms = {k: Histogram(tuple(sorted(v["buckets"].items())), v["sum"], v["count"]) for k, v in hist.items()}
     return Snapshot(when, source, tuple(sorted(counters.items())), tuple(sorted(gauges.items())),
-                    tuple(sorted(histograms.items())))
+                    tuple(sorted(histograms.items())), engine if engine is not None else pool or "")
 
 
 def _pool_of(labels: dict[str, str], default: str | None) -> str:
@@ -202,55 +240,77 @@ def _pool_of(labels: dict[str, str], default: str | None) -> str:
 
 
 def load(sources: list[str]) -> list[Snapshot]:
-    """Snapshots of every source, oldest first: ``[POOL=]URL``, a file, or a folder of files (sorted by name).
-    Snapshots taken at the same moment (one per engine) are merged into one."""
+    """Rounds of scrapes of every source, oldest first ([Note: rounds of scrapes]): ``[POOL=]URL`` (scraped once
+    now), a file, or a folder of files (sorted by name). A source given twice is read once."""
     snaps: list[Snapshot] = []
-    for given in sources:
+    for given in dict.fromkeys(sources):
         pool, _, where = given.rpartition("=") if "=" in given.split("://", 1)[0] else ("", "", given)
         if where.startswith(("http://", "https://")):
+            asked = time.time()
             try:
                 with urllib.request.urlopen(where, timeout=10) as r:  # noqa: S310 (an http(s) URL the user gave)
                     text = r.read().decode("utf-8")
             except OSError as e:
                 raise BadInput(f"--metrics {where}: cannot scrape it ({e}); is the engine up?") from None
-            snaps.append(parse(text, where, time.time(), pool or None))
+            snaps.append(parse(text, where, (asked + time.time()) / 2, pool or None, engine=given))
             continue
         path = Path(where)
-        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
         if not path.exists():
             raise BadInput(f"--metrics {where}: no such file, folder or URL; give a saved scrape, a folder of "
                            "them or an http:// URL")
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        engine = given if path.is_dir() else pool
         for f in files:
-            snaps.append(parse(f.read_text(encoding="utf-8"), str(f), os.path.getmtime(f), pool or None))
+            snaps.append(parse(f.read_text(encoding="utf-8"), str(f), os.path.getmtime(f), pool or None, engine))
     return merged(snaps)
 
 
 def merged(snaps: list[Snapshot]) -> list[Snapshot]:
-    """Snapshots at the same moment combined (the engines of one scrape), oldest first."""
-    by_time: dict[float, list[Snapshot]] = {}
-    for s in snaps:
-        by_time.setdefault(round(s.time_s, 3), []).append(s)
+    """The engines' scrapes of `snaps` (rounds or single scrapes) grouped into rounds, oldest first ([Note:
+    rounds of scrapes]): in time order, a scrape starts a new round when its engine is in the current one."""
+    scrapes = sorted((p for s in snaps for p in s.scrapes()), key=lambda p: (round(p.time_s, 3), p.source))
+    rounds: list[list[Snapshot]] = []
+    for p in _told_apart(scrapes):
+        if not rounds or any(q.engine == p.engine for q in rounds[-1]):
+            rounds.append([])
+        rounds[-1].append(p)
+    return [_round(group) for group in rounds]
+
+
+def _told_apart(scrapes: list[Snapshot]) -> list[Snapshot]:
+    """Scrapes of one engine key at one moment are different engines' (the files of one round): the second and
+    later, by name, get ``#2``, ``#3``, ... after the key, the same in every round."""
+    seen: dict[tuple[float, str], int] = {}
     out = []
-    for t in sorted(by_time):
-        group = by_time[t]
-        counters: dict = {}
-        gauges: dict = {}
-        hists: dict = {}
-        for s in group:
-            for k, v in s.counters:
-                counters[k] = counters.get(k, 0.0) + v
-            for k, v in s.gauges:
-                gauges[k] = gauges.get(k, 0.0) + v
-            for k, h in s.histograms:
-                hists[k] = hists[k].plus(h) if k in hists else h
-        out.append(Snapshot(t, ", ".join(s.source for s in group), tuple(sorted(counters.items())),
-                            tuple(sorted(gauges.items())), tuple(sorted(hists.items()))))
+    for p in scrapes:
+        key = (round(p.time_s, 3), p.engine)
+        seen[key] = seen.get(key, 0) + 1
+        out.append(p if seen[key] == 1 else dataclasses.replace(p, engine=f"{p.engine}#{seen[key]}"))
     return out
+
+
+def _round(group: list[Snapshot]) -> Snapshot:
+    """One round of scrapes: their sums, at the latest one's time."""
+    if len(group) == 1:
+        return group[0]
+    counters: dict = {}
+    gauges: dict = {}
+    hists: dict = {}
+    for s in group:
+        for k, v in s.counters:
+            counters[k] = counters.get(k, 0.0) + v
+        for k, v in s.gauges:
+            gauges[k] = gauges.get(k, 0.0) + v
+        for k, h in s.histograms:
+            hists[k] = hists[k].plus(h) if k in hists else h
+    return Snapshot(max(s.time_s for s in group), ", ".join(s.source for s in group), tuple(sorted(counters.items())),
+                    tuple(sorted(gauges.items())), tuple(sorted(hists.items())), "", tuple(group))
 
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """What happened between two snapshots: counter and histogram deltas, gauge means, and the seconds between."""
+    """What happened between two snapshots: counter and histogram deltas (each engine's over its own interval,
+    scaled to `seconds`: [Note: rounds of scrapes]), gauge means, and the seconds between."""
 
     start_s: float
     seconds: float
@@ -258,6 +318,7 @@ class Window:
     gauges: dict
     histograms: dict
     gauge_change: dict = None  # (quantity, pool) -> last value - first value
+    unpaired: tuple[str, ...] = ()  # sources of engines with no earlier scrape: counted since they started
 
     def grown(self, quantity: str, pool: str) -> float:
         """How much gauge `quantity` of `pool` rose over the window (0 when it fell, or is absent)."""
@@ -274,26 +335,62 @@ class Window:
 
 
 def window(snaps: list[Snapshot], window_s: float) -> Window:
-    """The last `window_s` seconds of `snaps`: from the latest snapshot at least `window_s` before the last one
-    (or the first snapshot, when none is that old) to the last. One snapshot alone is its own counters since the
-    engines started, over an unknown time: refused."""
+    """The last `window_s` seconds of `snaps` (rounds, oldest first): from the latest round at least `window_s`
+    before the last one (or the first round, when none is that old) to the last; counters and histograms engine
+    by engine ([Note: rounds of scrapes]). One round alone is its counters since the engines started, over an
+    unknown time: refused.
+
+    >>> def scrape(t_s, done):
+    ...     return f"# TYPE vllm:request_success_total counter\\nvllm:request_success_total {done} {t_s * 1000:.0f}\\n"
+    >>> a = [parse(scrape(t, n), f"a{t}", pool="pool0", engine="a") for t, n in ((1e3, 10), (1060.0, 70))]
+    >>> b = [parse(scrape(t, n), f"b{t}", pool="pool0", engine="b") for t, n in ((1000.5, 5), (1050.5, 55))]
+    >>> w = window(merged(a + b), 600)   # rounds at 1000.5 s and 1060 s; a: 60 requests in 60 s, b: 50 in 50 s
+    >>> w.seconds, round(w.counter("requests", "pool0") / w.seconds, 9)
+    (59.5, 2.0)
+    """
+    w = _window(snaps, window_s)
+    if w.unpaired:
+        log.warning("--metrics %s: no earlier scrape of this engine in the last %g s: its requests since it started "
+                    "are counted as the window's; if it ran before, give its scrapes under one source (its URL, a "
+                    "folder of its own, or POOL=FILE files stamped like the other engines' of the same round)",
+                    ", ".join(w.unpaired), window_s)
+    return w
+
+
+def _window(snaps: list[Snapshot], window_s: float) -> Window:
+    """`window` without its warning."""
     if len(snaps) < 2:
         raise BadInput("--metrics: rates need two snapshots at least (counters are cumulative): give a folder or "
                        "several files of scrapes taken apart, or scrape a URL twice (gimletc replan scrapes a URL "
                        "again after --scrape-interval)")
     last = snaps[-1]
-    older = [s for s in snaps[:-1] if last.time_s - s.time_s >= window_s]
-    first = older[-1] if older else snaps[0]
+    older = [i for i, s in enumerate(snaps[:-1]) if last.time_s - s.time_s >= window_s]
+    start = older[-1] if older else 0
+    first = snaps[start]
     seconds = last.time_s - first.time_s
     if seconds <= 0:
         raise BadInput(f"--metrics: the snapshots {first.source} and {last.source} are from the same moment; "
                        "give scrapes taken at different times")
-    before_c, before_h = dict(first.counters), dict(first.histograms)
-    counters = {}
-    for k, v in last.counters:
-        earlier = before_c.get(k)
-        counters[k] = v - earlier if earlier is not None and v >= earlier else v
-    histograms = {k: h.minus(before_h.get(k)) for k, h in last.histograms}
+    counters: dict = {}
+    histograms: dict = {}
+    unpaired = []
+    for end in last.scrapes():
+        begin = _earlier(snaps[:-1], start, end.engine)
+        if begin is None:
+            unpaired.append(end.source)
+            scale, before_c, before_h = 1.0, {}, {}
+        else:
+            if end.time_s <= begin.time_s:
+                raise BadInput(f"--metrics: {begin.source} and {end.source} are scrapes of one engine at the same "
+                               "moment; give each engine's scrapes taken at different times")
+            scale, before_c, before_h = seconds / (end.time_s - begin.time_s), dict(begin.counters), \
+                dict(begin.histograms)
+        for k, v in end.counters:
+            earlier = before_c.get(k)
+            counters[k] = counters.get(k, 0.0) + (v - earlier if earlier is not None and v >= earlier else v) * scale
+        for k, h in end.histograms:
+            delta = h.minus(before_h.get(k)).scaled(scale)
+            histograms[k] = histograms[k].plus(delta) if k in histograms else delta
     inside = [s for s in snaps if first.time_s < s.time_s <= last.time_s]
     gauges: dict = {}
     for s in inside:
@@ -301,18 +398,26 @@ def window(snaps: list[Snapshot], window_s: float) -> Window:
             gauges[k] = gauges.get(k, 0.0) + v / len(inside)
     before_g = dict(first.gauges)
     change = {k: v - before_g.get(k, 0.0) for k, v in last.gauges}
-    return Window(first.time_s, seconds, counters, gauges, histograms, change)
+    return Window(first.time_s, seconds, counters, gauges, histograms, change, tuple(unpaired))
+
+
+def _earlier(snaps: list[Snapshot], start: int, engine: str) -> Snapshot | None:
+    """`engine`'s scrape a window starting at round `start` of `snaps` subtracts: its latest at or before that
+    round, else its first after it; None when `snaps` hold none."""
+    mine = [(i, p) for i, s in enumerate(snaps) for p in s.scrapes() if p.engine == engine]
+    before = [p for i, p in mine if i <= start]
+    return before[-1] if before else mine[0][1] if mine else None
 
 
 def windows(snaps: list[Snapshot], window_s: float) -> list[Window]:
     """Consecutive windows of about `window_s` seconds, oldest first, ending at the last snapshot: each from the
     latest snapshot at least `window_s` before its end (the first snapshot when none is). The last is
-    `window(snaps, window_s)`."""
+    `window(snaps, window_s)` (whose warning it leaves to that)."""
     out: list[Window] = []
     end = len(snaps)
     while end >= 2:
         part = snaps[:end]
-        w = window(part, window_s)
+        w = _window(part, window_s)
         out.append(w)
         end = next(i for i, s in enumerate(part) if s.time_s == w.start_s) + 1
     return out[::-1]
