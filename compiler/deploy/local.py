@@ -252,7 +252,7 @@ class Deployment:
         for p in engines:
             self._spawn(p)
         progress(f"started {len(engines)} vLLM engine(s); waiting for /health (about 90 s each, longer side by side)")
-        self._await_health(engines, ready_timeout_s)
+        self._await_engines(engines, ready_timeout_s, progress)
         for pool in ROUTERS:  # the plan's router, then the front, whose one worker it is
             for p in [p for p in self.procs if p.pool == pool]:
                 self._start_router(p, progress)
@@ -260,6 +260,30 @@ class Deployment:
             self._write_endpoints()
         front = self._proc(FRONT)
         progress(f"ready: router at {front.url}" if front else "ready")
+
+    def _await_engines(self, engines: list[Proc], timeout_s: float, progress: Callable[[str], None]) -> None:
+        """Wait for `engines` to answer /health. [Note: ports chosen at start] An engine's port is picked before it
+        starts and bound some seconds later, once its imports are done; an engine that exited because another
+        process took its port in between ("Address already in use") starts again on another port, once, and the
+        routers (started after) take its new URL."""
+        deadline = time.monotonic() + timeout_s
+        retried: set[str] = set()
+        while True:
+            try:
+                self._await_health(engines, max(1.0, deadline - time.monotonic()))
+                return
+            except RuntimeFailure:
+                dead = [p for p in engines if p.popen is not None and p.popen.poll() is not None]
+                lost = [p for p in dead if p.name not in retried and "Address already in use" in _tail(p.log_path)]
+                if not dead or len(lost) < len(dead):
+                    raise
+            for p in lost:
+                retried.add(p.name)
+                old = p.port
+                p.port = _free_port()
+                p.argv = _set(p.argv, "--port", str(p.port))
+                progress(f"{p.name}: port {old} was taken before it bound it; starting it again on port {p.port}")
+                self._spawn(p)
 
     def _start_router(self, p: Proc, progress: Callable[[str], None]) -> None:
         """[Note: ports chosen at start] Start a router on ports picked now, once every engine listens; a port taken
@@ -285,6 +309,11 @@ class Deployment:
         a router's port picked up front in 1 of 3 starts here ("Address already in use" from its metrics
         listener). So routers get their ports when they start, after the engines listen."""
         p.port = _free_port()
+        if p.pool == ROUTER and self.plan is not None and self.router is not None:  # the engines' URLs as they are
+            urls: dict[str, list[str]] = {}
+            for q in sorted((q for q in self.procs if q.pool not in ROUTERS), key=lambda q: (q.pool, q.replica)):
+                urls.setdefault(q.pool, []).append(q.url)
+            p.argv = router_command(self.plan, self.router, p.port, urls)
         p.argv = _set(_set(p.argv, "--port", str(p.port)), "--prometheus-port", str(_free_port()))
         if p.pool == FRONT and (router := self._proc(ROUTER)) is not None:
             p.argv = _set(p.argv, "--worker-urls", router.url)

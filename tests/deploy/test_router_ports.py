@@ -95,3 +95,36 @@ def test_many_starts_beside_a_port_grabber_all_come_up(tmp_path):
         grabber.join(timeout=5)
         for s in held:
             s.close()
+
+
+def test_an_engine_that_loses_its_port_starts_again_and_the_router_takes_its_new_url(tmp_path, monkeypatch):
+    """The cpu_pd split's two engines (stand-ins), the first of which to start exits like vLLM when its port was
+    taken ("Address already in use"): it starts again on another port, once, says so, and the plan's router is
+    given the engine's new URL, not the lost one."""
+    from compiler.deploy.local import ROUTER, ROUTERS, prepare
+    from tests.deploy.helpers import DOCS
+    from tests.deploy.test_apply import FAKE, _plan
+
+    plan = _plan(tmp_path, "running", DOCS)
+    fake = tmp_path / "fake-engine"
+    fake.write_text(FAKE.replace("PYTHON", sys.executable))
+    fake.chmod(0o755)
+    once = tmp_path / "lost-a-port"
+    wrapper = tmp_path / "engine-losing-its-port"
+    wrapper.write_text(f"#!/bin/bash\nif [[ \" $* \" == *\" --model \"* && ! -e {once} ]]; then touch {once}; "
+                       f"echo 'OSError: [Errno 98] Address already in use'; exit 1; fi\nexec {fake} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("FAKE_CALLS_FILE", str(tmp_path / "calls"))
+    deployment = prepare(plan, wrapper, fake)
+    first = {p.name: p.url for p in deployment.procs if p.pool not in ROUTERS}
+    said: list[str] = []
+    try:
+        deployment.start(60.0, said.append)
+        engines = {p.name: p.url for p in deployment.procs if p.pool not in ROUTERS}
+        moved = [name for name in engines if engines[name] != first[name]]
+        assert once.exists() and len(moved) == 1, (first, engines)
+        assert any(moved[0] in s and "starting it again on port" in s for s in said), said
+        router = next(p for p in deployment.procs if p.pool == ROUTER)
+        assert engines[moved[0]] in router.argv and first[moved[0]] not in router.argv
+    finally:
+        deployment.stop()
