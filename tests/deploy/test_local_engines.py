@@ -124,6 +124,47 @@ def test_greedy_tokens_through_the_router_equal_hugging_face_and_kv_came_through
     assert moved == sum((len(p) - 1) // BLOCK * BLOCK for p in PROMPTS)
 
 
+def test_replan_reads_what_each_engine_served_between_its_own_scrapes(deployment, tmp_path):
+    """Issue 40 item 1 on the real engines: both engines' /metrics saved, 6 requests of the plan's class sent
+    through the router, both saved again; `replan --metrics PREFILL=FOLDER --metrics DECODE=FOLDER` reads the
+    class at 6 requests over each engine's own seconds between its scrapes (not every request since the engines
+    started), and measures the decode pool's TPOT."""
+    out, _proc, info = deployment
+    plan = json.loads((out / "plan.json").read_text())
+    pools = {p["role"]: p["name"] for p in plan["pools"]}
+    urls = {p["pool"]: p["url"] for p in info["processes"] if p["pool"] in pools.values()}
+    times: dict[str, list[float]] = {pool: [] for pool in urls}
+
+    def save(name: str) -> None:
+        for pool, url in urls.items():
+            text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+            (tmp_path / pool).mkdir(exist_ok=True)
+            path = tmp_path / pool / f"{name}.prom"
+            path.write_text(text)
+            times[pool].append(path.stat().st_mtime)
+
+    sent = 6
+    save("before")
+    for i in range(sent):  # the class's mean prompt, 768 tokens
+        _complete(info["router"], info["served_model_name"], [(13 * i + 5 * j) % 500 + 3 for j in range(768)])
+    save("after")
+    done = subprocess.run([sys.executable, "-m", "compiler.cli", "replan", str(out),
+                           "--metrics", f"{pools['prefill']}={tmp_path / pools['prefill']}",
+                           "--metrics", f"{pools['decode']}={tmp_path / pools['decode']}", "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    (docs,) = summary["observation"]["classes"]
+    span = {pool: t[1] - t[0] for pool, t in times.items()}
+    assert docs["requests_per_s"] == pytest.approx(sent / span[pools["prefill"]], rel=0.02)
+    observed = {p["pool"]: p for p in summary["observation"]["pools"]}
+    assert dict(observed[pools["decode"]]["arrivals_per_s"])["docs"] == pytest.approx(
+        sent / span[pools["decode"]], rel=0.02)
+    assert observed[pools["decode"]]["tpot"]["mean_s"] > 1e-4  # a real engine step, milliseconds
+    fitted = {p["pool"]: p for p in summary["pools"]}
+    assert fitted[pools["decode"]].get("note") != "no requests recognised" and fitted[pools["decode"]]["tpot"]
+
+
 def test_a_text_prompt_through_the_router_gets_text_back(deployment):
     """The tiny model's plan has no tokenizer; deploy --local gives the engines a word-level one (word tN is token
     N): a text prompt through the router is answered in text, each word a token of the model's vocabulary."""
