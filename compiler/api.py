@@ -354,9 +354,9 @@ def predict_load(document: PlanDocument, *, concurrency: int, input_len: int, ou
     precision = Precision.of(document.dtype, document.kv_dtype)
     profile = next((c.path for c in document.calibrations if c.kind == "profile"), None)
 
-    def run(pool, **kw) -> Any:
+    def run(pool, prompt_len: int = input_len, **kw) -> Any:
         return estimate(document.model, device=pool.device, count=pool.replicas * pool.devices_per_replica,
-                        tp=pool.tp, pp=pool.pp, precision=precision, input_len=input_len, engine=pool.engine,
+                        tp=pool.tp, pp=pool.pp, precision=precision, input_len=prompt_len, engine=pool.engine,
                         calibration=profile, **kw)
 
     roles = {p.role for p in document.pools}
@@ -367,35 +367,45 @@ def predict_load(document: PlanDocument, *, concurrency: int, input_len: int, ou
                "output_tokens_per_s": (e.output_tokens_per_s, e.intervals["output_tokens_per_s"])}
         how = f"one closed loop of {concurrency} clients on {pool.name}"
     elif roles == {"prefill", "decode"}:
-        out, how = _split_load(document, run, concurrency, output_len)
+        out, how = _split_load(document, run, concurrency, input_len, output_len)
     else:
         raise BadInput(f"bench prediction: pools of roles {', '.join(sorted(roles))} are not predicted under a closed "
                        "loop yet (colocated pools, or one prefill and one decode role, are)")
     return {k: {"value": v, "interval": i.to_json()} for k, (v, i) in out.items()} | {"how": how}
 
 
-def _split_load(document, run, concurrency: int, output_len: int) -> tuple[dict, str]:
-    """[Note: a plan under a closed loop] for a prefill -> decode split."""
+def _split_load(document, run, concurrency: int, input_len: int, output_len: int) -> tuple[dict, str]:
+    """[Note: a plan under a closed loop] for a prefill -> decode split. The decode engine's first token is one
+    decode step, or, where the connector leaves part of the prompt to it ([Note: the decode engine's own prefill]
+    in `compiler.emit.serving.connectors`), its prefill of those tokens (costed as a prompt of that length: the
+    attention over the loaded blocks is left out)."""
+    from compiler.emit.serving.connectors import recomputed_tokens
     from compiler.ir.prediction import Interval
 
     prefill = max((p for p in document.pools if p.role == "prefill"), key=lambda p: p.replicas)
     decode = max((p for p in document.pools if p.role == "decode"), key=lambda p: p.replicas)
     handoff_s = max((t.predicted_latency_ms for t in document.transfers if t.kind == "kv"), default=0.0) / 1e3
+    connector = decode.launch.kv_connector if decode.launch is not None else None
+    tail = recomputed_tokens(connector.name, input_len, connector.block_size) if connector is not None else 0
+    first = run(decode, prompt_len=tail, output_len=1, batch=None, concurrency=1) if tail else None
     prefilling, decoding = float(concurrency), 1.0
     for _ in range(6):
         pre = run(prefill, output_len=1, batch=None, concurrency=max(1, round(prefilling)))
         dec = run(decode, output_len=output_len, batch=max(1, round(decoding)), concurrency=None)
-        ttft_s = pre.ttft_ms / 1e3 + handoff_s + dec.tpot_ms / 1e3
+        first_s = (first.ttft_ms if first is not None else dec.tpot_ms) / 1e3
+        ttft_s = pre.ttft_ms / 1e3 + handoff_s + first_s
         decode_s = (output_len - 1) * dec.tpot_ms / 1e3
         cycle_s = ttft_s + decode_s
         prefilling = concurrency * pre.ttft_ms / 1e3 / cycle_s
-        decoding = concurrency * (decode_s + dec.tpot_ms / 1e3) / cycle_s
+        decoding = concurrency * (decode_s + first_s) / cycle_s
     p_ttft, d_tpot = pre.intervals["ttft_ms"], dec.intervals["tpot_ms"]
-    ttft = Interval(p_ttft.lo + (handoff_s * 1e3) + d_tpot.lo, p_ttft.hi + handoff_s * 1e3 + d_tpot.hi)
+    d_first = first.intervals["ttft_ms"] if first is not None else d_tpot
+    ttft = Interval(p_ttft.lo + (handoff_s * 1e3) + d_first.lo, p_ttft.hi + handoff_s * 1e3 + d_first.hi)
     cycle = Interval(ttft.lo + (output_len - 1) * d_tpot.lo, ttft.hi + (output_len - 1) * d_tpot.hi)
     tokens = concurrency * output_len / cycle_s
     rate = Interval(concurrency * output_len / (cycle.hi / 1e3) if cycle.bounded else 0.0,
                     concurrency * output_len / (cycle.lo / 1e3) if cycle.lo > 0 else float("inf"))
     how = (f"{prefill.name} prefills about {prefilling:.1f} of the {concurrency} clients at a time, {decode.name} "
-           f"decodes about {decoding:.1f}")
+           f"decodes about {decoding:.1f}" + (f" and prefills the {tail} prompt tokens its connector leaves it"
+                                              if tail else ""))
     return {"ttft_ms": (ttft_s * 1e3, ttft), "tpot_ms": (dec.tpot_ms, d_tpot), "output_tokens_per_s": (tokens, rate)}, how

@@ -100,6 +100,7 @@ def test_greedy_tokens_through_the_router_equal_hugging_face_and_kv_came_through
     decode_pool = next(p["name"] for p in plan["pools"] if p["role"] == "decode")
     decode = next(p for p in info["processes"] if p["pool"] == decode_pool)
     before = _metric(decode["url"], "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
+    computed_before = _metric(decode["url"], "vllm:prompt_tokens_by_source_total", source="local_compute")
     with ThreadPoolExecutor(len(PROMPTS)) as pool:  # 8 requests in flight at once
         got = list(pool.map(lambda p: _complete(info["router"], info["served_model_name"], p), PROMPTS))
     # Each token the engines chose is Hugging Face's greedy choice given the tokens before it (teacher-forced on
@@ -122,6 +123,11 @@ def test_greedy_tokens_through_the_router_equal_hugging_face_and_kv_came_through
     # (len - 1) // block whole blocks): hand arithmetic, not a count the code under test produced.
     moved = _metric(decode["url"], "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") - before
     assert moved == sum((len(p) - 1) // BLOCK * BLOCK for p in PROMPTS)
+    # ... and prefilled the rest itself, as the bench's prediction costs it ([Note: the decode engine's own prefill])
+    from compiler.emit.serving.connectors import recomputed_tokens
+
+    computed = _metric(decode["url"], "vllm:prompt_tokens_by_source_total", source="local_compute") - computed_before
+    assert computed == sum(recomputed_tokens("ExampleConnector", len(p), BLOCK) for p in PROMPTS)
 
 
 def test_replan_reads_what_each_engine_served_between_its_own_scrapes(deployment, tmp_path):
