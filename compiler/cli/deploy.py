@@ -24,6 +24,10 @@ def register(sub) -> None:
                    help="deploy on this machine (the only target today; clusters use DIR/k8s)")
     p.add_argument("--for", dest="for_s", type=options.positive_float, default=None, metavar="S",
                    help="stop after S seconds of serving (default: until interrupted)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="when this host's vLLM engine was never measured and the plan names no calibration profile, "
+                        "measure it first (gimletc calibrate --device cpu-host --engine vllm: 10-20 minutes, once), "
+                        "so gimletc bench compares with the engine's own predictions")
     p.add_argument("--ready-timeout-s", type=options.positive_float, default=900.0,
                    help="how long engines may take to answer /health, at the start and when a replan "
                         "applied to this deployment starts new ones (default 900)")
@@ -39,5 +43,6 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"gimletc: {message}", file=sys.stderr, flush=True)
 
-    deploy_local(args.plan, for_s=args.for_s, ready_timeout_s=args.ready_timeout_s, progress=progress)
+    deploy_local(args.plan, for_s=args.for_s, ready_timeout_s=args.ready_timeout_s, progress=progress,
+                 calibrate=args.calibrate)
     return 0

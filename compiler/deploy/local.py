@@ -646,10 +646,34 @@ def prepare(root: str | Path, python: Path, router: Path,
     return Deployment(root, plan, procs, python=python, router=router, kv_dir=kv_dir)
 
 
+def uncalibrated(plan: Plan) -> str | None:
+    """Why `gimletc bench` would compare this deployment with unbounded predictions (no calibration profile in the
+    plan and no engine record of this host's vLLM, `gimletc calibrate --device cpu-host --engine vllm`), with the
+    fix; None when it will not."""
+    from compiler.ir.calibration import load_engine_record
+
+    if any(c.kind == "profile" for c in plan.calibrations) or load_engine_record("cpu-host", "vllm") is not None:
+        return None
+    return ("this host's vLLM engine was never measured: the plan's predictions for cpu-host are unbounded, and "
+            "`gimletc bench` will compare against them; measure it with `gimletc calibrate --device cpu-host --engine "
+            "vllm` (10-20 minutes on two cores, once) and recompile, or deploy with --calibrate to measure it first")
+
+
 def deploy_local(root: str | Path, *, for_s: float | None = None, ready_timeout_s: float = 900.0,
-                 progress: Callable[[str], None] = log.info) -> None:
-    """Run the plan in `root` on local vLLM engines until interrupted, `for_s` elapses, or a process dies."""
+                 progress: Callable[[str], None] = log.info, calibrate: bool = False) -> None:
+    """Run the plan in `root` on local vLLM engines until interrupted, `for_s` elapses, or a process dies. Where
+    bench would compare it with unbounded predictions (`uncalibrated`), say so, or with `calibrate` measure the
+    host's engine first (``gimletc calibrate --device cpu-host --engine vllm``)."""
     loaded = load_local(Path(root))  # a plan that cannot run here is refused before minutes of engine set-up
+    missing = uncalibrated(loaded[0])
+    if missing and calibrate:
+        from compiler.calibrate.engine import calibrate_engine
+
+        progress("measuring this host's vLLM engine first (gimletc calibrate --device cpu-host --engine vllm, "
+                 "10-20 minutes): bench's predictions are then the engine's as measured here")
+        calibrate_engine(progress=progress)
+    elif missing:
+        progress(f"note: {missing}")
     python = engine_python(progress)
     deployment = prepare(root, python, router_binary(), loaded)
     def on_signal(_signum, _frame):  # SIGTERM: stop like Ctrl-C (an orchestrator's or a test's stop)
