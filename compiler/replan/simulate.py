@@ -302,7 +302,7 @@ class Deployment:
                     lines.append(f'{name}_bucket{{{label},le="{le_text}"}} {running:.0f} {t}')
                 lines.append(f"{name}_sum{{{label}}} {h.total!r} {t}")
                 lines.append(f"{name}_count{{{label}}} {h.n:.0f} {t}")
-        lines.append("# TYPE vllm:request_success counter")
+        lines.append("# TYPE vllm:request_success_total counter")  # as prometheus_client (vLLM) writes a counter
         for (_q, pool), v in sorted(self.counters.items()):
             lines.append(f'vllm:request_success_total{{pod="gimletc-{pool}-0",finished_reason="stop"}} {v:.0f} {t}')
         for quantity, name in (("waiting", "vllm:num_requests_waiting"), ("running", "vllm:num_requests_running")):
