@@ -439,9 +439,9 @@ def _placed(prep: Prepared, analysis, *, objective: str, time_limit_s: float, ba
     draft_graph = prep.draft.graph if prep.draft is not None else None
     emit = lambda base, moved: emit_plan(prep.graph, prep.cluster, prep.workload, prep.precision,  # noqa: E731
                                          prep.instance, sol, base, moved, draft_graph=draft_graph)
+    with timings.step("emit placement"):  # what it needs of the reference runtime decides the deployable baseline
+        placed = emit([], [])
     if on_placed is not None:
-        with timings.step("emit placement"):
-            placed = emit([], [])
         on_placed(placed)
     moved: list = []
     if analysis is not None:  # the child's baselines arrive here too
@@ -459,17 +459,50 @@ def _placed(prep: Prepared, analysis, *, objective: str, time_limit_s: float, ba
                 note("baselines: each device type alone within the budget, vendor islands, no disaggregation, greedy")
                 base = solve_baselines(prep.instance, objective, time_limit_s=time_limit_s, fleets=fleets, gap=gap,
                                        exact=exact)
+            base = _posed_once_placed(prep, sol, placed, base, objective=objective, time_limit_s=time_limit_s,
+                                      gap=gap, exact=exact, note=note)
     with timings.step("emit"):
         plan = emit(base, moved)
     return Compilation(plan, sol, prep, timings, fleets)
 
 
-def fleets_of(prep: Prepared) -> list:
+def _posed_once_placed(prep: Prepared, sol: Solution, placed: Plan, base: list, *, objective: str,
+                       time_limit_s: float, gap: float, exact: bool, note: Progress) -> list:
+    """The baselines once the plan is known ([Note: baselines] in compiler.ir.placement): where the plan leaves its
+    power budget unspent, the iso-power questions posed again at the power it provisions (for an objective to
+    maximise: one to minimise at an arrival rate asks what each type needs within the budget); where it needs the
+    reference runtime (`placed.needs_runtime`), the same question solved as ``compile --deployable`` solves it,
+    added as ``deployable``. (`Compilation.fleets`, which a frontier sweeps, stay at the budget.)"""
+    from compiler.place.baselines import fleet_baselines, solved, unspent_budget
+
+    budget_w = prep.cluster.power_budget_w
+    least_w = min(prep.cluster.device_w(d) for d in prep.cluster.inventory())
+    at_w = unspent_budget(budget_w, sol.provisioned_w, least_w) if sol.objective.sense == "max" else None
+    if at_w is not None:
+        note(f"baselines: each device type alone at the plan's provisioned {at_w / 1e3:,.1f} kW (the "
+             f"{budget_w / 1e3:,.1f} kW budget does not bind)")
+        posed = fleets_of(prep, power_budget_w=at_w)
+        again = {b.name: b for b in fleet_baselines(posed, objective, time_limit_s=time_limit_s, gap=gap,
+                                                    exact=exact, posed_power_w=at_w)}
+        base = [again.get(b.name, b) for b in base]
+    if placed.needs_runtime and not prep.deployable:
+        from compiler.emit.serving import deployable
+
+        note("baselines: the same question on public engines alone (compile --deployable)")
+        base = [*base, solved("deployable", deployable(prep.instance, prep.cluster.engine), objective, time_limit_s,
+                              gap=gap, exact=exact)]
+    return base
+
+
+def fleets_of(prep: Prepared, power_budget_w: float | None = None) -> list:
     """The iso-power and iso-cost single-type fleets of `prep`'s cluster (`cost.instance.single_type_fleets`), held to
-    what public engines run when `prep` is (`compile --deployable`)."""
+    what public engines run when `prep` is (`compile --deployable`); given `power_budget_w`, only the iso-power ones,
+    posed at that power instead of the budget."""
     from compiler.cost.instance import single_type_fleets
 
-    fleets = single_type_fleets(prep.graph, prep.cluster, prep.workload, prep.precision)
+    cluster = prep.cluster if power_budget_w is None else \
+        prep.cluster.model_copy(update={"power_budget_kw": power_budget_w / 1e3, "cost_budget_per_hour": None})
+    fleets = single_type_fleets(prep.graph, cluster, prep.workload, prep.precision)
     if not prep.deployable:
         return fleets
     from compiler.emit.serving import deployable

@@ -139,7 +139,7 @@ def render(result, out: Path) -> None:
     if plan.fleet_design:
         console.print("fleet design (count: any): the solver chose " + ", ".join(
             f"{plan.devices_used.get(t, 0)} of at most {plan.inventory.get(t, 0)} {t}" for t in plan.fleet_design))
-    for table in _pool_tables(plan, console.width):
+    for table in pool_tables(plan, console.width):
         console.print(table)
     pr, iv = plan.predicted, plan.predicted.intervals
     console.print(
@@ -182,7 +182,7 @@ def render(result, out: Path) -> None:
                   "predictions.[/dim]", soft_wrap=False)
 
 
-def _pool_tables(plan, width: int) -> list:
+def pool_tables(plan, width: int) -> list:
     """The pools, one row each: shape first, then predictions; split in two tables on a narrow terminal."""
     pct = f"p{plan.classes[0].slo_percentile:g} " if plan.classes else ""
     columns = [("pool", "left"), ("role", "left"), ("device", "left"), ("replicas x devices", "right"),
@@ -199,7 +199,12 @@ def _pool_tables(plan, width: int) -> list:
                      if "prefill" in p.phases else "-",
                      with_interval(p.predicted_tpot_ms, p.predicted_intervals.get("tpot_ms"), ".1f"),
                      f"{p.predicted_power_w / 1e3:.1f}", ", ".join(c.name for c in p.predicted_classes), span])
-    return fitted_tables("pools (predicted, at their utilisation)", columns, rows, width)
+    tables = fitted_tables("pools (predicted, at their utilisation)", columns, rows, width)
+    if any("prefill" not in p.phases for p in plan.pools):
+        from compiler.emit.report.figures import DECODE_TTFT_NOTE
+
+        tables[-1].caption, tables[-1].caption_justify = DECODE_TTFT_NOTE, "left"
+    return tables
 
 
 def _class_tables(plan, width: int) -> list:
@@ -260,13 +265,13 @@ def _baseline_tables(plan, width: int) -> list:
 
 
 def baseline_verdicts(plan) -> list[str]:
-    """The verdict of ``summary.md`` (`compiler.emit.report.verdict`), styled: a baseline that beats the plan in
-    yellow, one with no number dimmed."""
+    """The verdict of ``summary.md`` (`compiler.emit.report.verdict`), styled: the headline (the fleet as run today,
+    public engines) in bold, a baseline that beats the plan in yellow, one with no number dimmed."""
     from rich.markup import escape
 
     from compiler.emit.report.verdict import verdict_lines
 
-    style = {"beaten": "[yellow]{}[/yellow]", "missing": "[dim]{}[/dim]", "fine": "{}"}
+    style = {"lead": "[bold]{}[/bold]", "beaten": "[yellow]{}[/yellow]", "missing": "[dim]{}[/dim]", "fine": "{}"}
     return [style[line.kind].format(escape(line.text)) for line in verdict_lines(plan) if line.kind != "warning"]
 
 

@@ -230,11 +230,12 @@ def _pools(graph: BlockGraph, inst: Instance, sol: Solution, used: list[tuple[Po
         worst = lambda index: max((getattr(c, index) for c in classes if getattr(c, index) is not None),  # noqa: E731
                                   default=None)
         ttft, tpot = worst("ttft_slo_percentile_ms"), worst("tpot_slo_percentile_ms")
-        bounds = {k: _bounds(o.spread(m).of(v)) for k, m, v in (("ttft_ms", "ttft", ttft), ("tpot_ms", "tpot", tpot))
-                  if v is not None}
+        wait = worst("slot_wait_slo_percentile_ms")
+        bounds = {k: _bounds(o.spread(m).of(v)) for k, m, v in (("ttft_ms", "ttft", ttft), ("tpot_ms", "tpot", tpot),
+                                                                ("slot_wait_ms", "tpot", wait)) if v is not None}
         common = dict(batch=o.batch, option=o.key,
                       predicted_requests_per_s=sum(sol.served_on(o.key).values()),
-                      predicted_ttft_ms=ttft, predicted_tpot_ms=tpot,
+                      predicted_ttft_ms=ttft, predicted_tpot_ms=tpot, predicted_slot_wait_ms=wait,
                       predicted_utilisation=util, predicted_classes=classes, predicted_intervals=bounds,
                       interval_basis={m: s.basis for m, s in o.spreads})
         if o.kind == "decode-af":
@@ -291,16 +292,27 @@ def _af_halves(o: PoolOption, n: int) -> tuple[tuple[str, int, int], ...]:
 
 
 def _pool_classes(o: PoolOption, served: dict[str, float], util: float) -> list[PoolClass]:
+    """Each class on option `o` at utilisation `util`.
+
+    [Note: no TTFT on a decode pool] A pool that takes KV from a prefill pool does not produce the first token of
+    the requests it decodes: their TTFT is the class's, end to end (prefill, hand-off, the wait for a decode
+    slot: `ClassResult`). What the decode pool adds to it is that wait, reported as ``slot_wait_*`` (a queue of
+    its decode steps: its TPOT's spread), and its TTFT fields are empty, in plan.json, summary.md and the
+    CLI's pool table alike, each saying why (`compiler.emit.report.figures.DECODE_TTFT_NOTE`).
+    """
     out = []
     for c, rate in sorted(served.items()):
         _u, t50, tp, p50, pp = o.service(c).at(util)
         decodes = o.kind != "prefill"
-        # a decode pool's TTFT is its wait for a slot, a queue of its decode steps: its TPOT's spread
-        ttft_spread = o.spread("tpot" if o.receives_kv else "ttft")
-        out.append(PoolClass(name=c, requests_per_s=rate, ttft_p50_ms=t50 * 1e3, ttft_slo_percentile_ms=tp * 1e3,
+        first = not o.receives_kv  # colocated and prefill pools produce the first token
+        ttft = dict(ttft_p50_ms=t50 * 1e3, ttft_slo_percentile_ms=tp * 1e3,
+                    ttft_slo_percentile_interval_ms=_bounds(o.spread("ttft").of(tp * 1e3))) if first else \
+            dict(ttft_p50_ms=None, ttft_slo_percentile_ms=None, slot_wait_p50_ms=t50 * 1e3,
+                 slot_wait_slo_percentile_ms=tp * 1e3,
+                 slot_wait_slo_percentile_interval_ms=_bounds(o.spread("tpot").of(tp * 1e3)))
+        out.append(PoolClass(name=c, requests_per_s=rate, **ttft,
                              tpot_p50_ms=p50 * 1e3 if decodes else None,
                              tpot_slo_percentile_ms=pp * 1e3 if decodes else None,
-                             ttft_slo_percentile_interval_ms=_bounds(ttft_spread.of(tp * 1e3)),
                              tpot_slo_percentile_interval_ms=_bounds(o.spread("tpot").of(pp * 1e3)) if decodes
                              else None))
     return out
@@ -454,7 +466,8 @@ def baseline_result(b: BaselineSolution, sol: Solution, plan: Predicted, inst: I
         gap=b.objective.gap if proven else None, plan_gain=plan_gain, plan_gains=gains,
         beats_plan=plan_gain is not None and plan_gain < 1 - BEATS_TOLERANCE,
         output_tokens_per_s_interval=_bounds(own_at) if own_at else None,
-        plan_gain_interval=_bounds(gains_at) if gains_at else None, within_error=within_error(gains_at))
+        plan_gain_interval=_bounds(gains_at) if gains_at else None, within_error=within_error(gains_at),
+        posed_power_w=b.posed_power_w)
 
 
 #: A baseline beats the plan only by more than the solver's floating-point tolerance: the plan's tie-break keeps

@@ -105,12 +105,17 @@ class PoolClass(_Frozen):
 
     name: str
     requests_per_s: float
-    ttft_p50_ms: float | None  # colocated, prefill: time to first token; decode: the wait for a decode slot
+    # colocated, prefill: time to first token; decode: none ([Note: no TTFT on a decode pool])
+    ttft_p50_ms: float | None
     ttft_slo_percentile_ms: float | None
     tpot_p50_ms: float | None
     tpot_slo_percentile_ms: float | None
     ttft_slo_percentile_interval_ms: Bounds | None = None  # 80% interval of ttft_slo_percentile_ms
     tpot_slo_percentile_interval_ms: Bounds | None = None
+    # decode pools: a handed-off request's wait for a decode slot, part of its class's TTFT
+    slot_wait_p50_ms: float | None = None
+    slot_wait_slo_percentile_ms: float | None = None
+    slot_wait_slo_percentile_interval_ms: Bounds | None = None
 
 
 class Draft(_Frozen):
@@ -214,14 +219,18 @@ class Pool(_Frozen):
     option: str
     engine: str = "generic"  # the serving engine the cluster file names for this device's pool
     predicted_requests_per_s: float
-    predicted_ttft_ms: float | None = None  # worst class, at the SLO percentile and the predicted utilisation
+    # worst class, at the SLO percentile and the predicted utilisation; none on a pool that does not prefill
+    # ([Note: no TTFT on a decode pool])
+    predicted_ttft_ms: float | None = None
+    predicted_slot_wait_ms: float | None = None  # decode pools: the worst class's wait for a slot, same percentile
     predicted_tpot_ms: float | None = None
     predicted_power_w: float
     predicted_utilisation: float = 0.0  # share of the replicas' capacity the routed classes use (< 1)
     predicted_classes: list[PoolClass] = []
     draft: Draft | None = None  # speculative decoding (colocated, decode and decode-attention pools)
     launch: EngineLaunch | None = None  # the serving engine that runs it (None: only the reference runtime does)
-    # 80% intervals of predicted_ttft_ms, predicted_tpot_ms, and what they rest on, per metric (ttft, tpot, e2e)
+    # 80% intervals of predicted_ttft_ms, predicted_tpot_ms (predicted_slot_wait_ms: slot_wait_ms), and what they
+    # rest on, per metric (ttft, tpot, e2e)
     predicted_intervals: dict[str, Bounds] = {}
     interval_basis: dict[str, str] = {}
 
@@ -363,6 +372,9 @@ class Baseline(_Frozen):
     # per device type] in compiler/emit/intervals.py); within_error: it holds 1, the model cannot tell them apart
     plan_gain_interval: Bounds | None = None
     within_error: bool = False
+    # iso-power: the power it was posed at where that is the plan's provisioned power, not the budget (the
+    # budget does not bind: [Note: baselines] in compiler.ir.placement); null: the budget
+    posed_power_w: float | None = None
 
 
 class CalibrationUsed(_Frozen):

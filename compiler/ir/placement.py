@@ -340,12 +340,18 @@ class Solution:
 #: inventory with colocated pools only; ``greedy``: the same inventory filled by `compiler.place.greedy`.
 #: A fixed-fleet plan can lose to an iso-power baseline (it may own few of the best type); it never loses to
 #: vendor islands, no-disaggregation or greedy, whose placements it could choose too.
+#: Where the plan leaves its power budget unspent (what is left buys not one more device), equal power is the
+#: power the plan provisions, not the budget (``Baseline.posed_power_w``): 64 GPUs switched on under a budget
+#: for 784 are compared with what 64 of another type serve. ``deployable`` (only for a plan that needs the
+#: reference runtime): the same instance held to what public engines run (``compile --deployable``).
 BASELINE_QUESTIONS: dict[str, str] = {
     "iso-power": "only {device}, as many as the power budget buys",
     "iso-cost": "only {device}, as many as the cost budget buys",
     "vendor-islands": "the same inventory, each device type serving alone (no traffic across types)",
     "no-disaggregation": "the same inventory, colocated pools only (no prefill/decode or attention/FFN split)",
     "greedy": "the same inventory, filled by the greedy heuristic",
+    "deployable": "the same inventory, held to what public engines run (compile --deployable: KV only where a "
+                  "connector joins two engines, no attention/FFN split, no drafter pool)",
 }
 
 
@@ -369,15 +375,19 @@ class Baseline:
     devices: tuple[tuple[str, int], ...] = ()
     note: str = ""
     paths: tuple[tuple[float, tuple[str, ...]], ...] = ()  # output tokens/s by device types (`Solution.paths`)
+    posed_power_w: float | None = None  # iso-power posed at the plan's provisioned power ([Note: baselines])
 
     @property
     def kind(self) -> str:
-        """``iso-power``, ``iso-cost``, ``vendor-islands``, ``no-disaggregation`` or ``greedy``."""
+        """``iso-power``, ``iso-cost``, ``vendor-islands``, ``no-disaggregation``, ``greedy`` or ``deployable``."""
         return self.name.split(":", 1)[0]
 
     @property
     def question(self) -> str:
         device = self.name.split(":", 1)[1] if ":" in self.name else ""
+        if self.posed_power_w is not None:
+            return (f"only {device}, as many as the plan's provisioned {self.posed_power_w / 1e3:,.1f} kW buys (the "
+                    "power budget does not bind)")
         return BASELINE_QUESTIONS[self.kind].format(device=device)
 
     @property

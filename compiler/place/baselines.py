@@ -7,7 +7,9 @@ stage costed for the iso-power and iso-cost questions
 the question cannot be posed). After: one `Baseline` per question, with its own
 status: ``iso-power:<device>`` / ``iso-cost:<device>`` per fleet,
 ``vendor-islands`` (`islands`), ``no-disaggregation`` (`colocated_only`) and
-``greedy`` (`compiler.place.greedy`).
+``greedy`` (`compiler.place.greedy`). Once the plan is known: `unspent_budget` says whether
+the iso-power questions are posed again at the power the plan provisions
+(`fleet_baselines`, [Note: baselines]).
 """
 
 from __future__ import annotations
@@ -42,6 +44,34 @@ def baselines(inst: Instance, objective: str, *, time_limit_s: float,
                    else 0)
     found = dict(zip(order, concurrently(one, [posed[i] for i in order], at_once)))
     return [*(found[i] for i in range(len(posed))), greedy_baseline(inst, objective)]
+
+
+def fleet_baselines(fleets: Sequence[tuple[str, Instance | str]], objective: str, *, time_limit_s: float,
+                    gap: float = OPTIMAL_GAP, exact: bool = False, posed_power_w: float | None = None,
+                    at_once: int = SOLVES_AT_ONCE) -> list[Baseline]:
+    """One `Baseline` per single-type fleet of `fleets` (`compiler.cost.instance.single_type_fleets`), in their
+    order, solved as `baselines` solves them; each records `posed_power_w`, the power its question was posed at
+    when that is not the budget."""
+    def one(entry: tuple[str, Instance | str]) -> Baseline:
+        name, fleet = entry
+        b = solved(name, fleet, objective, time_limit_s, gap=gap, exact=exact) if isinstance(fleet, Instance) \
+            else Baseline(name, "skipped", note=fleet)
+        return replace(b, posed_power_w=posed_power_w)
+
+    return concurrently(one, list(fleets), at_once)
+
+
+def unspent_budget(budget_w: float | None, provisioned_w: float, least_device_w: float) -> float | None:
+    """The plan's `provisioned_w`, when what it leaves of its power budget would buy at least one more device
+    (`least_device_w`: the fleet's device that counts least against the budget): the budget does not bind, and
+    equal power means the power the plan uses ([Note: baselines]). None where the budget binds, or there is none.
+
+    >>> unspent_budget(1_000_000.0, 81_600.0, 1_275.0), unspent_budget(200_000.0, 199_900.0, 1_275.0)
+    (81600.0, None)
+    """
+    if budget_w is None or budget_w - provisioned_w < least_device_w:
+        return None
+    return provisioned_w
 
 
 def islands(inst: Instance) -> Instance:

@@ -129,7 +129,8 @@ def scaled_objects(plan: Plan, cluster: Cluster | None, provisioned_w: dict[str,
     for d in deployed:
         p = d.pool
         low, high = ranges[p.name]
-        threshold = waiting_threshold(plan.slo_ttft_ms, p.predicted_ttft_ms, per_replica_per_s[p.name], p.batch)
+        waited = p.predicted_ttft_ms if p.predicted_ttft_ms is not None else p.predicted_slot_wait_ms  # decode pools
+        threshold = waiting_threshold(plan.slo_ttft_ms, waited, per_replica_per_s[p.name], p.batch)
         out.append(Range(p.name, p.replicas, low, high, threshold))
         target = f"{name}-{d.key}"
         kind, api = ("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1") if d.kind == "leader-worker-set" \

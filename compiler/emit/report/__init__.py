@@ -36,7 +36,8 @@ from compiler.ir.files import atomic_write_text
 FILES = (("pareto.png", "the predicted speed-vs-efficiency frontier of this instance, with this plan marked"),
          ("roofline.png", "each distinct block of each pool on the roofline of its device, at the pool's operating "
                           "point"),
-         ("power.png", "provisioned (TDP) and drawn (predicted) power per pool against the budget"),
+         ("power.png", "provisioned (rated power on the plan's power basis, as the budget counts it) and drawn "
+                       "(predicted) power per pool against the budget"),
          ("timeline.json", "a predicted pipeline timeline of one mean request per serving path; open it in "
                            "https://ui.perfetto.dev"),
          ("report.json", "the numbers behind the pictures"))

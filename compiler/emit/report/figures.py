@@ -18,6 +18,13 @@ INTERVAL_NOTE = ("In brackets: the 80% interval of each prediction, from how far
                  "measured pins it down.")
 
 
+#: Why a decode pool's TTFT cell is empty, beside every pool table ([Note: no TTFT on a decode pool] in
+#: compiler/emit/emit_plan.py).
+DECODE_TTFT_NOTE = ("TTFT \"-\": decode pools do not produce the first token of the requests they take over; their "
+                    "TTFT is the class's, end to end (prefill, KV hand-off, the wait for a decode slot), in the "
+                    "request classes.")
+
+
 def with_interval(value: float | None, bounds: Sequence[float | None] | None, fmt: str) -> str:
     """``value (lo-hi)``; ``-`` without a value; ``(no bound)`` where the interval is unbounded."""
     if value is None:

@@ -5,7 +5,7 @@
   points ([Note: frontier points]), and the plan itself on the heterogeneous curve;
 - `plot_roofline`: each device's ceilings (near-identical ones drawn once) and the plan's blocks on them,
   numbered, with a table naming each number ([Note: roofline labels]);
-- `plot_power`: provisioned and drawn kW per pool against the budget.
+- `plot_power`: provisioned (on the plan's power basis) and drawn kW per pool against the budget.
 
 All are titled as predictions; the same inputs give the same bytes.
 """
@@ -209,8 +209,24 @@ class RooflineMark:
                          in by_pool.items())
 
 
-#: Markers closer than this many pixels share one number ([Note: roofline labels]).
-MARK_PX = 20
+#: Every roofline marker fills a square this many points wide, whatever its shape ([Note: roofline labels]).
+MARKER_PT = 12.0
+#: A marker's edge in points (drawn half outside its square).
+MARKER_EDGE_PT = 1.0
+#: Pixels left clear between two markers.
+MARK_GAP_PX = 2.0
+#: The marker size of each shape that fills `MARKER_PT`: matplotlib draws a circle ("o") and a square ("s") as
+#: wide as their size, a diamond ("D", a square turned 45 degrees) sqrt(2) times as wide.
+MARKER_SIZES_PT = {"o": MARKER_PT, "s": MARKER_PT, "D": MARKER_PT / math.sqrt(2)}
+
+
+def mark_px(dpi: float) -> float:
+    """How far apart, in pixels along x or y, two markers' centres must be for them not to touch at `dpi`."""
+    return (MARKER_PT + MARKER_EDGE_PT) * dpi / 72 + MARK_GAP_PX
+
+
+#: `mark_px` at the roofline's 120 dpi.
+MARK_PX = mark_px(120)
 
 
 def roofline_marks(points: Sequence[tuple[RooflinePoint, str]], to_px, px: float = MARK_PX) -> list[RooflineMark]:
@@ -218,16 +234,19 @@ def roofline_marks(points: Sequence[tuple[RooflinePoint, str]], to_px, px: float
 
     [Note: roofline labels] Blocks of several pools and layers often sit on the same spot of the roofline (the
     same block on two pools of one device type, or attention and FFN at one intensity). Each point joins the
-    first mark within `px` pixels of it (`to_px` maps data to pixels), so marks are at least `px` apart and the
-    number drawn inside each one cannot overlap another; the table beside the plot names every block of every
-    mark. Points are taken left to right, so the numbers read along the intensity axis.
+    first mark whose centre is less than `px` pixels from it along x or along y (`to_px` maps data to pixels),
+    so any two marks are at least `px` apart along one axis. Every marker fills a square `MARKER_PT` wide
+    whatever its shape (`MARKER_SIZES_PT`: a diamond is drawn smaller than a circle for it) and `px` is that
+    square with its edge and a gap (`mark_px`), so no two markers, nor the numbers drawn inside them, overlap;
+    the table beside the plot names every block of every mark. Points are taken left to right, so the numbers
+    read along the intensity axis.
     """
     groups: list[list] = []
     for p, colour in sorted(points, key=lambda pc: (pc[0].intensity_flops_per_byte, -pc[0].achieved_flops_per_s,
                                                     pc[0].pool, pc[0].phase, pc[0].block)):
         at = to_px(p.intensity_flops_per_byte, p.achieved_flops_per_s)
         for g in groups:
-            if math.dist(g[0], at) < px:
+            if max(abs(g[0][0] - at[0]), abs(g[0][1] - at[1])) < px:
                 g[1].append((p, colour))
                 break
         else:
@@ -300,9 +319,10 @@ def roofline_figure(ceilings: Sequence[Ceiling], points: Sequence[RooflinePoint]
         ax.plot(xs, [min(c.peak_flops_per_s * c.compute_eff, c.mem_bw_bytes_per_s * c.mem_eff * x) for x in xs], ":",
                 color=colour)
     to_px = lambda x, y: tuple(ax.transData.transform((x, y)))  # noqa: E731 (limits and position are final)
-    marks = roofline_marks([(p, colour_of.get(p.device, "grey")) for p in shown], to_px)
+    marks = roofline_marks([(p, colour_of.get(p.device, "grey")) for p in shown], to_px, mark_px(fig.dpi))
     for m in marks:
-        ax.plot([m.x], [m.y], m.shape, color=m.colour, markersize=11, markeredgecolor="black", zorder=3)
+        ax.plot([m.x], [m.y], m.shape, color=m.colour, markersize=MARKER_SIZES_PT[m.shape], markeredgecolor="black",
+                markeredgewidth=MARKER_EDGE_PT, zorder=3)
         ax.annotate(str(m.number), (m.x, m.y), ha="center", va="center", fontsize=6, zorder=4,
                     fontweight="bold")
     ax.set_xlabel("arithmetic intensity (FLOP per byte moved, per shard)")
@@ -327,23 +347,40 @@ def _wrapped(lines: list[str], width: int) -> list[str]:
     return out
 
 
+#: What the provisioned bars of power.png count, per power basis ([Note: power basis] in cost_models/power.py).
+PROVISIONED_WORDS = {"chip": "chip TDP", "node": "node power share", "facility": "node power x PUE {pue:g}"}
+
+
+def provisioned_words(basis: str, pue: float | None) -> str:
+    """What a provisioned watt counts on `basis`, in a few words: ``chip TDP``, ``node power share``, ...
+
+    >>> provisioned_words("node", None), provisioned_words("facility", 1.3)
+    ('node power share', 'node power x PUE 1.3')
+    """
+    return PROVISIONED_WORDS[basis].format(pue=pue or 1.0)
+
+
 def plot_power(power: PowerBreakdown, path: Path, title: str) -> None:
-    """Per pool, kW provisioned (TDP) and drawn (predicted), with the budget and the dark inventory."""
+    """Per pool, kW provisioned (rated power on the plan's power basis: what the budget counts) and drawn
+    (predicted), with the budget and the dark inventory."""
     plt = _pyplot()
     rows = list(power.pools)
+    basis = provisioned_words(power.basis, power.pue)
     fig, ax = plt.subplots(figsize=(7, 1.2 + 0.45 * (len(rows) + 1)), dpi=120)
     labels = [f"{p.pool} {p.role} ({p.devices} x {p.device})" for p in rows] + ["total"]
     provisioned = [p.provisioned_w / 1e3 for p in rows] + [power.provisioned_w / 1e3]
     drawn = [p.drawn_w / 1e3 for p in rows] + [power.drawn_w / 1e3]
     ys = list(range(len(labels)))
-    ax.barh([y + 0.2 for y in ys], provisioned, height=0.4, label="provisioned (TDP)")
+    ax.barh([y + 0.2 for y in ys], provisioned, height=0.4, label=f"provisioned ({basis})")
     ax.barh([y - 0.2 for y in ys], drawn, height=0.4, label="drawn (predicted mean)")
     if power.budget_w is not None:
-        ax.axvline(power.budget_w / 1e3, color="red", linestyle="--", label=f"budget {power.budget_w / 1e3:.1f} kW")
+        ax.axvline(power.budget_w / 1e3, color="red", linestyle="--",
+                   label=f"budget {power.budget_w / 1e3:.1f} kW ({basis})")
     ax.set_yticks(ys)
     ax.set_yticklabels(labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("kW")
-    ax.set_title(f"Predicted power by pool (dark inventory {power.dark_w / 1e3:.1f} kW at TDP)\n{title}", fontsize=9)
+    ax.set_title(f"Predicted power by pool (dark inventory {power.dark_w / 1e3:.1f} kW, {basis})\n{title}",
+                 fontsize=9)
     ax.legend(fontsize=7)
     _save(fig, path)

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from compiler.emit.emit_plan import NEGLIGIBLE_REQUESTS_PER_S
 from compiler.emit.plan import Plan, Pool
-from compiler.emit.report.figures import INTERVAL_NOTE, gain_text, meets_text, with_interval
+from compiler.emit.report.figures import DECODE_TTFT_NOTE, INTERVAL_NOTE, gain_text, meets_text, with_interval
 from compiler.emit.report.power import PowerBreakdown
 from compiler.emit.report.verdict import verdict_lines
 
@@ -74,7 +74,8 @@ def summary_markdown(plan: Plan, power: PowerBreakdown, *, files: Sequence[tuple
 
 
 def verdict(plan: Plan) -> str:
-    """The plan in one sentence, then `verdict_lines` as a list (a baseline that beats the plan in bold)."""
+    """The plan in one sentence, then `verdict_lines` as a list (the headline, warnings and a baseline that beats
+    the plan in bold)."""
     pr, s = plan.predicted, plan.solver
     used = sorted(((n, d) for d, n in plan.devices_used.items() if n), key=lambda x: (-x[0], x[1]))
     solved = f"MILP {s.described}"
@@ -83,7 +84,7 @@ def verdict(plan: Plan) -> str:
             f"{with_interval(pr.output_tokens_per_s, pr.intervals.get('output_tokens_per_s'), ',.0f')} output "
             f"tokens/s ({pr.requests_per_s:,.2f} req/s) at {_kw(pr.provisioned_power_w)} kW provisioned and "
             f"{_kw(pr.power_w)} kW drawn; {solved}.")
-    lines = [f"- **{line.text}**" if line.kind in ("beaten", "warning") else f"- {line.text}"
+    lines = [f"- **{line.text}**" if line.kind in ("lead", "beaten", "warning") else f"- {line.text}"
              for line in verdict_lines(plan)]
     return head + ("\n\n" + "\n".join(lines) if lines else "\n\nNo baselines were solved.")
 
@@ -107,8 +108,9 @@ def _pools(plan: Plan) -> str:
              with_interval(p.predicted_tpot_ms, p.predicted_intervals.get("tpot_ms"), ".1f"),
              _kw(p.predicted_power_w), ", ".join(c.name for c in p.predicted_classes)]
             for p in plan.pools]
+    note = f"\n\n{DECODE_TTFT_NOTE}" if any("prefill" not in p.phases for p in plan.pools) else ""
     return table(["pool", "role", "device", "replicas x devices", "tp", "pp", "batch", "req/s", "util",
-                  f"{pct}TTFT ms", f"{pct}TPOT ms", "drawn kW", "classes"], rows)
+                  f"{pct}TTFT ms", f"{pct}TPOT ms", "drawn kW", "classes"], rows) + note
 
 
 def _devices(plan: Plan, power: PowerBreakdown) -> str:
