@@ -29,6 +29,7 @@ from compiler.inputs.model_spec import ModelSpec, checkpoint_precision, resolve_
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.precision import Precision
+from compiler.ir.units import power_text
 from compiler.cost.prepared import Prepared
 from compiler.place.bounds import infeasible_by_bounds
 
@@ -285,7 +286,7 @@ def _raise_if_below_one_device(model_name: str, cluster: Cluster) -> None:
         return
     least_w, device_id = min((cluster.device_w(d), d) for d in cluster.inventory())
     if budget < least_w:
-        raise Infeasible(f"power budget {budget / 1e3:.1f} kW < {least_w / 1e3:.1f} kW needed to serve {model_name} "
+        raise Infeasible(f"power budget {power_text(budget)} < {power_text(least_w)} needed to serve {model_name} "
                          f"at all: the smallest pool is one {device_id}, the device of cluster {cluster.name} that "
                          f"counts least against the budget ({cluster.power_basis} footing; a lower bound shows it, "
                          f"before any solve and without costing a pool); raise --power-budget to at least "

@@ -63,6 +63,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from backends.registry import device
     from compiler.driver import estimate
     from compiler.inputs.scenarios import batch, launch_buckets
 
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("--out FILE.csv goes with --scenarios; without it, use --json to capture the prediction")
     if not args.model or not args.device:
         raise BadInput("estimate: give MODEL and --device ID (or --scenarios FILE.csv); `gimletc backends` lists devices")
+    device(args.device)  # an unknown id is the first thing to fix: named, with close matches, before a missing flag
     if args.batch is None and args.concurrency is None:
         raise BadInput("estimate: give --batch B, --batch max or --concurrency C")
     input_len, output_len = default_lengths(args.model, args.input_len, args.output_len)

@@ -72,15 +72,16 @@ def power_w(text: str) -> float:
     >>> power_w("200kW"), power_w("1.5MW"), power_w("800 W"), power_w("2e5W")
     (200000.0, 1500000.0, 800.0, 200000.0)
     """
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(gw|mw|kw|w)?\s*", text.lower())
+    m = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(gw|mw|kw|w)?\s*", text.lower())
     if not m:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a power with its unit, e.g. 200kW, 1.5MW or 800W")
+    if float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a power budget must be positive (the most the fleet may draw), "
+                                         "e.g. 200kW")
     if m.group(2) is None:
         raise argparse.ArgumentTypeError(f"{text!r} has no unit; write {m.group(1)}kW (as cluster files use) "
                                          f"or {m.group(1)}W")
     value = float(m.group(1)) * {"gw": 1e9, "mw": 1e6, "kw": 1e3, "w": 1.0}[m.group(2)]
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be positive")
     from compiler.inputs.cluster import MAX_POWER_BUDGET_W
 
     if value > MAX_POWER_BUDGET_W:

@@ -47,4 +47,7 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from compiler.runtime.serve import serve
 
-    return serve(args.plan, host=args.host, port=args.port, **engine_options(args))
+    def ready(url: str) -> None:
+        print(f"gimletc: serving {args.plan} at {url} (OpenAI API under {url}/v1; Ctrl-C stops it)", flush=True)
+
+    return serve(args.plan, host=args.host, port=args.port, on_ready=ready, **engine_options(args))

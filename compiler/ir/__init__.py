@@ -9,6 +9,7 @@
 - `estimate`: one deployment's predicted metrics.
 - `calibration`: a device's measured peaks and fitted efficiencies.
 - `errors`: the error hierarchy and its exit codes; `files`: where and how gimletc writes files.
+- `units`: quantities as messages print them (`power_text`).
 """
 
 from compiler.ir.block_graph import (

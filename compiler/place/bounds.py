@@ -36,6 +36,7 @@ from typing import Callable
 
 from compiler.ir.placement import ClassTarget, Instance
 from compiler.ir.pool_option import PoolOption
+from compiler.ir.units import power_text
 
 #: Tolerance of every comparison: a bound fires only past the ILP's roundings.
 _REL = 1e-6
@@ -154,7 +155,7 @@ def budgets(inst: Instance) -> list[Budget]:
     out = []
     if inst.power_budget_w is not None:
         out.append(Budget("power budget", inst.power_budget_w, lambda o: o.provisioned_w,
-                          lambda w: f"{w / 1e3:.1f} kW", 1.0))
+                          power_text, 1.0))
     cost_budget = inst.cost_budget_per_hour
     if cost_budget is not None and all(inst.price_per_hour(o) is not None for o in inst.options):
         out.append(Budget("cost budget", cost_budget, inst.price_per_hour, lambda d: f"${d:,.2f}/h", 1e-3))

@@ -79,7 +79,7 @@ from compiler.ir.placement import FAMILIES, OBJECTIVES, PRICED_OBJECTIVES, Insta
 from compiler.place.candidates import PRUNE_TOLERANCE, candidates, candidates_within
 from compiler.place.greedy import greedy
 from compiler.place.moves import Moves, add_moves, kept
-from compiler.place.native_output import stdout_to_stderr
+from compiler.place.native_output import solver_output_logged
 from compiler.place.run import Run, solution_of
 from compiler.place.ratio import dinkelbach
 
@@ -361,7 +361,7 @@ class PlacementModel:
                                     node_limit=node_limit, highs=self._highs_options())
         hints = [mo.SolutionHint(variable_values={v: float(round(x)) if v.integer else max(x, 0.0) if abs(x) > 1e-12
                                                   else 0.0 for v, x in hint.items()})] if hint else []
-        with stdout_to_stderr():  # HiGHS prints a debugging line on some solves (`compiler.place.native_output`)
+        with solver_output_logged():  # HiGHS prints a debugging line on some solves (`compiler.place.native_output`)
             try:
                 result = mo.solve(self.m, mo.SolverType.HIGHS, params=params,
                                   model_params=mo.ModelSolveParameters(solution_hints=hints))

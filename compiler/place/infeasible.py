@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from compiler.ir.placement import Instance, Solution
+from compiler.ir.units import power_text
 from compiler.place.ilp import binding_families, solve
 
 __all__ = ["binding_families", "explain"]
@@ -42,9 +43,9 @@ def explain(model_name: str, inst: Instance, sol: Solution) -> str:
 def _power(model_name: str, inst: Instance, sol: Solution) -> str:
     free = solve(replace(inst, arrival_rate_per_s=inst.arrival_rate_per_s or 1e-3), "power",
                  families=["inventory", "slo", "link", "demand"])
-    need = f"{free.provisioned_w / 1e3:.1f} kW" if free.feasible else "more than the fleet has"
+    need = power_text(free.provisioned_w) if free.feasible else "more than the fleet has"
     within = " and meet the SLOs" if "slo" in sol.binding else ""
-    return (f"power budget {inst.power_budget_w / 1e3:.1f} kW < {need} needed to hold {model_name} weights on the "
+    return (f"power budget {power_text(inst.power_budget_w)} < {need} needed to hold {model_name} weights on the "
             f"cheapest pools that fit{within}")
 
 

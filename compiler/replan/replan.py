@@ -275,6 +275,7 @@ def replan(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot], s
     series = [observe(w, plan, shapes, shares) for w in windows(snaps, settings.window_s)]
     classes = _forecast(obs, series, settings.forecast)
     workload, text = planned_workload(compiled, classes)
+    _check_context(inputs.model, workload, classes, snaps[-1].source, plan_dir)
     path = Path(workload_dir) / "workload.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
@@ -310,6 +311,24 @@ def replan(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot], s
     return Replan(str(plan_dir), tuple(s.source for s in snaps), obs, classes, pools, factors, decision,
                   changes, route_changes(plan, candidate), text, forecast_statement(settings, classes), history,
                   chosen, inst, prep, nxt)
+
+
+def _check_context(model: str, workload, classes: tuple[ClassPlan, ...], source: str, plan_dir: str | Path) -> None:
+    """`BadInput` naming the user's metrics and plan when the lengths measured there make a request longer than
+    the plan's model holds: this plan's engines serve no such requests, so the metrics are most likely another
+    deployment's. (Left to `prepare`, the error would name the scratch workload file, which the user never saw.)"""
+    from compiler.driver import context_len
+
+    limit = context_len(model)
+    measured = {c.name: c for c in classes}
+    for c in workload.classes if limit else ():
+        longest = c.input_len.max + c.output_len.max
+        if longest > limit:
+            m = measured[c.name]
+            raise BadInput(f"--metrics {source}: class {c.name} there averages {m.input_mean:.0f} prompt + "
+                           f"{m.output_mean:.0f} output tokens; planned for, its longest request reaches {longest} "
+                           f"tokens, beyond the context of {limit} of {model}, which plan {plan_dir} runs: are these "
+                           f"another deployment's metrics? give the scrapes of the engines running {plan_dir}")
 
 
 def read_history(plan_dir: str | Path) -> tuple[PastChange, ...]:

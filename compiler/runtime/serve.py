@@ -44,7 +44,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from compiler.ir.errors import BadInput, GimletError, RuntimeFailure
 from compiler.runtime.engine import Engine, Request
@@ -421,10 +421,11 @@ def _usage(choices: list[_Choice]) -> dict:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def serve(root: str | Path, *, host: str = "127.0.0.1", port: int = 8000, **engine_options) -> int:
+def serve(root: str | Path, *, host: str = "127.0.0.1", port: int = 8000,
+          on_ready: Callable[[str], None] | None = None, **engine_options) -> int:
     """Start the workers (or wait for them: ``external=True``), then serve until interrupted or until the engine
-    cannot go on; returns the exit code (4 if the engine failed). `engine_options` are `Engine`'s (stage and start
-    timeouts, external)."""
+    cannot go on; returns the exit code (4 if the engine failed). `on_ready` receives the server's URL once it
+    answers (the CLI prints it). `engine_options` are `Engine`'s (stage and start timeouts, external)."""
     import uvicorn
 
     sock = listening_socket(host, port)  # before any worker starts: a port in use is bad input, said at once
@@ -443,12 +444,32 @@ def serve(root: str | Path, *, host: str = "127.0.0.1", port: int = 8000, **engi
         server.should_exit = True
 
     threading.Thread(target=watch, name="gimletc-engine-watch", daemon=True).start()
+    if on_ready is not None:
+        url = server_url(host, sock.getsockname()[1])
+
+        def announce() -> None:  # uvicorn's `started`: its startup is done and it accepts on the socket
+            while not server.started:
+                if server.should_exit or loop.failed.is_set():
+                    return
+                time.sleep(0.05)
+            on_ready(url)
+
+        threading.Thread(target=announce, name="gimletc-serve-ready", daemon=True).start()
     try:
         server.run(sockets=[sock])
     finally:
         loop.close()
         sock.close()
     return 4 if loop.failure is not None else 0
+
+
+def server_url(host: str, port: int) -> str:
+    """The URL a client on this machine reaches the server at (an IPv6 address in brackets).
+
+    >>> server_url("127.0.0.1", 8000), server_url("::1", 8000)
+    ('http://127.0.0.1:8000', 'http://[::1]:8000')
+    """
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def listening_socket(host: str, port: int):

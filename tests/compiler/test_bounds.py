@@ -43,7 +43,7 @@ def test_power_bound_names_the_cheapest_pool_and_both_numbers():
     cheap = _colocated("colocated:a:1", "a", 1, 700.0, 10.0)
     big = _colocated("colocated:b:2", "b", 2, 2000.0, 30.0)
     msg = infeasible_by_bounds("m", _instance([cheap, big], [("a", 8), ("b", 8)], budget=500.0))
-    assert msg is not None and "power budget 0.5 kW < 0.7 kW needed" in msg and "colocated:a:1" in msg
+    assert msg is not None and "power budget 500 W < 700 W needed" in msg and "colocated:a:1" in msg
     assert infeasible_by_bounds("m", _instance([cheap, big], [("a", 8), ("b", 8)], budget=700.0)) is None
 
 
@@ -102,16 +102,25 @@ def test_infeasible_power_budget_is_reported_before_any_solve(tmp_path):
                    "--workload", str(REPO / "examples" / "workloads" / "chat.yaml"), "--power-budget", "200W",
                    "--out", str(tmp_path))
     assert proc.returncode == 3, proc.stderr
-    assert "power budget 0.2 kW < 1.3 kW needed" in proc.stderr and "before any solve" in proc.stderr
+    assert "power budget 200 W < 1.3 kW needed" in proc.stderr and "before any solve" in proc.stderr
     status = json.loads((tmp_path / "status.json").read_text())
     assert status["exit_code"] == 3 and "place" not in status["timings_s"]
     assert "cost" not in status["timings_s"]  # one H100 is already over the budget: no costing ([Note: power floor])
+
+
+def test_a_budget_under_a_kilowatt_is_said_in_watts(tmp_path):
+    """Issue 40: ``--power-budget 10W`` was reported as "power budget 0.0 kW < 1.0 kW"."""
+    proc = run_cli("compile", "llama-3.1-8b", "--cluster", str(REPO / "examples" / "clusters" / "mixed.yaml"),
+                   "--workload", str(REPO / "examples" / "workloads" / "chat.yaml"), "--power-budget", "10W",
+                   "--out", str(tmp_path))
+    assert proc.returncode == 3, proc.stderr
+    assert "power budget 10 W < " in proc.stderr and "0.0 kW" not in proc.stderr, proc.stderr
 
 
 def test_pareto_with_an_impossible_budget_stops_before_the_sweep(tmp_path):
     proc = run_cli("pareto", "llama-3.1-8b", "--cluster", str(REPO / "examples" / "clusters" / "nvidia.yaml"),
                    "--workload", str(REPO / "examples" / "workloads" / "chat.yaml"), "--power-budget", "200W",
                    "--out", str(tmp_path))
-    assert proc.returncode == 3 and "power budget 0.2 kW <" in proc.stderr, proc.stderr
+    assert proc.returncode == 3 and "power budget 200 W <" in proc.stderr, proc.stderr
     status = json.loads((tmp_path / "status.json").read_text())
     assert "sweep" not in status["timings_s"] and not (tmp_path / "pareto.csv").exists()

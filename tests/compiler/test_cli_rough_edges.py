@@ -326,6 +326,21 @@ def test_an_absurd_power_budget_is_named_as_such(tmp_path):
     assert "expected a power with its unit" not in proc.stderr
 
 
+def test_a_negative_power_budget_is_named_as_such(tmp_path):
+    """Issue 40: -5kW has its unit; the sign is what is wrong, not the unit."""
+    proc = run_cli("compile", "llama-tiny", "--cluster", TINY_CLUSTER, "--workload", TINY_CHAT, "--power-budget=-5kW",
+                   "--out", str(tmp_path))
+    assert_one_line_error(proc, "--power-budget", "-5kW", "must be positive")
+    assert "expected a power with its unit" not in proc.stderr
+
+
+def test_estimate_names_an_unknown_device_before_a_missing_batch():
+    """Issue 40: the device is the first thing to fix; the missing --batch was reported instead."""
+    proc = run_cli("estimate", "llama-3.1-8b", "--device", "nvidia-h900", "--count", "1")
+    assert_one_line_error(proc, "nvidia-h900", "did you mean", "nvidia-h20", "known ids")
+    assert "--batch" not in proc.stderr
+
+
 def test_count_any_buys_at_most_the_largest_count():
     from compiler.inputs.cluster import MAX_DEVICES, Cluster
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from compiler.place.moves import base_key
-from tests.conftest import assert_one_line_error, run_cli
+from tests.conftest import REPO, assert_one_line_error, run_cli
 from tests.replan.conftest import night_workload, simulate
 
 
@@ -85,3 +85,21 @@ def test_a_plan_without_its_inputs_needs_cluster_and_workload(day, night_metrics
     (bare / "plan.json").write_bytes((plan_dir / "plan.json").read_bytes())
     proc = run_cli("replan", str(bare), "--metrics", str(night_metrics), timeout=600)
     assert_one_line_error(proc, "report/inputs.json", "--cluster", "--workload")
+
+
+def test_another_plans_metrics_are_blamed_on_the_users_files_not_a_scratch_file(night_metrics, tmp_path):
+    """Issue 40: llama-tiny's plan (512 tokens of context) given the 8B day plan's scrapes (documents of thousands
+    of tokens) blamed a temporary /tmp/gimletc-replan-*/workload.yaml; the error names the metrics and the plan."""
+    from compiler.driver import compile
+    from compiler.ir.files import atomic_write_text
+
+    cluster = str(REPO / "examples" / "tiny_split" / "cluster.yaml")
+    workload = str(REPO / "examples" / "tiny_split" / "workload.yaml")
+    tiny = tmp_path / "tiny"
+    atomic_write_text(tiny / "plan.json", compile("llama-tiny", cluster, workload, baselines=False,
+                                                  analyse=False).plan.dumps())
+    proc = run_cli("replan", str(tiny), "--metrics", str(night_metrics), "--cluster", cluster, "--workload", workload,
+                   timeout=600)
+    assert_one_line_error(proc, f"--metrics {night_metrics}", "llama-tiny", "context of 512", str(tiny),
+                          "another deployment's metrics")
+    assert "gimletc-replan-" not in proc.stderr

@@ -130,3 +130,32 @@ def test_serve_waits_for_external_workers_started_with_the_manifests_environment
                 w.kill()
                 codes.append("still running")
     assert codes == [0] * len(workers)  # the driver stopped them on shutdown
+
+
+@pytest.mark.timeout(240)
+def test_serve_prints_its_url_once_it_answers(llama_split):
+    """Issue 40: `gimletc serve` said nothing when it was ready. It prints its URL on stdout once the server
+    answers there."""
+    import threading
+
+    import httpx
+
+    from compiler.runtime.launch import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "compiler.cli", "serve", str(llama_split), "--port", str(port)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    try:
+        reader.join(timeout=150)
+        assert lines and lines[0], "serve printed nothing" + (f": {proc.stderr.read()[-2000:]}"
+                                                              if proc.poll() is not None else "")
+        url = f"http://127.0.0.1:{port}"
+        assert f"at {url} " in lines[0] and str(llama_split) in lines[0], lines[0]
+        assert httpx.get(f"{url}/health", timeout=5).status_code == 200  # answering when it said so, not later
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
