@@ -104,20 +104,24 @@ def load_local(root: Path) -> tuple[Plan, list[Pool]]:
 
 
 def check_local(plan: Plan, root: Path) -> list[Pool]:
-    """The engine pools of `plan`, or a `BadInput` saying why it cannot run on this machine's engines."""
+    """The engine pools of `plan`, or a `BadInput` saying why it cannot run on this machine's engines. Pools on
+    other devices than this host's CPUs come first: no recompile with --deployable would run them here."""
+    pools = [p for p in plan.pools if p.launch is not None]
+    elsewhere = [f"{p.name} ({p.device}, {p.launch.platform if p.launch.platform != 'cpu' else p.launch.engine})"
+                 for p in pools if p.launch.engine != "vllm" or p.launch.platform != "cpu"]
+    if elsewhere:
+        several = len(elsewhere) > 1
+        raise BadInput(f"plan {root}: pool{'s' * several} {', '.join(elsewhere)} {'are' if several else 'is'} not vLLM "
+                       "on this host's CPUs: deploy --local runs only plans compiled for cpu-host devices, on "
+                       "vLLM's CPU build here; deploy this plan with its manifests (DIR/k8s) on the devices it names")
     if plan.needs_runtime:
         need = plan.needs_runtime[0]
         raise BadInput(f"plan {root}: {need.feature} ({', '.join(need.pools)}) runs on no public engine: {need.why}; "
                        "run it on the reference runtime (`gimletc run` / `gimletc serve`), or recompile with "
                        "--deployable")
-    pools = [p for p in plan.pools if p.launch is not None]
     if not pools:
         raise BadInput(f"plan {root}: no pool has an engine launch; recompile it with this gimletc")
     for p in pools:
-        if p.launch.engine != "vllm" or p.launch.platform != "cpu":
-            raise BadInput(f"plan {root}: pool {p.name} runs {p.launch.engine} on {p.device} ({p.launch.platform}); "
-                           "deploy --local runs plans compiled for cpu-host devices on vLLM's CPU build; deploy "
-                           "this plan with its manifests (DIR/k8s)")
         if p.tp * p.pp != 1:
             raise BadInput(f"plan {root}: pool {p.name} has tp {p.tp} x pp {p.pp}; deploy --local starts one engine "
                            "process per replica on one host: compile with count 1 per replica")
