@@ -13,7 +13,7 @@ Only this host's CPU can be measured here, and only vLLM runs on it.
 Steps:
 
 1. `model_dir`: `MODEL`'s seeded weights (`compiler.emit.weights`, as compile
-   writes a plan's ``model/``) and a word-level tokenizer (`compiler.emit.weights.write_word_tokenizer`:
+   writes a plan's ``model/``) and a word-level tokenizer (`compiler.deploy.local.write_word_tokenizer`:
    word ``tN`` is token N, so the benchmark's random prompts decode and
    re-encode to exactly their length), in the gimletc cache.
 2. `engine_process`: the engine venv's vLLM (`compiler.deploy.engine_env`),
@@ -110,8 +110,8 @@ def workdir() -> Path:
 
 def model_dir(model: str = MODEL) -> Path:
     """``workdir()/model``: `model`'s config and seeded weights (as compile writes a plan's ``model/``) and
-    `compiler.emit.weights.write_word_tokenizer`'s tokenizer; written once."""
-    from compiler.emit.weights import write_word_tokenizer
+    `compiler.deploy.local.write_word_tokenizer`'s tokenizer; written once."""
+    from compiler.deploy.local import write_word_tokenizer
     from compiler.inputs.model_spec import resolve_model
     from compiler.trace.export import build_model
 
@@ -191,10 +191,10 @@ def _file(p: Point) -> str:
 
 
 def engine_quartiles(path: Path, quantity: str) -> tuple[float, float, float, int] | None:
-    """The 25th, 50th and 75th percentile (s) and the count of `quantity`'s histogram (`compiler.replan.metrics`
+    """The 25th, 50th and 75th percentile (s) and the count of `quantity`'s histogram (`compiler.deploy.metrics`
     names) between the engine's scrapes around the point of result file `path` (``NAME.before.prom``,
     ``NAME.after.prom``, written by compiler/calibrate/vllm_bench.py); None without both, or without samples."""
-    from compiler.replan.metrics import parse
+    from compiler.deploy.metrics import parse
 
     scrapes = [path.with_name(f"{path.stem}.{when}.prom") for when in ("before", "after")]
     if not all(s.exists() for s in scrapes):

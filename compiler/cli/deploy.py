@@ -43,6 +43,11 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"gimletc: {message}", file=sys.stderr, flush=True)
 
+    def calibrate(note) -> None:
+        from compiler.calibrate.engine import calibrate_engine
+
+        calibrate_engine(progress=note)
+
     deploy_local(args.plan, for_s=args.for_s, ready_timeout_s=args.ready_timeout_s, progress=progress,
-                 calibrate=args.calibrate)
+                 calibrate=calibrate if args.calibrate else None)
     return 0

@@ -125,10 +125,10 @@ def engines_of(info: dict, roles: dict[str, str]) -> list[Engine]:
 
 
 def scrape(engines: list[Engine], timeout_s: float = 10.0) -> dict[str, object]:
-    """Each engine's ``/metrics`` now (`compiler.replan.metrics.Snapshot`), by URL; an engine that does not answer
+    """Each engine's ``/metrics`` now (`compiler.deploy.metrics.Snapshot`), by URL; an engine that does not answer
     is left out (its figures then come from the client alone)."""
     from compiler.ir.errors import BadInput
-    from compiler.replan.metrics import parse
+    from compiler.deploy.metrics import parse
 
     out = {}
     for e in engines:

@@ -204,11 +204,27 @@ def local_command(pool: Pool, python: Path, root: Path, port: int, kv_dir: Path)
     return argv, added
 
 
-def word_tokenizer(root: Path, work: Path) -> Path:
-    """``work/tokenizer-vN``: a word-level tokenizer of the vocabulary of `root`'s model
-    (`compiler.emit.weights.write_word_tokenizer`), written once."""
-    from compiler.emit.weights import write_word_tokenizer
+def write_word_tokenizer(out: Path, vocab_size: int) -> None:
+    """A word-level tokenizer for a model with seeded weights, saved to `out`: word ``tN`` is token N (every id
+    decodes), a word it does not know is token 0, words split at whitespace, no special tokens, and a chat template
+    that joins the messages' contents. Random token ids decode to text that encodes back to the same ids, so a
+    benchmark's prompt keeps its length (``calibrate --engine``), and a text prompt to a tiny model's engine gets
+    text back (``deploy --local``)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
+    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces, nothing else
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1_000_000, "clean_up_tokenization_spaces":
+              False, "chat_template": "{% for m in messages %}{{ m['content'] }} {% endfor %}"}
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1, sort_keys=True) + "\n")
+
+
+def word_tokenizer(root: Path, work: Path) -> Path:
+    """``work/tokenizer-vN``: a word-level tokenizer of the vocabulary of `root`'s model (`write_word_tokenizer`),
+    written once."""
     vocab = int(json.loads((root / "model" / "config.json").read_text())["vocab_size"])
     out = work / f"tokenizer-v{vocab}"
     if not (out / "tokenizer.json").exists():
@@ -664,18 +680,17 @@ def uncalibrated(plan: Plan) -> str | None:
 
 
 def deploy_local(root: str | Path, *, for_s: float | None = None, ready_timeout_s: float = 900.0,
-                 progress: Callable[[str], None] = log.info, calibrate: bool = False) -> None:
+                 progress: Callable[[str], None] = log.info,
+                 calibrate: Callable[[Callable[[str], None]], None] | None = None) -> None:
     """Run the plan in `root` on local vLLM engines until interrupted, `for_s` elapses, or a process dies. Where
-    bench would compare it with unbounded predictions (`uncalibrated`), say so, or with `calibrate` measure the
-    host's engine first (``gimletc calibrate --device cpu-host --engine vllm``)."""
+    bench would compare it with unbounded predictions (`uncalibrated`), say so, or run `calibrate` first (the CLI's
+    ``--calibrate``: ``gimletc calibrate --device cpu-host --engine vllm``)."""
     loaded = load_local(Path(root))  # a plan that cannot run here is refused before minutes of engine set-up
     missing = uncalibrated(loaded[0])
-    if missing and calibrate:
-        from compiler.calibrate.engine import calibrate_engine
-
+    if missing and calibrate is not None:
         progress("measuring this host's vLLM engine first (gimletc calibrate --device cpu-host --engine vllm, "
                  "10-20 minutes): bench's predictions are then the engine's as measured here")
-        calibrate_engine(progress=progress)
+        calibrate(progress)
     elif missing:
         progress(f"note: {missing}")
     python = engine_python(progress)

@@ -122,19 +122,3 @@ def load_shard(path: Path) -> dict[str, Any]:
 
     return load_file(str(path))
 
-
-def write_word_tokenizer(out: Path, vocab_size: int) -> None:
-    """A word-level tokenizer for a model with seeded weights, saved to `out`: word ``tN`` is token N (every id
-    decodes), a word it does not know is token 0, words split at whitespace, no special tokens, and a chat template
-    that joins the messages' contents. Random token ids decode to text that encodes back to the same ids, so a
-    benchmark's prompt keeps its length (``calibrate --engine``), and a text prompt to a tiny model's engine gets
-    text back (``deploy --local``)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces, nothing else
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok)
-    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-    fast.save_pretrained(str(out))

@@ -35,7 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from compiler.replan.metrics import Histogram, Window
+from compiler.deploy.metrics import Histogram
+from compiler.replan.metrics import Window
 
 #: Pool roles a request enters by (its prompt is computed there) and roles that decode.
 ENTRY_ROLES = ("colocated", "prefill")

@@ -9,6 +9,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.conftest import REPO
+
 
 #: Two one-class workloads on examples/cpu_pd: chat (short prompts, long outputs, TPOT 200 ms: colocated engines)
 #: and documents (long prompts, short outputs, TPOT 4 ms: the prefill/decode split).
@@ -91,3 +93,23 @@ class Load:
     @property
     def failures(self) -> list[str]:
         return [error for _, error in self.results if error is not None]
+
+
+def compiled_plan(tmp: Path, name: str, workload: dict) -> Path:
+    """llama-mini compiled on examples/cpu_pd for `workload` into ``tmp/name`` (no baselines, no analysis), with the
+    inputs it was compiled from recorded as compile records them."""
+    import yaml
+
+    from compiler.compile_inputs import CompileInputs
+    from compiler.driver import compile
+    from compiler.emit.artifacts import Options, write_plan_dir
+    from compiler.ir.files import atomic_write_text
+
+    cluster = REPO / "examples" / "cpu_pd" / "cluster.yaml"
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(workload))
+    c = compile("llama-mini", str(cluster), str(path), baselines=False, analyse=False)
+    out = tmp / name
+    write_plan_dir(c.plan, "llama-mini", out, Options(onnx=False))
+    atomic_write_text(out / "report" / "inputs.json", CompileInputs.of("llama-mini", cluster, path).to_json())
+    return out

@@ -15,12 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.deploy.helpers import CHAT, DOCS, Load, scaled
+from tests.deploy.helpers import CHAT, DOCS, Load, compiled_plan, scaled
 
 pytestmark = pytest.mark.timeout(600)
 
-CLUSTER = REPO / "examples" / "cpu_pd" / "cluster.yaml"
 FAKE = """#!PYTHON
 import http.server, json, os, sys, threading, time
 delay = os.environ.get("FAKE_START_DELAY_FILE")  # the seconds written there, when it exists: a slow engine start
@@ -61,23 +59,6 @@ http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 """
 
 
-def _plan(tmp: Path, name: str, workload: dict) -> Path:
-    import yaml
-
-    from compiler.compile_inputs import CompileInputs
-    from compiler.driver import compile
-    from compiler.emit.artifacts import Options, write_plan_dir
-    from compiler.ir.files import atomic_write_text
-
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(workload))
-    c = compile("llama-mini", str(CLUSTER), str(path), baselines=False, analyse=False)
-    out = tmp / name
-    write_plan_dir(c.plan, "llama-mini", out, Options(onnx=False))
-    atomic_write_text(out / "report" / "inputs.json", CompileInputs.of("llama-mini", CLUSTER, path).to_json())
-    return out
-
-
 def _calls(path: Path) -> list[tuple[int, str]]:
     """The worker changes the stand-in routers were asked for, in order: (router port, path with the URL decoded)."""
     from urllib.parse import unquote
@@ -115,7 +96,7 @@ def _plans(tmp: Path) -> dict[str, Path]:
     one fewer: every kind of hand-over [Note: handing over the router] makes."""
     from compiler.emit.plan_checks import load_plan
 
-    plans = {"running": _plan(tmp, "running", DOCS), "other": _plan(tmp, "other", CHAT)}
+    plans = {"running": compiled_plan(tmp, "running", DOCS), "other": compiled_plan(tmp, "other", CHAT)}
     plans["scaled"] = scaled(plans["running"], tmp / "scaled")
     plans["more"] = scaled(plans["other"], tmp / "more", "colocated", 1)
     plans["fewer"] = scaled(plans["more"], tmp / "fewer", "colocated", -1)
@@ -269,7 +250,7 @@ def test_deploy_refuses_a_plan_edited_after_compile_before_any_setup(tmp_path, m
     from compiler.deploy import local
     from compiler.ir.errors import BadInput
 
-    plan = _plan(tmp_path, "running", DOCS)
+    plan = compiled_plan(tmp_path, "running", DOCS)
     text = (plan / "plan.json").read_text()
     (plan / "plan.json").write_text(text.replace('"replicas": 1', '"replicas": 2', 1))
     assert (plan / "plan.json").read_text() != text
@@ -292,7 +273,7 @@ def test_what_deploy_adds_to_each_launch_is_recorded_with_why_and_resolves_a_cpu
 
     from compiler.deploy.local import ROUTERS, prepare
 
-    plan = _plan(tmp_path, "running", DOCS)
+    plan = compiled_plan(tmp_path, "running", DOCS)
     deployment = prepare(plan, Path(sys.executable), Path(sys.executable))
     engines = [p for p in deployment.procs if p.pool not in ROUTERS]
     assert len(engines) >= 2

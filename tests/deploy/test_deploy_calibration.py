@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from tests.deploy.helpers import DOCS
-from tests.deploy.test_apply import _plan
+from tests.deploy.helpers import DOCS, compiled_plan
 
 
 class _Stop(Exception):
@@ -25,7 +24,7 @@ def test_an_uncalibrated_host_is_said_before_deploying_and_measured_first_when_a
     from compiler.ir.calibration import engine_record_path
 
     monkeypatch.setenv("GIMLETC_CACHE_DIR", str(tmp_path / "cache"))
-    plan = _plan(tmp_path, "running", DOCS)
+    plan = compiled_plan(tmp_path, "running", DOCS)
     order: list[str] = []
     monkeypatch.setattr(engine, "calibrate_engine", lambda progress=None: order.append("calibrate"))
 
@@ -40,8 +39,11 @@ def test_an_uncalibrated_host_is_said_before_deploying_and_measured_first_when_a
     assert order == ["engine venv"]
     assert any("never measured" in s and "gimletc calibrate --device cpu-host --engine vllm" in s
                and "--calibrate" in s for s in said), said
-    with pytest.raises(_Stop):
-        local.deploy_local(plan, progress=said.append, calibrate=True)
+    from compiler.cli.main import build_parser
+
+    args = build_parser().parse_args(["deploy", str(plan), "--local", "--calibrate", "-q"])
+    with pytest.raises(_Stop):  # the CLI's --calibrate
+        args.func(args)
     assert order == ["engine venv", "calibrate", "engine venv"]
     path = engine_record_path("cpu-host", "vllm")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -103,9 +103,10 @@ def test_an_engine_that_loses_its_port_starts_again_and_the_router_takes_its_new
     given the engine's new URL, not the lost one."""
     from compiler.deploy.local import ROUTER, ROUTERS, prepare
     from tests.deploy.helpers import DOCS
-    from tests.deploy.test_apply import FAKE, _plan
+    from tests.deploy.helpers import compiled_plan
+    from tests.deploy.test_apply import FAKE
 
-    plan = _plan(tmp_path, "running", DOCS)
+    plan = compiled_plan(tmp_path, "running", DOCS)
     fake = tmp_path / "fake-engine"
     fake.write_text(FAKE.replace("PYTHON", sys.executable))
     fake.chmod(0o755)

@@ -71,7 +71,8 @@ def simulate(plan, options, prep, rates: dict[str, float], *, windows: int = 3, 
              folder: Path | None = None) -> list:
     """Snapshots (parsed) of `windows` windows of the simulated deployment of `plan` under `rates`; with
     `folder`, the scrapes are also written there as text files (what ``--metrics FOLDER`` reads)."""
-    from compiler.replan.metrics import merged, parse
+    from compiler.deploy.metrics import parse
+    from compiler.replan.metrics import merged
     from compiler.replan.simulate import Deployment, Truth
 
     sim = Deployment(plan, options, sim_classes(prep), seed=seed)

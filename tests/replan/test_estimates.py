@@ -11,7 +11,8 @@ import pytest
 from compiler.ir.placement import ClassTarget
 from compiler.ir.pool_option import ClassService, PoolOption
 from compiler.replan.correct import Factors, at_measured_efficiency, corrected, fit, fit_pool
-from compiler.replan.metrics import Histogram, load, window, windows
+from compiler.deploy.metrics import Histogram
+from compiler.replan.metrics import load, window, windows
 from compiler.replan.observe import ClassShape, Latency, Observation, PoolMeasure, recognise
 
 CHAT = ClassShape("chat", 512, 1024, 256, 512)  # prompts taken uniform over [1, 1023]
