@@ -1,7 +1,7 @@
 """Benchmark `gimletc compile` on the mixed example fleet: cold (empty trace cache) and warm.
 
 Each run is a fresh `gimletc compile MODEL --cluster examples/clusters/mixed.yaml --workload
-examples/workloads/mix.yaml --no-onnx --out DIR --json` process (issue 8's goal: 405B within 15 s
+examples/workloads/mix.yaml --no-onnx --out DIR --json` process (the goal: 405B within 15 s
 cold, 70B within 10 s). Reported: wall time cold and warm, the cold run's time per pass (from
 DIR/status.json), when plan.json was first written ([Note: plan first] in compiler/cli/compile.py), status
 and gap from plan.json. Baseline measured in the same run: a bare interpreter that imports `compiler`; with

@@ -3,7 +3,7 @@
     python tools/bench_pareto.py [--model llama-3.1-70b] [--cluster examples/clusters/mixed.yaml]
                                  [--workload examples/workloads/chat.yaml] [--points 10] [--repeat 1]
 
-The target (issue 10): a 10-point frontier, the plan and every baseline at each point, in at most twice the
+The target: a 10-point frontier, the plan and every baseline at each point, in at most twice the
 time of one compile. The sweep costs the pool options and the single-type fleets once and re-reads their latency
 curves at each TPOT target (`Instance.with_slo`), so the marginal point is only solves.
 

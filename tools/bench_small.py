@@ -1,4 +1,4 @@
-"""Benchmark small work against the price of its imports (issue 22, item 6): ratios from one run.
+"""Benchmark small work against the price of its imports: ratios from one run.
 
 Three timings, each a fresh process, all in this run (this machine's speed varies; the ratios are the result):
 

@@ -1,4 +1,4 @@
-"""Replay a timestamped request trace through a deployment of a plan, with and without replanning (issue 23, item 5).
+"""Replay a timestamped request trace through a deployment of a plan, with and without replanning.
 
 The trace is the Azure LLM inference trace's CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``, one request a
 row; github.com/Azure/AzurePublicDataset AzureLLMInferenceDataset2023), or a generated day whose mix shifts from

@@ -21,7 +21,7 @@ rather than after every remaining request fails too).
 
 [Note: the engines' own clock] The client's TPOT times chunks as they reach
 it; when vLLM's output path lags it sends many tokens in one chunk, and two
-identical runs read 39 ms and 0.4 ms (issue 40). The engines time each
+identical runs read 39 ms and 0.4 ms. The engines time each
 request's tokens where they are made: every engine's ``/metrics`` is scraped
 before and after each run, and the difference of its
 ``vllm:request_time_per_output_token_seconds`` histogram (one sample per

@@ -55,7 +55,7 @@ first's optima ([Note: deterministic tie-breaks]).
 
 [Note: why a MILP solver] Replica counts are integers and everything else (requests/s routed, bytes/s on
 links) is continuous: a mixed-integer LP, which HiGHS (through OR-Tools' MathOpt) solves by branch and bound
-on the LP relaxation. Until December 2026 the model was CP-SAT's, with the flows scaled to integers
+on the LP relaxation. CP-SAT, the solver before it (docs/decisions.md), needed the flows scaled to integers
 (milli-requests/s, a replica's load in 10^9 units): on the README's first compile it ran 33 s for a placement
 0.49% below the optimum (calling itself within 0.73%), and on the 70B mix about 30 s to stop 2% short, while
 HiGHS proves both optima in 0.2 s and 4 s (a test pins the optima against brute force; `tools/bench_compile.py`

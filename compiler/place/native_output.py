@@ -3,7 +3,7 @@
 HiGHS 1.12 writes a debugging line (``HighsMipSolverData::transformNewIntegerFeasibleSolution
 tmpSolver.run();``) straight to the C library's stdout on some solves, whatever MathOpt's ``enable_output``
 says; it landed above ``tools/bench_value.py``'s table, would corrupt ``gimletc ... --json`` for a reader such
-as ``jq``, and, sent to standard error instead, still sat among a compile's own lines (issue 40). While a solve
+as ``jq``, and, sent to standard error instead, still sat among a compile's own lines. While a solve
 runs, `solver_output_logged` points file descriptor 1 at a scratch file (Python's ``print`` to ``sys.stdout``
 is flushed first); once the solves are done, the C library's buffers are flushed into it and each line it
 caught is logged at INFO by this module's logger, which ``gimletc -v`` shows and a default run does not. Solves

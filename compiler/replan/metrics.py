@@ -19,8 +19,8 @@ window's last round back to its own latest scrape at or before the window's firs
 it), over that engine's own interval, scaled to the window's seconds (the rounds' span) and summed over engines.
 So a rate is the sum of each engine's delta over its own two timestamps, and a reset is one engine's own.
 Grouping scrapes by their exact time instead never merged two engines (milliseconds apart): a window then ran
-from one engine's scrape to another's and counted the other's requests since it started as the window's (issue
-40: an idle deployment read at 10 req/s, its decode pool absent). Summing engines before subtracting would hide
+from one engine's scrape to another's and counted the other's requests since it started as the window's (an
+idle deployment read at 10 req/s, its decode pool absent). Summing engines before subtracting would hide
 one engine's reset behind another's growth. An engine with no earlier scrape in the window (started inside it)
 counts everything since it started (`Window.unpaired`; `window` warns).
 """

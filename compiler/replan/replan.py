@@ -1,4 +1,4 @@
-"""Re-plan a running deployment from its engines' metrics, with the fewest moves (issue 23): ``gimletc replan``.
+"""Re-plan a running deployment from its engines' metrics, with the fewest moves: ``gimletc replan``.
 
 Before: the running plan (``DIR/plan.json``), what it was compiled from (`CompileInputs`) and metrics snapshots
 (`compiler.replan.metrics`). After: a `Replan`: the measured window (`Observation`), the forecast workload,

@@ -1,4 +1,4 @@
-"""Scaling rules the orchestrator runs between replans (issue 23, item 4): a KEDA ``ScaledObject`` per engine
+"""Scaling rules the orchestrator runs between replans: a KEDA ``ScaledObject`` per engine
 pool on its engines' queue, or the NVIDIA Dynamo planner's configuration, bounded by replica ranges that keep the
 plan's power budget and inventory.
 
