@@ -457,7 +457,7 @@ def _scrape(endpoints_path: Path, folder: Path, window: int, tag: str = "end") -
     import os
     import urllib.request
 
-    from compiler.deploy.local import ROUTERS
+    from compiler.deploy.launch import ROUTERS
 
     endpoints = _read_json(endpoints_path) or {"processes": []}
     now, files = time.time(), []

@@ -13,7 +13,7 @@ Only this host's CPU can be measured here, and only vLLM runs on it.
 Steps:
 
 1. `model_dir`: `MODEL`'s seeded weights (`compiler.emit.weights`, as compile
-   writes a plan's ``model/``) and a word-level tokenizer (`compiler.deploy.local.write_word_tokenizer`:
+   writes a plan's ``model/``) and a word-level tokenizer (`compiler.deploy.launch.write_word_tokenizer`:
    word ``tN`` is token N, so the benchmark's random prompts decode and
    re-encode to exactly their length), in the gimletc cache.
 2. `engine_process`: the engine venv's vLLM (`compiler.deploy.engine_env`),
@@ -110,8 +110,8 @@ def workdir() -> Path:
 
 def model_dir(model: str = MODEL) -> Path:
     """``workdir()/model``: `model`'s config and seeded weights (as compile writes a plan's ``model/``) and
-    `compiler.deploy.local.write_word_tokenizer`'s tokenizer; written once."""
-    from compiler.deploy.local import write_word_tokenizer
+    `compiler.deploy.launch.write_word_tokenizer`'s tokenizer; written once."""
+    from compiler.deploy.launch import write_word_tokenizer
     from compiler.inputs.model_spec import resolve_model
     from compiler.trace.export import build_model
 
@@ -129,10 +129,10 @@ def model_dir(model: str = MODEL) -> Path:
 
 
 def engine_argv(python: Path, model: Path, port: int) -> list[str]:
-    """vLLM's OpenAI server as deploy --local starts it (`compiler.deploy.local.ENGINE_MODULE`, ``--enforce-eager``,
+    """vLLM's OpenAI server as deploy --local starts it (`compiler.deploy.launch.ENGINE_MODULE`, ``--enforce-eager``,
     its latency buckets), with the budget and max batch the record states. Prefix caching is off: the random
     dataset's prompts are cyclic runs of a 512-word vocabulary, and a cache hit would cut a prompt's prefill short."""
-    from compiler.deploy.local import ENGINE_MODULE, FINE_BUCKETS, HOST
+    from compiler.deploy.launch import ENGINE_MODULE, FINE_BUCKETS, HOST
 
     return [str(python), "-m", ENGINE_MODULE, "--model", str(model), "--served-model-name", MODEL, "--host", HOST,
             "--port", str(port), "--max-num-seqs", str(MAX_SEQS), "--max-num-batched-tokens", str(BUDGET_TOKENS),
@@ -145,7 +145,8 @@ def sweep(points: Sequence[Point], note: Callable[[str], None]) -> tuple[list[Ro
     """Start the engine, run ``vllm bench serve`` at every point, stop the engine; the measured rows."""
     from backends.cpu import BACKEND
     from compiler.deploy.engine_env import engine_python, outside_env
-    from compiler.deploy.local import HOST, Deployment, Proc
+    from compiler.deploy.launch import HOST, Proc
+    from compiler.deploy.local import Deployment
 
     python = engine_python(note)
     model = model_dir()

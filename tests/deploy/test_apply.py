@@ -121,7 +121,7 @@ def _stand_in(tmp: Path, monkeypatch) -> tuple[Path, Path, Path]:
 def _check_applied(was: dict, current: Path, nxt: Path, running: Path, message: str) -> tuple[dict, dict]:
     """The deployment runs `nxt`'s pools, each kept replica the same process; the front is the same process on
     the same URL. Returns the apply's answer and the endpoints after it."""
-    from compiler.deploy.local import FRONT, ROUTERS
+    from compiler.deploy.launch import FRONT, ROUTERS
     from compiler.emit.plan_checks import load_plan
 
     answer = json.loads((current / "deploy" / "applied.json").read_text())
@@ -147,7 +147,8 @@ def test_apply_keeps_what_stays_stops_and_starts_the_rest(tmp_path, monkeypatch)
     `STEPS` says: the front to take the next plan's router and drop the old one, or the running router to add
     the new engines and remove the leaving ones."""
     from compiler.deploy.apply import apply_local
-    from compiler.deploy.local import FRONT, ROUTER, prepare
+    from compiler.deploy.launch import FRONT, ROUTER
+    from compiler.deploy.local import prepare
 
     plans = _plans(tmp_path)
     fake, delay, calls = _stand_in(tmp_path, monkeypatch)
@@ -271,7 +272,8 @@ def test_what_deploy_adds_to_each_launch_is_recorded_with_why_and_resolves_a_cpu
     word tN is token N (a word it does not know is token 0), so text prompts and chat work."""
     from transformers import AutoTokenizer
 
-    from compiler.deploy.local import ROUTERS, prepare
+    from compiler.deploy.launch import ROUTERS
+    from compiler.deploy.local import prepare
 
     plan = compiled_plan(tmp_path, "running", DOCS)
     deployment = prepare(plan, Path(sys.executable), Path(sys.executable))

@@ -69,7 +69,7 @@ def _stand_in_engine(prompts: list):
 
     from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-    from compiler.deploy.local import FINE_BUCKETS
+    from compiler.deploy.launch import FINE_BUCKETS
 
     registry = CollectorRegistry()
     tpot = Histogram("vllm:request_time_per_output_token_seconds", "per request", ["model_name"],

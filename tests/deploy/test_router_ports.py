@@ -36,7 +36,8 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 
 
 def _deployment(tmp_path: Path, env: dict[str, str]):
-    from compiler.deploy.local import FRONT, ROUTER, Deployment, Proc
+    from compiler.deploy.launch import FRONT, ROUTER, Proc
+    from compiler.deploy.local import Deployment
 
     script = tmp_path / "router.py"
     script.write_text(ROUTER_SCRIPT)
@@ -101,7 +102,8 @@ def test_an_engine_that_loses_its_port_starts_again_and_the_router_takes_its_new
     """The cpu_pd split's two engines (stand-ins), the first of which to start exits like vLLM when its port was
     taken ("Address already in use"): it starts again on another port, once, says so, and the plan's router is
     given the engine's new URL, not the lost one."""
-    from compiler.deploy.local import ROUTER, ROUTERS, prepare
+    from compiler.deploy.launch import ROUTER, ROUTERS
+    from compiler.deploy.local import prepare
     from tests.deploy.helpers import DOCS
     from tests.deploy.helpers import compiled_plan
     from tests.deploy.test_apply import FAKE
