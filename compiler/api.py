@@ -257,7 +257,7 @@ def pareto(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, 
            time_limit_s: float = 60.0, progress: Progress | None = None, calibration: str | None = None) -> Frontier:
     """The predicted speed-vs-throughput frontier (as ``gimletc pareto``): for a sweep of TPOT targets, the plan
     and the baselines solved at each. Raises `Infeasible` when no point is feasible."""
-    from compiler.driver import pareto as pareto_pass
+    from compiler.sweep import pareto as pareto_pass
     from compiler.ir.precision import Precision
 
     budget = _watts(power_budget)
@@ -269,7 +269,7 @@ def pareto(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, 
 
 
 def _title_and_rows(result: Any) -> tuple[str, list[dict]]:
-    """`compiler.driver.pareto`'s answer as (title, rows), whether a ``(title, rows)`` pair or a value with both."""
+    """`compiler.sweep.pareto`'s answer as (title, rows), whether a ``(title, rows)`` pair or a value with both."""
     if isinstance(result, tuple):
         return result[0], list(result[1])
     return result.title, list(result.rows)
@@ -278,10 +278,10 @@ def _title_and_rows(result: Any) -> tuple[str, list[dict]]:
 def report_frontier(inputs: CompileInputs, points: int, compilation: Compilation | None = None
                     ) -> tuple[list[dict] | None, str, str | None, str]:
     """(rows, title, note, objective) of the frontier the report draws: `points` TPOT targets of
-    `compiler.driver.pareto` (None and a note saying why when skipped or infeasible), each maximising `objective`
+    `compiler.sweep.pareto` (None and a note saying why when skipped or infeasible), each maximising `objective`
     (the plan's own where the frontier can). With the `compilation` the plan came from, its costed options and
     fleets are swept (no second trace or costing)."""
-    from compiler.driver import PARETO_OBJECTIVES, frontier, pareto as pareto_pass
+    from compiler.sweep import PARETO_OBJECTIVES, frontier, pareto as pareto_pass
     from compiler.ir.errors import Infeasible
 
     if points <= 0:

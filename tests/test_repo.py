@@ -79,10 +79,13 @@ _ALLOWED = {
                                 "compiler.place", "compiler.emit"),
     # the Python API sits beside the CLI at the top ([Note: plan API layering] in compiler/api.py)
     "compiler/compile_inputs.py": ("compiler.ir",),
-    "compiler/api.py": ("compiler.ir", "compiler.compile_inputs", "compiler.driver", "compiler.emit",
+    "compiler/api.py": ("compiler.ir", "compiler.compile_inputs", "compiler.driver", "compiler.sweep", "compiler.emit",
                         "compiler.runtime", "compiler.inputs", "compiler.explanation"),
     "compiler/explanation.py": ("compiler.ir", "cost_models", "compiler.compile_inputs", "compiler.driver",
                                 "compiler.cost", "compiler.place", "compiler.emit"),
+    # the frontier sweeps a prepared compile: the driver's passes, the placement, the emitted latencies
+    "compiler/sweep.py": ("compiler.ir", "compiler.cost", "compiler.place", "compiler.emit", "compiler.driver",
+                          "compiler.sweep"),
     "compiler/__init__.py": (),
 }
 #: Third-party packages a layer must not import (the rest of its imports are free).

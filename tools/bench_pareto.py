@@ -44,7 +44,8 @@ def main() -> int:
     import logging
 
     logging.disable(logging.WARNING)
-    from compiler.driver import compile, pareto
+    from compiler.driver import compile
+    from compiler.sweep import pareto
 
     inputs = (args.model, args.cluster, args.workload)
     compile(*inputs, analyse=False, baselines=False)  # warm-up: trace cache, imports

@@ -1,6 +1,6 @@
 """``gimletc pareto``: the interactivity frontier, written as CSV, JSON and a PNG plot.
 
-The sweep itself is `compiler.driver.pareto`; this module writes what it returns.
+The sweep itself is `compiler.sweep.pareto`; this module writes what it returns.
 Any failing point of the heterogeneous plan fails the command (exit 3, naming the
 point), and then no frontier file is left behind: never an empty file with exit 0.
 """
@@ -48,7 +48,8 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from compiler.cli.status import clear, recorded
-    from compiler.driver import Timings, pareto
+    from compiler.driver import Timings
+    from compiler.sweep import pareto
 
     out = check_out_dir(args.out)
     clear(out, OUTPUTS)

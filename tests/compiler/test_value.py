@@ -234,7 +234,7 @@ def test_the_frontier_of_a_hand_made_fleet_is_hand_arithmetic():
     pools miss 10 ms at any load, so the baselines drop out."""
     from types import SimpleNamespace
 
-    from compiler.driver import frontier
+    from compiler.sweep import frontier
 
     def option(kind, device, rate, tpot_half, tpot_full):
         curve = ((0.5, 0.1, 0.1, tpot_half, tpot_half), (1.0, 0.1, 0.1, tpot_full, tpot_full))
@@ -367,11 +367,11 @@ def test_the_sweep_ends_at_the_fastest_tpot_a_placement_within_the_budget_reache
 def test_a_sweep_with_a_failing_point_exits_3_naming_it_and_writes_no_frontier(tmp_path, monkeypatch, capsys):
     """A point that fails (here: a target below what any placement reaches, as if the search for the fastest
     one had erred) is named with what binds there; the command exits 3 and leaves no frontier file behind."""
-    from compiler import driver
+    from compiler import sweep
     from compiler.cli.main import main
 
     cluster = _cluster(tmp_path, "name: h100\npower_budget_kw: 10\ndevices:\n  - {device: nvidia-h100-sxm, count: 8}\n")
-    monkeypatch.setattr(driver, "fastest_tpot", lambda _inst: 1e-4)
+    monkeypatch.setattr(sweep, "fastest_tpot", lambda _inst: 1e-4)
     out = tmp_path / "out"
     code = main(["pareto", "llama-3.1-8b", "--cluster", str(cluster), "--workload", CHAT, "--points", "3",
                  "--out", str(out)])

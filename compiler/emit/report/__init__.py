@@ -53,7 +53,7 @@ class Report:
     ceilings: tuple[Ceiling, ...]
     roofline: tuple[RooflinePoint, ...]
     timeline: dict
-    frontier: tuple[dict, ...] | None  # rows of `compiler.driver.pareto`, or None when not computed
+    frontier: tuple[dict, ...] | None  # rows of `compiler.sweep.pareto`, or None when not computed
     frontier_title: str = ""
     frontier_objective: str = "tokens-per-watt"  # what each frontier point maximised
 
@@ -92,7 +92,7 @@ class Report:
 
 def build_report(plan: Plan, graph: BlockGraph, *, frontier: Sequence[dict] | None = None, frontier_title: str = "",
                  frontier_note: str | None = None, frontier_objective: str = "tokens-per-watt") -> Report:
-    """The report of `plan` (compiled from `graph`); `frontier` are `compiler.driver.pareto` rows, if computed,
+    """The report of `plan` (compiled from `graph`); `frontier` are `compiler.sweep.pareto` rows, if computed,
     each maximising `frontier_objective`, and `frontier_note` says why there are none."""
     power = power_breakdown(plan)
     files = [(name, what) for name, what in FILES if name != "pareto.png" or frontier]

@@ -45,7 +45,7 @@ def _save(fig, path: Path, margins: dict | None = None) -> None:
 _LOG_MARGINS = {"left": 0.11, "right": 0.97, "bottom": 0.12, "top": 0.87}
 
 
-#: What each frontier objective maximises, as a row key of `compiler.driver.pareto` and its axis label. Per MW
+#: What each frontier objective maximises, as a row key of `compiler.sweep.pareto` and its axis label. Per MW
 #: throughout: ``gimletc pareto``'s help, the CSV's column and README say the same.
 FRONTIER_METRICS = {
     "tokens-per-watt": ("output_tokens_per_s_per_mw", "output tokens/s per MW provisioned"),
@@ -102,7 +102,7 @@ def on_frontier(rows: Sequence[dict], key: str) -> list[bool]:
 
 def plot_frontier(rows: Sequence[dict], path: Path, title: str, objective: str = "tokens-per-watt", *,
                   plan: dict | None = None, dropouts: Sequence[dict] = ()) -> None:
-    """`rows` as `compiler.driver.pareto` returns them, solved for `objective`: one panel of what it maximises,
+    """`rows` as `compiler.sweep.pareto` returns them, solved for `objective`: one panel of what it maximises,
     and one of output tokens per dollar where every row has a price and that is not already it. `plan` is a row
     of the same keys for the compiled plan (``tokens_per_s_per_user`` at its TPOT target, and ``label``): drawn
     as a star and, when the sweep maximised what the plan did (``on_curve``), as a point of the heterogeneous
