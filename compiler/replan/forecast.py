@@ -68,3 +68,12 @@ def errors(series: list[float], alpha: float = ALPHA, beta: float = BETA) -> For
     if not holt_err:
         return ForecastError(0, math.nan, math.nan)
     return ForecastError(len(holt_err), sum(holt_err) / len(holt_err), sum(last_err) / len(last_err))
+
+
+def chosen_forecast(how: str, error: ForecastError) -> str:
+    """The forecast a class gets: "holt" or "none" as asked; under "auto", Holt's only where it replayed with a
+    smaller one-step error than the last value's on the windows read (three or more), else the last value: a
+    trend is extrapolated only where the same metrics have shown that it helps."""
+    if how != "auto":
+        return how
+    return "holt" if error.points and error.holt_mape < error.last_value_mape else "none"

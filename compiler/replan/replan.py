@@ -9,8 +9,8 @@ Steps:
    length, their arrivals and mean lengths; each pool's load and mean TTFT and TPOT.
 2. **Forecast** each class's rate over the next window from the consecutive windows the snapshots hold
    (`compiler.replan.forecast`: Holt's or the last window's rate, per class whichever replayed better on those
-   windows, `chosen_forecast`). The workload to plan for is the compiled one with these shares and mean
-   lengths (a class's longest prompt or output raised to its mean when the mean passed it), and, where the
+   windows, `compiler.replan.forecast.chosen_forecast`). The workload to plan for is the compiled one with these
+   shares and mean lengths (a class's longest prompt or output raised to its mean when the mean passed it), and, where the
    compiled workload names an arrival rate, the forecast total.
 3. **Re-cost** that workload with the compile's own inputs (`compiler.driver.prepare`: the same model, cluster,
    budgets and precision), cost again each device type whose decode steps measured slow or fast at the memory
@@ -57,8 +57,8 @@ not the safe choice the noise rule assumes when it overloads a pool (after the r
 +27.2% held for being within two standard errors, 22.0%, left a pool overloaded for two windows, 87% and 83% of
 their requests within the SLO, and the day at 96.2% against 98.6% with the anti-flap rules off; with the rule
 lifted, 98.8%). The changes come from the running plan's own
-``report/replan.json`` (`read_history`): each replan records the changes of the last ``cooldown_windows``
-windows before its window's end, with this one's when it acts, so the next replan of the directory it writes
+``report/replan.json`` (`compiler.replan.history.read_history`): each replan records the changes of the last
+``cooldown_windows`` windows before its window's end, with this one's when it acts, so the next replan of the directory it writes
 knows them. A plan compiled from scratch has none. ``cooldown_windows`` 0 turns the rule off.
 
 Every objective value, latency and gain here is a prediction of the (corrected) cost model; the `Observation`
@@ -79,10 +79,11 @@ from compiler.place.moves import Moves, base_key
 from compiler.replan.correct import (
     Factors, PoolFactors, Recost, at_measured_efficiency, corrected, fit, with_corrected_predictions,
 )
-from compiler.replan.forecast import ALPHA, BETA, ForecastError, errors, holt
+from compiler.replan.forecast import ALPHA, BETA, ForecastError, chosen_forecast, errors, holt
+from compiler.replan.history import PastChange, moved_back, read_history, recent_changes
 from compiler.replan.metrics import Snapshot, window, windows
 from compiler.replan.observe import ClassShape, Observation, observe
-from compiler.replan.routes import routed_utilisation
+from compiler.replan.routes import RouteChange, route_changes, routed_utilisation
 from cost_models.queueing import MAX_UTILISATION
 
 log = logging.getLogger(__name__)
@@ -113,20 +114,6 @@ class Settings:
     cooldown_windows: int = COOLDOWN_WINDOWS  # [Note: cool-down]; 0: off
     cooldown_gain: float = COOLDOWN_GAIN
     forecast_weight: float = FORECAST_WEIGHT  # [Note: forecast error]; 0: off
-
-
-@dataclass(frozen=True, slots=True)
-class PastChange:
-    """A change of replicas of one shape a replan made, and when: its window's end (the last snapshot's time, s)."""
-
-    time_s: float
-    shape: str
-    before: int
-    after: int
-
-    @property
-    def up(self) -> bool:
-        return self.after > self.before
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,18 +149,6 @@ class PoolChange:
     @property
     def kind(self) -> str:
         return "added" if not self.before else "removed" if not self.after else "scaled"
-
-
-@dataclass(frozen=True, slots=True)
-class RouteChange:
-    """A class's share of requests on one replica shape, where they enter (``entry``: colocated or prefill) or
-    where they decode (``decode``), before and after (predicted routing)."""
-
-    cls: str
-    side: str
-    shape: str
-    before: float
-    after: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,48 +306,6 @@ def _check_context(model: str, workload, classes: tuple[ClassPlan, ...], source:
                            f"another deployment's metrics? give the scrapes of the engines running {plan_dir}")
 
 
-def read_history(plan_dir: str | Path) -> tuple[PastChange, ...]:
-    """The changes a plan directory's ``report/replan.json`` records ([Note: cool-down]); none for a compiled
-    plan, or one written before the history was."""
-    import json
-
-    path = Path(plan_dir) / "report" / "replan.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ()
-    return tuple(PastChange(float(c["time_s"]), str(c["shape"]), int(c["before"]), int(c["after"]))
-                 for c in data.get("history", ()))
-
-
-def recent_changes(history: tuple[PastChange, ...], now_s: float, settings: Settings) -> tuple[PastChange, ...]:
-    """The changes made within the last ``cooldown_windows`` windows before `now_s` (half a window's slack: a
-    scrape's time wanders by milliseconds around the window's end).
-
-    >>> h = (PastChange(0.0, "a", 0, 1), PastChange(30.0, "b", 1, 0))
-    >>> [c.shape for c in recent_changes(h, 60.0, Settings(window_s=15.0, cooldown_windows=3))]
-    ['b']
-    """
-    horizon = (settings.cooldown_windows + 0.5) * settings.window_s
-    return tuple(c for c in history if settings.cooldown_windows > 0 and 0 <= now_s - c.time_s <= horizon)
-
-
-def moved_back(recent: tuple[PastChange, ...], current: tuple[tuple[str, int], ...],
-               after: tuple[tuple[str, int], ...]) -> tuple[PastChange, ...]:
-    """The recent changes that going from `current` to `after` reverses: a shape scaled the other way.
-
-    >>> moved_back((PastChange(0.0, "c8", 0, 1),), (("c8", 1), ("b4", 1)), (("b4", 2),))
-    (PastChange(time_s=0.0, shape='c8', before=0, after=1),)
-    """
-    now, nxt = dict(current), dict(after)
-    out = []
-    for c in recent:
-        delta = nxt.get(c.shape, 0) - now.get(c.shape, 0)
-        if delta and (delta > 0) != c.up:
-            out.append(c)
-    return tuple(out)
-
-
 def with_factors(raw: Instance, factors: tuple[Factors, ...]) -> Instance:
     """`raw` (costed as modelled, at the measured memory efficiencies) with every option corrected by `factors`."""
     return raw.with_options(corrected(raw.options, factors, raw.classes))
@@ -407,15 +340,6 @@ def _forecast(obs: Observation, series: list[Observation], how: str) -> tuple[Cl
                              c.input_mean, c.output_mean, len(rates[c.name]), e.holt_mape if known else None,
                              e.last_value_mape if known else None, e.points))
     return tuple(out)
-
-
-def chosen_forecast(how: str, error: ForecastError) -> str:
-    """The forecast a class gets: "holt" or "none" as asked; under "auto", Holt's only where it replayed with a
-    smaller one-step error than the last value's on the windows read (three or more), else the last value: a
-    trend is extrapolated only where the same metrics have shown that it helps."""
-    if how != "auto":
-        return how
-    return "holt" if error.points and error.holt_mape < error.last_value_mape else "none"
 
 
 def forecast_statement(settings: Settings, classes: tuple[ClassPlan, ...]) -> str:
@@ -667,33 +591,3 @@ def pool_changes(current: tuple[tuple[str, int], ...], sol: Solution) -> tuple[P
             kind, device = shape.split(":")[:2]
             out.append(PoolChange(shape, kind, device, before.get(shape, 0), after.get(shape, 0)))
     return tuple(out)
-
-
-#: Routing shares that differ by less than this are the same route.
-ROUTE_TOLERANCE = 0.005
-
-
-def route_shares(plan) -> dict[tuple[str, str, str], float]:
-    """(class, side, shape) -> the class's share of requests there: entry (colocated, prefill) and decode
-    (colocated, decode) pools, from the pools' predicted per-class requests/s."""
-    totals: dict[tuple[str, str], float] = {}
-    out: dict[tuple[str, str, str], float] = {}
-    for p in plan.pools:
-        sides = [s for s, roles in (("entry", ("colocated", "prefill")), ("decode", ("colocated", "decode")))
-                 if p.role in roles]
-        for c in p.predicted_classes:
-            for side in sides:
-                key = (c.name, side, base_key(p.option))
-                out[key] = out.get(key, 0.0) + c.requests_per_s
-                totals[(c.name, side)] = totals.get((c.name, side), 0.0) + c.requests_per_s
-    return {k: v / totals[(k[0], k[1])] for k, v in out.items() if totals[(k[0], k[1])] > 0}
-
-
-def route_changes(old, new) -> tuple[RouteChange, ...]:
-    a, b = route_shares(old), route_shares(new)
-    out = []
-    for key in sorted(set(a) | set(b)):
-        if abs(a.get(key, 0.0) - b.get(key, 0.0)) >= ROUTE_TOLERANCE:
-            out.append(RouteChange(key[0], key[1], key[2], round(a.get(key, 0.0), 6), round(b.get(key, 0.0), 6)))
-    return tuple(out)
-

@@ -1,8 +1,13 @@
 """How a running plan routes each request class over its pools: the shares its router was given, from the pools'
 predicted per-class requests/s. Read by the cool-down's capacity check (`compiler.replan.replan`) and by the
-simulation (`compiler.replan.simulate`), which routes as the plan says."""
+simulation (`compiler.replan.simulate`), which routes as the plan says; and how two plans' routes differ, by
+replica shape (`route_changes`, what a replan reports)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.place.moves import base_key
 
 #: The roles a request enters by (``entry``) and decodes on (``decode``).
 SIDES = (("entry", ("colocated", "prefill")), ("decode", ("colocated", "decode")))
@@ -27,7 +32,6 @@ def routed_utilisation(plan, options, rates: dict[str, float]) -> dict[str, floa
     """Each pool's utilisation (requests/s over what its replicas serve, per class on `options`, by shape) when
     the classes arrive at `rates` and the plan routes them as it does now; pools of a shape missing from
     `options` are left out."""
-    from compiler.place.moves import base_key
 
     shapes: dict = {}
     for o in sorted(options, key=lambda o: (-len(o.classes), o.key)):  # the shape's option serving most classes
@@ -46,3 +50,43 @@ def routed_utilisation(plan, options, rates: dict[str, float]) -> dict[str, floa
                 load += r * share / o.service(c).rate_per_s
         out[p.name] = load / max(p.replicas, 1)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class RouteChange:
+    """A class's share of requests on one replica shape, where they enter (``entry``: colocated or prefill) or
+    where they decode (``decode``), before and after (predicted routing)."""
+
+    cls: str
+    side: str
+    shape: str
+    before: float
+    after: float
+
+
+#: Routing shares that differ by less than this are the same route.
+ROUTE_TOLERANCE = 0.005
+
+
+def route_shares(plan) -> dict[tuple[str, str, str], float]:
+    """(class, side, shape) -> the class's share of requests there: entry (colocated, prefill) and decode
+    (colocated, decode) pools, from the pools' predicted per-class requests/s."""
+    totals: dict[tuple[str, str], float] = {}
+    out: dict[tuple[str, str, str], float] = {}
+    for p in plan.pools:
+        sides = [s for s, roles in SIDES if p.role in roles]
+        for c in p.predicted_classes:
+            for side in sides:
+                key = (c.name, side, base_key(p.option))
+                out[key] = out.get(key, 0.0) + c.requests_per_s
+                totals[(c.name, side)] = totals.get((c.name, side), 0.0) + c.requests_per_s
+    return {k: v / totals[(k[0], k[1])] for k, v in out.items() if totals[(k[0], k[1])] > 0}
+
+
+def route_changes(old, new) -> tuple[RouteChange, ...]:
+    a, b = route_shares(old), route_shares(new)
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if abs(a.get(key, 0.0) - b.get(key, 0.0)) >= ROUTE_TOLERANCE:
+            out.append(RouteChange(key[0], key[1], key[2], round(a.get(key, 0.0), 6), round(b.get(key, 0.0), 6)))
+    return tuple(out)

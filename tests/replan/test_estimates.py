@@ -137,7 +137,7 @@ def test_consecutive_windows_and_a_growing_queue(tmp_path):
 ])
 def test_auto_forecast_takes_the_one_that_replayed_better(series, want):
     from compiler.replan.forecast import errors, holt
-    from compiler.replan.replan import chosen_forecast
+    from compiler.replan.forecast import chosen_forecast
 
     e = errors(series)
     pick = chosen_forecast("auto", e)
