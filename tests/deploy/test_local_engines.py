@@ -65,7 +65,7 @@ def deployment(readme_clone):
     argv = shlex.split(lines[at].split("#", 1)[0].rstrip().removesuffix("&"))
     proc = subprocess.Popen([sys.executable, "-m", "compiler.cli", *argv[1:]], cwd=clone, env=env,
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = clone / argv[1]
+    out = clone / argv[argv.index("deploy") + 1]  # gimletc deploy DIR --local
     endpoints = out / "deploy" / "endpoints.json"
     deadline = time.monotonic() + 1200
     while not endpoints.exists():
