@@ -142,12 +142,13 @@ def test_greedy_tokens_through_the_router_equal_hugging_face_and_kv_came_through
     assert computed == sum(recomputed_tokens("ExampleConnector", len(p), BLOCK) for p in PROMPTS)
 
 
-def test_replan_reads_what_each_engine_served_between_its_own_scrapes(deployment, tmp_path):
+def test_replan_reads_what_each_engine_served_between_its_own_scrapes(deployment, readme_clone, tmp_path):
     """Issue 40 item 1 on the real engines: both engines' /metrics saved, 6 requests of the plan's class sent
     through the router, both saved again; `replan --metrics PREFILL=FOLDER --metrics DECODE=FOLDER` reads the
     class at 6 requests over each engine's own seconds between its scrapes (not every request since the engines
     started), and measures the decode pool's TPOT."""
     out, _proc, info = deployment
+    clone, env, _lines = readme_clone  # the gimletc cache holding the calibration profile the plan names
     plan = json.loads((out / "plan.json").read_text())
     pools = {p["role"]: p["name"] for p in plan["pools"]}
     urls = {p["pool"]: p["url"] for p in info["processes"] if p["pool"] in pools.values()}
@@ -169,7 +170,7 @@ def test_replan_reads_what_each_engine_served_between_its_own_scrapes(deployment
     done = subprocess.run([sys.executable, "-m", "compiler.cli", "replan", str(out),
                            "--metrics", f"{pools['prefill']}={tmp_path / pools['prefill']}",
                            "--metrics", f"{pools['decode']}={tmp_path / pools['decode']}", "--json"],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
+                          cwd=clone, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     (docs,) = summary["observation"]["classes"]
