@@ -52,6 +52,20 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           timeout=timeout, cwd=REPO, env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
+def fresh_clone(where: Path) -> tuple[Path, dict[str, str]]:
+    """A clone of the committed tree at ``where/clone`` and the environment a README block runs in there, as the
+    install line leaves a user: ``.venv/bin/activate`` puts gimletc on the PATH (here: this environment's, importing
+    the clone's code first), which holds no gimletc before it; an empty gimletc cache beside the clone."""
+    clone = where / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, timeout=120)
+    (clone / ".venv" / "bin").mkdir(parents=True)
+    (clone / ".venv" / "bin" / "activate").write_text(f'export PATH="{os.path.dirname(sys.executable)}:$PATH"\n')
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if not os.path.exists(os.path.join(p, "gimletc")))
+    return clone, {**os.environ, "PATH": path, "PYTHONPATH": str(clone), "GIMLETC_CACHE_DIR": str(where / "cache"),
+                   "PYTHONWARNINGS": "ignore"}
+
+
 def assert_one_line_error(proc, *needles: str) -> None:
     """The CLI failed with exit 2 and exactly one `gimletc: error:` line containing every needle."""
     assert proc.returncode == 2, (proc.returncode, proc.stderr)

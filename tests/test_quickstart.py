@@ -11,15 +11,13 @@ whole block, two worker starts included, takes about 35 s on two busy cores.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, fresh_clone
 
 
 def quickstart_block() -> str:
@@ -42,17 +40,8 @@ def test_quickstart_block_is_compile_report_run_serve():
 
 @pytest.mark.timeout(600)
 def test_readme_quickstart_runs_on_a_fresh_clone(tmp_path):
-    clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, timeout=120)
-    port = str(_free_port())
-    script = quickstart_block().replace("8000", port)
-    # What the install line leaves: .venv/bin/ holding gimletc (here: this environment's, importing the clone)
-    (clone / ".venv" / "bin").mkdir(parents=True)
-    (clone / ".venv" / "bin" / "activate").write_text(f'export PATH="{os.path.dirname(sys.executable)}:$PATH"\n')
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
-                           if not os.path.exists(os.path.join(p, "gimletc")))  # gimletc only once activated
-    env = {**os.environ, "PATH": path, "PYTHONPATH": str(clone), "GIMLETC_CACHE_DIR": str(tmp_path / "cache"),
-           "PYTHONWARNINGS": "ignore"}
+    clone, env = fresh_clone(tmp_path)
+    script = quickstart_block().replace("8000", str(_free_port()))
     proc = subprocess.run(["bash", "-e", "-c", script], cwd=clone, env=env, capture_output=True, text=True,
                           timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

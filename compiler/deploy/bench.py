@@ -54,6 +54,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from compiler.emit.plan import DECODE_ROLES
+
 
 @dataclass(frozen=True, slots=True)
 class Sample:
@@ -106,8 +108,6 @@ def one_request(client, model: str, prompt: list[int], max_tokens: int, timeout_
 #: [Note: the engines' own clock] The fewest requests a percentile is shown from: the 90th of 9 requests is
 #: their largest, and the 99th of 99 too.
 MIN_REQUESTS = {"p50": 1, "p90": 10, "p99": 100}
-#: The roles whose engines make a request's output tokens (and so time its TPOT).
-DECODING = ("decode", "colocated")
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +263,7 @@ def summarize(samples: list[Sample], wall_s: float, engine: dict | None = None) 
 def engine_figures(engines: list[Engine], before: dict, after: dict) -> dict:
     """The engines' own figures between two scrapes: TPOT over the decoding engines, TTFT by role."""
     out: dict = {}
-    tpot = engine_deltas(engines, before, after, "request_tpot_s", DECODING)
+    tpot = engine_deltas(engines, before, after, "request_tpot_s", DECODE_ROLES)
     if tpot is not None:
         out["tpot_ms"] = stats(histogram=tpot)
     for role in sorted({e.role for e in engines}):

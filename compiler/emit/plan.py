@@ -205,6 +205,11 @@ class Router(_Frozen):
     notes: list[str] = []
 
 
+#: Pool roles a request enters by (its prompt is computed there) and roles that decode it (make its output tokens).
+ENTRY_ROLES = ("colocated", "prefill")
+DECODE_ROLES = ("colocated", "decode")
+
+
 class Pool(_Frozen):
     name: str
     role: Literal["colocated", "prefill", "decode", "decode-attention", "decode-ffn", "drafter"]

@@ -36,11 +36,9 @@ import math
 from dataclasses import dataclass
 
 from compiler.deploy.metrics import Histogram
+from compiler.emit.plan import DECODE_ROLES, ENTRY_ROLES
 from compiler.replan.metrics import Window
 
-#: Pool roles a request enters by (its prompt is computed there) and roles that decode.
-ENTRY_ROLES = ("colocated", "prefill")
-DECODE_ROLES = ("colocated", "decode")
 
 
 @dataclass(frozen=True, slots=True)

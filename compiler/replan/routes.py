@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler.emit.plan import DECODE_ROLES, ENTRY_ROLES
 from compiler.place.moves import base_key
 
 #: The roles a request enters by (``entry``) and decodes on (``decode``).
-SIDES = (("entry", ("colocated", "prefill")), ("decode", ("colocated", "decode")))
+SIDES = (("entry", ENTRY_ROLES), ("decode", DECODE_ROLES))
 
 
 def pool_routes(plan) -> dict[tuple[str, str, str], float]:

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, fresh_clone
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
 
@@ -44,10 +44,8 @@ def readme_block() -> list[str]:
 def readme_clone(tmp_path_factory):
     """A fresh clone of the committed tree, the environment the README's block runs in there (gimletc on the PATH
     as the install line leaves it, an empty gimletc cache; the engine venv is shared), and the block's lines."""
-    clone = tmp_path_factory.mktemp("clone") / "repo"
-    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, timeout=120)
-    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONPATH": str(clone), "GIMLETC_CACHE_DIR": str(clone.parent / "cache"), "PYTHONWARNINGS": "ignore"}
+    clone, env = fresh_clone(tmp_path_factory.mktemp("readme"))
+    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env['PATH']}"  # the block runs after activating
     return clone, env, readme_block()
 
 
