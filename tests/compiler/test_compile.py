@@ -79,7 +79,51 @@ def test_plan_json_poses_every_baseline_and_the_summary_names_a_type_that_beats_
     assert "iso-power:" in stdout and "vendor-islands" in stdout and "0.00x" not in stdout
 
 
-def test_same_inputs_give_byte_identical_plans(compiled, tmp_path):
+#: The README's first compile without the analyses that re-solve it (sensitivity) or draw it (report, ONNX): what
+#: the tests below that read only the placement, the solver's output or the imports compile.
+LEAN = ("--no-report", "--no-sensitivity", "--no-onnx")
+
+
+@pytest.fixture(scope="module")
+def verbose_compile(tmp_path_factory):
+    """(process, plan directory) of the lean README compile run with `-v`, once per module."""
+    out = tmp_path_factory.mktemp("verbose")
+    proc = run_cli("-v", "compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload("chat"), "--out",
+                   str(out), *LEAN)
+    assert proc.returncode == 0, proc.stderr
+    return proc, out
+
+
+@pytest.fixture(scope="module")
+def warm_compile(compiled, tmp_path_factory):
+    """(process, plan directory) of the lean README compile run by `main` in a fresh interpreter, its trace cached
+    by `compiled` (the same model), printing which of torch and transformers it imported; once per module."""
+    import subprocess
+    import sys
+
+    compiled("chat")  # the same model compiled once: its trace and config facts are in the cache
+    out = tmp_path_factory.mktemp("warm")
+    args = ["compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload("chat"), "--out", str(out),
+            *LEAN, "-q"]
+    code = ("import sys\n"
+            "from compiler.cli.main import main\n"  # the script's entry() would end the process at once
+            f"assert main({args!r}) == 0\n"
+            "print('imported:', *(m for m in ('torch', 'transformers') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc, out
+
+
+def test_same_inputs_give_byte_identical_plans(verbose_compile, warm_compile):
+    """Two compiles of the same inputs in two processes (one logging everything with `-v`, one quiet and run by
+    `main`) write the same plan.json, byte for byte. The whole compile, sensitivity and report included, is
+    compared in the slow run."""
+    (_, first), (_, second) = verbose_compile, warm_compile
+    assert (first / "plan.json").read_bytes() == (second / "plan.json").read_bytes()
+
+
+@pytest.mark.slow  # a second whole compile with every analysis, 25-35 s on 2 cores (CI runs -m slow)
+def test_same_inputs_give_byte_identical_plans_with_every_analysis(compiled, tmp_path):
     _, first, _ = compiled("chat")
     proc = run_cli("compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload("chat"), "--out",
                    str(tmp_path))
@@ -93,35 +137,22 @@ HIGHS_LINE = "HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.
 HIGHS_LOG = ("Running HiGHS", "Solving MIP model", "Presolving model")
 
 
-def test_the_solvers_own_output_reaches_neither_stream_unless_asked(compiled, tmp_path):
+def test_the_solvers_own_output_reaches_neither_stream_unless_asked(compiled, verbose_compile):
     """The README's first compile: HiGHS's debugging line reached the terminal (on stdout, later on stderr). It is
     logged, so `-v` shows it (which also shows this compile still makes HiGHS print it)."""
     _, _, output = compiled("chat")  # stdout and stderr
     assert "tmpSolver" not in output and not any(line in output for line in HIGHS_LOG), output
-    proc = run_cli("-v", "compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload("chat"), "--out",
-                   str(tmp_path), "--no-report", "--no-sensitivity", "--no-onnx")
-    assert proc.returncode == 0, proc.stderr
+    proc, _ = verbose_compile
     assert "tmpSolver" not in proc.stdout
     assert f"compiler.place.native_output: solver: {HIGHS_LINE}" in proc.stderr, proc.stderr
 
 
-def test_a_compile_whose_trace_is_cached_imports_neither_torch_nor_transformers(compiled, tmp_path):
+def test_a_compile_whose_trace_is_cached_imports_neither_torch_nor_transformers(warm_compile):
     """The trace and the config facts stage programs need are cached ([Note: trace cache]): a warm compile
     skips the 3 s of importing torch and transformers."""
-    import subprocess
-    import sys
-
-    compiled("chat")  # the same model compiled once: its trace and config facts are in the cache
-    args = ["compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload("chat"), "--out", str(tmp_path),
-            "--no-onnx", "--no-sensitivity", "--no-report", "-q"]
-    code = ("import sys\n"
-            "from compiler.cli.main import main\n"  # the script's entry() would end the process at once
-            f"assert main({args!r}) == 0\n"
-            "print('imported:', *(m for m in ('torch', 'transformers') if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    proc, out = warm_compile
     assert proc.stdout.strip().splitlines()[-1] == "imported:", proc.stdout
-    assert (tmp_path / "plan.json").is_file()
+    assert (out / "plan.json").is_file()
 
 
 def test_sensitivity_moves_each_assumed_factor_both_ways_and_the_objective_follows(compiled):
@@ -188,6 +219,8 @@ def test_prefill_decode_disaggregation_emerges_where_it_pays(tmp_path):
     assert kv and {t["src_pool"] for t in kv} <= {p["name"] for p in prefill}
 
 
+@pytest.mark.slow  # Qwen2.5-7B-1M traced and its 200K-token turns placed on the whole mixed fleet, 25-40 s on 2 cores;
+# test_classes.py's agent test checks the same KV-per-sequence bound on batches in the default run (CI runs -m slow)
 def test_coding_agent_kv_binds_capacity(tmp_path):
     """The coding agent on the long-context preset it names (Qwen2.5-7B-Instruct-1M, 1010000 tokens)."""
     out = tmp_path / "agent"

@@ -14,23 +14,40 @@ pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(sys.platform != "linux", reason="the concurrent path forks (Linux only)")]
 
 
+@pytest.fixture(scope="module")
+def one_process():
+    """`one_process(name)`: the JSON of the model's graph traced in this process alone (the reference every test
+    here compares with), traced once per module."""
+    memo = {}
+
+    def get(name: str) -> str:
+        if name not in memo:
+            with quiet_export_logs():
+                memo[name] = concurrent.traced_graph(resolve_model(name), concurrent=False).dumps()
+        return memo[name]
+
+    return get
+
+
 @pytest.mark.parametrize("name", ("llama-tiny", "gpt-oss-tiny", "qwen3-moe-tiny"))
-def test_two_processes_give_the_byte_identical_graph(name, monkeypatch):
+def test_two_processes_give_the_byte_identical_graph(name, monkeypatch, one_process):
+    reference = one_process(name)
     received = []
     real = concurrent._received
     monkeypatch.setattr(concurrent, "_received", lambda *a: received.append(real(*a)) or received[-1])
     spec = resolve_model(name)
     with quiet_export_logs():
-        assert concurrent.traced_graph(spec).dumps() == concurrent.traced_graph(spec, concurrent=False).dumps()
+        assert concurrent.traced_graph(spec).dumps() == reference
     assert len(received) == 1 and received[0] is not None  # decode came from the child
 
 
-def test_a_child_that_dies_costs_only_time(monkeypatch):
+def test_a_child_that_dies_costs_only_time(monkeypatch, one_process):
+    reference = one_process("llama-tiny")
     monkeypatch.setattr(concurrent, "_export_decode_in_child", lambda *_a: os._exit(3))
     spec = resolve_model("llama-tiny")
     with quiet_export_logs():
         graph = concurrent.traced_graph(spec)
-    assert graph.dumps() == concurrent.traced_graph(spec, concurrent=False).dumps()
+    assert graph.dumps() == reference
 
 
 def test_the_childs_unsupported_model_is_raised_by_the_parent(monkeypatch):
@@ -65,12 +82,13 @@ def test_a_process_running_other_threads_does_not_fork(monkeypatch):
     assert graph.phase_blocks("decode") and graph.phase_blocks("prefill")
 
 
-def test_a_silent_child_is_killed_and_decode_exported_here(monkeypatch):
+def test_a_silent_child_is_killed_and_decode_exported_here(monkeypatch, one_process):
     import time
 
+    reference = one_process("llama-tiny")
     monkeypatch.setattr(concurrent, "CHILD_TIMEOUT_S", 0.5)
     monkeypatch.setattr(concurrent, "_export_decode_in_child", lambda *_a: time.sleep(600))
     spec = resolve_model("llama-tiny")
     with quiet_export_logs():
         graph = concurrent.traced_graph(spec)
-    assert graph.dumps() == concurrent.traced_graph(spec, concurrent=False).dumps()
+    assert graph.dumps() == reference

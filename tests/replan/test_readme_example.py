@@ -6,7 +6,7 @@ line printed, or (ending in `` ...``) the start of one.
 
 As in tests/test_quickstart.py: the committed tree is cloned into a temporary folder and the block runs there
 line for line, with this environment's packages (``.venv/bin/activate`` stood in for) and an empty trace
-cache. About 45 s on two busy cores, most of it tracing llama-3.1-8b afresh.
+cache. About 45 s on two busy cores, most of it tracing llama-3.1-8b afresh: in the slow run.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ def test_the_block_compiles_writes_scrapes_and_replans_both():
         assert step in block, step
 
 
+@pytest.mark.slow  # llama-3.1-8b traced cold in a fresh clone, then compiled and replanned twice: 25-80 s on 2
+# cores; the default run checks the block's commands above and runs replan end to end in test_cli.py (CI runs -m slow)
 @pytest.mark.timeout(600)
 def test_readme_replan_example_runs_on_a_fresh_clone(tmp_path):
     clone = tmp_path / "clone"

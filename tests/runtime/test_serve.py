@@ -28,52 +28,79 @@ def _wait_healthy(base: str, proc, timeout_s: float = 90) -> None:
     raise AssertionError("server did not become healthy")
 
 
-@pytest.mark.timeout(240)
-def test_openai_client_streams_hf_tokens_and_metrics_parse(llama_split):
+@pytest.fixture(scope="module")
+def served(llama_split, tmp_path_factory):
+    """`gimletc serve` of the split plan, started once for this module's tests of one server: (url, the first line
+    it printed, the /health status code read as soon as that line was printed)."""
+    import threading
+
     import httpx
-    from openai import OpenAI
-    from prometheus_client.parser import text_string_to_metric_families
 
     from compiler.runtime.launch import free_port
 
     port = free_port()
+    stderr = tmp_path_factory.mktemp("serve") / "stderr.txt"
     proc = subprocess.Popen([sys.executable, "-m", "compiler.cli", "serve", str(llama_split), "--port", str(port)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=stderr.open("w"), text=True,
                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    base = f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{port}"
+    lines: list[str] = []
+    health: list[int] = []
+
+    def read_first_line():
+        lines.append(proc.stdout.readline())
+        try:  # answering when it said so, not later
+            health.append(httpx.get(f"{url}/health", timeout=5).status_code)
+        except httpx.HTTPError as e:
+            health.append(repr(e))
+
+    reader = threading.Thread(target=read_first_line, daemon=True)
+    reader.start()
     try:
-        _wait_healthy(base, proc)
-        client = OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0, timeout=60)
-        assert client.models.list().data[0].id == "llama-tiny"
-        prompt = PROMPTS[3]
-        stream = client.completions.create(model="llama-tiny", prompt=prompt, max_tokens=NEW_TOKENS, temperature=0,
-                                           stream=True, stream_options={"include_usage": True})
-        got, usage = [], None
-        for chunk in stream:
-            if chunk.usage is not None:
-                usage = chunk.usage
-            for choice in chunk.choices:
-                got += [int(t) for t in choice.text.split()]
-        want, _ = hf_reference(llama_split / "model", [prompt], NEW_TOKENS)[0]
-        assert got == want
-        assert usage.completion_tokens == NEW_TOKENS and usage.prompt_tokens == len(prompt)
-
-        chat = client.chat.completions.create(model="llama-tiny", temperature=0, max_tokens=4,
-                                              messages=[{"role": "user", "content": " ".join(map(str, prompt))}])
-        assert [int(t) for t in chat.choices[0].message.content.split()] == want[:4]
-
-        raw = httpx.post(f"{base}/v1/completions", json={"prompt": prompt, "max_tokens": 2, "stream": True,
-                                                         "temperature": 0}, timeout=60).text
-        assert raw.rstrip().endswith("data: [DONE]")
-
-        text = httpx.get(f"{base}/metrics", timeout=10).text
-        names = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
-        assert "vllm:num_requests_waiting" in names and "gimletc_time_to_first_token_seconds_bucket" in names
-        assert any(n.startswith("gimletc_transfer_bytes") for n in names)
-        assert httpx.post(f"{base}/v1/completions", json={"prompt": "no tokenizer here"}, timeout=10).status_code == 400
+        reader.join(timeout=150)
+        assert lines and lines[0], "serve printed nothing" + (f": {stderr.read_text()[-2000:]}"
+                                                              if proc.poll() is not None else "")
+        yield url, lines[0], health[0]
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.timeout(240)
+def test_openai_client_streams_hf_tokens_and_metrics_parse(llama_split, served):
+    import httpx
+    from openai import OpenAI
+    from prometheus_client.parser import text_string_to_metric_families
+
+    base, _, _ = served
+    client = OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0, timeout=60)
+    assert client.models.list().data[0].id == "llama-tiny"
+    prompt = PROMPTS[3]
+    stream = client.completions.create(model="llama-tiny", prompt=prompt, max_tokens=NEW_TOKENS, temperature=0,
+                                       stream=True, stream_options={"include_usage": True})
+    got, usage = [], None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            got += [int(t) for t in choice.text.split()]
+    want, _ = hf_reference(llama_split / "model", [prompt], NEW_TOKENS)[0]
+    assert got == want
+    assert usage.completion_tokens == NEW_TOKENS and usage.prompt_tokens == len(prompt)
+
+    chat = client.chat.completions.create(model="llama-tiny", temperature=0, max_tokens=4,
+                                          messages=[{"role": "user", "content": " ".join(map(str, prompt))}])
+    assert [int(t) for t in chat.choices[0].message.content.split()] == want[:4]
+
+    raw = httpx.post(f"{base}/v1/completions", json={"prompt": prompt, "max_tokens": 2, "stream": True,
+                                                     "temperature": 0}, timeout=60).text
+    assert raw.rstrip().endswith("data: [DONE]")
+
+    text = httpx.get(f"{base}/metrics", timeout=10).text
+    names = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+    assert "vllm:num_requests_waiting" in names and "gimletc_time_to_first_token_seconds_bucket" in names
+    assert any(n.startswith("gimletc_transfer_bytes") for n in names)
+    assert httpx.post(f"{base}/v1/completions", json={"prompt": "no tokenizer here"}, timeout=10).status_code == 400
 
 
 def _pod_envs(plan_dir) -> tuple[dict, list[dict]]:
@@ -133,29 +160,9 @@ def test_serve_waits_for_external_workers_started_with_the_manifests_environment
 
 
 @pytest.mark.timeout(240)
-def test_serve_prints_its_url_once_it_answers(llama_split):
+def test_serve_prints_its_url_once_it_answers(llama_split, served):
     """Issue 40: `gimletc serve` said nothing when it was ready. It prints its URL on stdout once the server
-    answers there."""
-    import threading
-
-    import httpx
-
-    from compiler.runtime.launch import free_port
-
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "compiler.cli", "serve", str(llama_split), "--port", str(port)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()), daemon=True)
-    reader.start()
-    try:
-        reader.join(timeout=150)
-        assert lines and lines[0], "serve printed nothing" + (f": {proc.stderr.read()[-2000:]}"
-                                                              if proc.poll() is not None else "")
-        url = f"http://127.0.0.1:{port}"
-        assert f"at {url} " in lines[0] and str(llama_split) in lines[0], lines[0]
-        assert httpx.get(f"{url}/health", timeout=5).status_code == 200  # answering when it said so, not later
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    answers there (the server `served` started: /health read as soon as the line was printed)."""
+    url, line, health = served
+    assert f"at {url} " in line and str(llama_split) in line, line
+    assert health == 200  # answering when it said so, not later
