@@ -79,7 +79,11 @@ def test_attention_variants_are_kept(tiny_graph):
     assert {b.kv_elems_per_token for b in mla} == {ds_cfg["kv_lora_rank"] + ds_cfg["qk_rope_head_dim"]}
 
 
-@pytest.mark.parametrize("name", ["gpt-oss-tiny", "deepseek-v3-tiny"])
+@pytest.mark.parametrize("name", [
+    # alternating sliding and full layers fold as the gemma2 case below shows, routed experts as deepseek-v3's do:
+    # a full-depth trace of 8-11 s on 2 cores (CI runs -m slow)
+    pytest.param("gpt-oss-tiny", marks=pytest.mark.slow),
+    "deepseek-v3-tiny"])
 def test_depth_folding_gives_the_same_graph_as_a_full_trace(tiny_graph, name):
     from compiler.inputs.model_spec import resolve_model
     from compiler.trace.partition import partition
