@@ -114,7 +114,8 @@ def test_an_engine_that_loses_its_port_starts_again_and_the_router_takes_its_new
     fake.chmod(0o755)
     once = tmp_path / "lost-a-port"
     wrapper = tmp_path / "engine-losing-its-port"
-    wrapper.write_text(f"#!/bin/bash\nif [[ \" $* \" == *\" --model \"* && ! -e {once} ]]; then touch {once}; "
+    # mkdir is atomic: of two engines starting at once, exactly one loses its port
+    wrapper.write_text(f"#!/bin/bash\nif [[ \" $* \" == *\" --model \"* ]] && mkdir {once} 2>/dev/null; then "
                        f"echo 'OSError: [Errno 98] Address already in use'; exit 1; fi\nexec {fake} \"$@\"\n")
     wrapper.chmod(0o755)
     monkeypatch.setenv("FAKE_CALLS_FILE", str(tmp_path / "calls"))
