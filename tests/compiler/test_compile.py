@@ -15,6 +15,12 @@ def workload(name: str) -> str:
     return str(REPO / "examples" / "workloads" / f"{name}.yaml")
 
 
+#: The README's first compile as the default run compiles it: everything but the sensitivity analysis, whose 40
+#: what-if solves of the whole fleet (7-12 s on 2 cores) the slow run's tests of it add (CI runs -m slow).
+#: tests/compiler/test_sensitivity.py checks the analysis's solves on the same fleet in the default run.
+NO_SENSITIVITY = ("--no-sensitivity",)
+
+
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     """plan.json per workload, compiled once per module (llama-3.1-70b on the mixed fleet)."""
@@ -41,7 +47,7 @@ def test_plan_json_poses_every_baseline_and_the_summary_names_a_type_that_beats_
     placement, and the summary says plainly when a single device type at equal power beats this fixed fleet.
     (What each baseline is worth, and the gains, are checked against hand arithmetic and brute force on small
     instances in tests/compiler/test_value.py.)"""
-    plan, _, stdout = compiled("chat")
+    plan, _, stdout = compiled("chat", *NO_SENSITIVITY)
     from compiler.driver import prepare
     from compiler.place.candidates import PRUNE_TOLERANCE, bound_factor
     from compiler.place.ilp import OPTIMAL_GAP, solve
@@ -101,7 +107,7 @@ def warm_compile(compiled, tmp_path_factory):
     import subprocess
     import sys
 
-    compiled("chat")  # the same model compiled once: its trace and config facts are in the cache
+    compiled("chat", *NO_SENSITIVITY)  # the same model compiled once: its trace and config facts are in the cache
     out = tmp_path_factory.mktemp("warm")
     args = ["compile", "llama-3.1-70b", "--cluster", MIXED, "--workload", workload("chat"), "--out", str(out),
             *LEAN, "-q"]
@@ -140,11 +146,18 @@ HIGHS_LOG = ("Running HiGHS", "Solving MIP model", "Presolving model")
 def test_the_solvers_own_output_reaches_neither_stream_unless_asked(compiled, verbose_compile):
     """The README's first compile: HiGHS's debugging line reached the terminal (on stdout, later on stderr). It is
     logged, so `-v` shows it (which also shows this compile still makes HiGHS print it)."""
-    _, _, output = compiled("chat")  # stdout and stderr
+    _, _, output = compiled("chat", *NO_SENSITIVITY)  # stdout and stderr
     assert "tmpSolver" not in output and not any(line in output for line in HIGHS_LOG), output
     proc, _ = verbose_compile
     assert "tmpSolver" not in proc.stdout
     assert f"compiler.place.native_output: solver: {HIGHS_LINE}" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow  # the whole compile, its sensitivity analysis's 40 solves included, 25-35 s on 2 cores
+def test_the_sensitivity_solves_print_nothing_either(compiled):
+    """The whole README compile, its sensitivity analysis's re-solves included, prints none of HiGHS's lines."""
+    _, _, output = compiled("chat")
+    assert "tmpSolver" not in output and not any(line in output for line in HIGHS_LOG), output
 
 
 def test_a_compile_whose_trace_is_cached_imports_neither_torch_nor_transformers(warm_compile):
@@ -155,6 +168,7 @@ def test_a_compile_whose_trace_is_cached_imports_neither_torch_nor_transformers(
     assert (out / "plan.json").is_file()
 
 
+@pytest.mark.slow  # the whole compile, its sensitivity analysis's 40 solves included, 25-35 s on 2 cores
 def test_sensitivity_moves_each_assumed_factor_both_ways_and_the_objective_follows(compiled):
     """Every assumed efficiency (and assumed node power) of a device family the fleet offers is moved +-20%; a
     faster device can only raise the most throughput the fleet serves, a slower one only lower it, and a hungrier
@@ -276,7 +290,7 @@ def test_schema_command_prints_all_three_schemas():
 def test_plan_loads_back_and_validates(compiled, tmp_path):
     from compiler.emit.plan_checks import load_plan
 
-    _, raw, _ = compiled("chat")
+    _, raw, _ = compiled("chat", *NO_SENSITIVITY)
     (tmp_path / "plan.json").write_bytes(raw)
     plan = load_plan(tmp_path)
     assert plan.dumps().encode() == raw
