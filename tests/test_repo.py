@@ -86,6 +86,9 @@ _ALLOWED = {
     # the frontier sweeps a prepared compile: the driver's passes, the placement, the emitted latencies
     "compiler/sweep.py": ("compiler.ir", "compiler.cost", "compiler.place", "compiler.emit", "compiler.driver",
                           "compiler.sweep"),
+    # many models on one fleet: each service prepared as a compile prepares it, placed together, emitted each
+    "compiler/services.py": ("compiler.ir", "compiler.inputs", "compiler.cost", "compiler.place", "compiler.emit",
+                             "compiler.driver", "compiler.services"),
     "compiler/__init__.py": (),
 }
 #: Third-party packages a layer must not import (the rest of its imports are free).

@@ -45,7 +45,7 @@ def register(sub) -> None:
                     "attention/FFN split) under power, inventory, memory, SLO and link constraints. Writes "
                     "DIR/plan.json, Kubernetes manifests in DIR/k8s/ and DIR/status.json. Metrics are "
                     "predictions of the cost model.")
-    options.add_placement_inputs(p)
+    options.add_placement_inputs(p, services=True)
     p.add_argument("--objective", choices=OBJECTIVES, default="throughput", help="what to optimise (default throughput)")
     p.add_argument("--slo-ttft-ms", type=options.positive_float, metavar="X", help="override the workload's TTFT SLO")
     p.add_argument("--slo-tpot-ms", type=options.positive_float, metavar="Y", help="override the workload's TPOT SLO")
@@ -72,6 +72,17 @@ def run(args: argparse.Namespace) -> int:
     from compiler.cli.status import clear, recorded
     from compiler.driver import Timings, compile
 
+    if args.services:
+        from compiler.cli import services
+
+        return services.run(args)
+    missing = [x for x, given in (("MODEL", args.model), ("--workload", args.workload)) if not given]
+    if missing:
+        from compiler.ir.errors import BadInput
+
+        raise BadInput(f"compile needs {' and '.join(missing)} (or --services FILE for several models); e.g. gimletc "
+                       "compile llama-3.1-8b --cluster examples/clusters/mixed.yaml --workload "
+                       "examples/workloads/chat.yaml --out plan/")
     out = check_out_dir(args.out)
     clear(out, OUTPUTS)
     timings, wrote, kept = Timings(), [], set()
@@ -102,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
 
                 final = finish_plan_dir(result.plan, artifacts[0].result(result.plan), out)
                 wrote.append("plan.json")
-                wrote += _write(final, result.prepared, out, args.manifests)
+                wrote += write_manifests(final, result.prepared, out, args.manifests)
         finally:
             for job in artifacts:
                 job.cancel()  # a no-op once its result is in; else the child stops before outputs are removed
@@ -114,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(plan, prepared, out: Path, target: str) -> list[str]:
+def write_manifests(plan, prepared, out: Path, target: str) -> list[str]:
     """The manifests of the plan as written (a failure here removes plan.json too: `recorded`)."""
     if target == "none":
         return []

@@ -113,11 +113,19 @@ def add_calibration(p: argparse.ArgumentParser) -> None:
                         "(overrides the cluster file's calibration)")
 
 
-def add_placement_inputs(p: argparse.ArgumentParser) -> None:
-    """What ``compile`` and ``pareto`` place: a fleet, a workload, a budget, a solver time limit, an output folder."""
-    add_model(p)
+def add_placement_inputs(p: argparse.ArgumentParser, *, services: bool = False) -> None:
+    """What ``compile`` and ``pareto`` place: a fleet, a workload, a budget, a solver time limit, an output folder.
+    With `services`, MODEL and ``--workload`` may give way to ``--services FILE`` (the command checks)."""
+    add_model(p, optional=services)
     p.add_argument("--cluster", required=True, metavar="FILE", help="cluster YAML (examples/clusters/)")
-    p.add_argument("--workload", required=True, metavar="FILE", help="workload YAML (examples/workloads/)")
+    p.add_argument("--workload", required=not services, metavar="FILE",
+                   help="workload YAML (examples/workloads/)" + ("; not with --services" if services else ""))
+    if services:
+        p.add_argument("--services", metavar="FILE",
+                       help="place several models on the fleet together instead of MODEL: a services YAML, each "
+                            "service a model, its workload file, dtype, weight and optional min_rate_per_s "
+                            "(examples/services/); writes DIR/services.json, DIR/summary.md and a plan folder per "
+                            "service")
     p.add_argument("--power-budget", type=power_w, metavar="POWER",
                    help="override the cluster's budget, with a unit: 200kW, 1.5MW or 800W")
     p.add_argument("--cost-budget", type=positive_float, metavar="USD_PER_HOUR",

@@ -1,4 +1,4 @@
-"""``gimletc schema``: the JSON Schemas of the cluster, workload and plan files."""
+"""``gimletc schema``: the JSON Schemas of the cluster, workload, services and plan files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from compiler.cli.console import output
 
 
 def register(sub) -> None:
-    p = sub.add_parser("schema", help="print the JSON Schemas of the cluster, workload and plan files")
+    p = sub.add_parser("schema", help="print the JSON Schemas of the cluster, workload, services and plan files")
     options.add_json(p, "the schemas (the default: they are JSON)")
     p.set_defaults(func=run)
 

@@ -55,8 +55,11 @@ def load_workload(path: str | Path) -> Workload:
 
 
 def schemas() -> dict[str, dict[str, Any]]:
-    """JSON Schemas of the two input files, for ``gimletc schema``."""
-    return {"cluster": Cluster.model_json_schema(), "workload": Workload.model_json_schema()}
+    """JSON Schemas of the input files, for ``gimletc schema``."""
+    from compiler.inputs.services import ServicesFile
+
+    return {"cluster": Cluster.model_json_schema(), "workload": Workload.model_json_schema(),
+            "services": ServicesFile.model_json_schema()}
 
 
 __all__ = ["Cluster", "Workload", "load_cluster", "load_workload", "schemas"]

@@ -57,6 +57,17 @@ class ClassTarget:
 
 
 @dataclass(frozen=True, slots=True)
+class ServiceGoal:
+    """One service of a joint placement (`compiler.services`): its classes (their shares are of the service's own
+    requests), the weight of its requests/s in the objective, and the requests/s it must be served at least."""
+
+    name: str
+    classes: tuple[str, ...]
+    weight: float = 1.0
+    floor_per_s: float = 1e-3  # its arrival rate or minimum rate; else one request per 1000 s: it is served at all
+
+
+@dataclass(frozen=True, slots=True)
 class Instance:
     """Everything the solver reads."""
 
@@ -77,6 +88,8 @@ class Instance:
     # most at (absent: 1.0); `handoff_s` includes the percentile wait there
     link_servers: tuple[tuple[tuple[str, str], int], ...] = ()  # per unordered pair: transfers it carries at once
     transfer_s: tuple[tuple[tuple[str, str, str], float], ...] = ()  # `handoff_s` unloaded (absent: handoff_s)
+    services: tuple[ServiceGoal, ...] = ()  # several models on one fleet ([Note: one placement of many services]
+    # in `compiler.services`); empty: one model, whose class shares sum to 1
     # Lookup tables of the pair fields above, built once (the solver and pruning ask for them per option and class).
     _prices: dict = field(init=False, compare=False, repr=False)
     _links: dict = field(init=False, compare=False, repr=False)
@@ -86,6 +99,7 @@ class Instance:
     _servers: dict = field(init=False, compare=False, repr=False)
     _targets: dict = field(init=False, compare=False, repr=False)  # (option key, class) -> `kv_targets`
     _decoders: dict = field(init=False, compare=False, repr=False)  # class -> `decode_types_for`
+    _service_of: dict = field(init=False, compare=False, repr=False)  # class -> its service's name
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_prices", dict(self.prices_per_hour))
@@ -96,6 +110,7 @@ class Instance:
         object.__setattr__(self, "_servers", dict(self.link_servers))
         object.__setattr__(self, "_targets", {})
         object.__setattr__(self, "_decoders", {})
+        object.__setattr__(self, "_service_of", {c: s.name for s in self.services for c in s.classes})
 
     def price_per_hour(self, option: PoolOption) -> float | None:
         """Dollars per hour one replica of `option` costs; None when a device type it uses has no price."""
@@ -166,6 +181,10 @@ class Instance:
                         out[t] = cap
             self._targets[key] = out
         return self._targets[key]
+
+    def service_of(self, option: PoolOption) -> str:
+        """The service whose classes `option` serves ("" for an instance of one model)."""
+        return next((self._service_of[c.name] for c in option.classes if c.name in self._service_of), "")
 
     def target(self, name: str) -> ClassTarget:
         return next(c for c in self.classes if c.name == name)

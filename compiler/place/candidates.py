@@ -180,7 +180,9 @@ def pruned(inst: Instance, tolerance: float = 0.0) -> tuple[tuple[PoolOption, ..
     worst = 1.0
     for o in sorted(inst.options, key=lambda o: o.key):
         if profiles[o.key].classes:
-            alike.setdefault((o.kind, o.kv_device if o.kind != "colocated" else ""), []).append(o)
+            # options of different services never stand in for each other: compared within a service only
+            alike.setdefault((inst.service_of(o), o.kind, o.kv_device if o.kind != "colocated" else ""),
+                             []).append(o)
     kept = []
     for members in alike.values():
         dominates = _dominance([profiles[o.key] for o in members])

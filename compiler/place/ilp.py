@@ -16,7 +16,8 @@ prunes the options placed):
 - ``f[c,p,t]`` (continuous): class c's requests/s prefilled by option p whose KV goes to decode pools on
   device type t.
 - ``y[c,d]`` (continuous): class c's requests/s decoded by decode (or decode-af) option d.
-- ``lam`` (continuous): all requests/s served.
+- ``lam`` (continuous): all requests/s served. With several services (`Instance.services`, `compiler.services`):
+  ``lam[s]`` per service, and lam is their sum weighted by each service's weight (an expression).
 - ``use[o]`` (binary, latency objective only): whether o has any replica.
 
 Constraint families (`compiler.ir.placement.FAMILIES`; a solve may leave families out, which is how
@@ -44,7 +45,8 @@ Constraint families (`compiler.ir.placement.FAMILIES`; a solve may leave familie
   hand-offs] in `cost_models.comm`): KV hand-offs (t1 == t2: over t1's own fabric), and the hidden states and
   draft tokens of options that span two types.
 - ``demand``: lam >= the arrival rate (>= one request per 1000 s when maximising); and, always, each class
-  is served exactly its share of lam.
+  is served exactly its share of lam. With services: ``demand[s]``, lam[s] >= the service's floor, and each
+  class its share of its service's lam[s].
 
 Objectives: ``throughput`` (max lam, then min power), ``power`` (min power
 at the arrival rate), ``tokens-per-watt`` (max lam / power by Dinkelbach's
@@ -306,16 +308,34 @@ class PlacementModel:
 
     def _served_and_demand(self) -> None:
         """Each class exactly its share of lam (traffic arrives in the workload's mix: a class served beyond its
-        share would be capacity, not requests); ``demand``: lam >= the arrival rate."""
-        self.lam = self.m.add_variable(lb=0.0, name="lam")
-        self.class_rate = {}
-        for c in self.inst.classes:
-            entry = [v for (cc, _k), v in self.x.items() if cc == c.name] + \
-                    [v for (cc, _p, _t), v in self.f.items() if cc == c.name]
-            self.class_rate[c.name] = served = self.mo.fast_sum(entry)
-            self.m.add_linear_constraint(served - c.share * self.lam == 0, name=f"share[{c.name}]")
-        if self.binds("demand"):
-            self.m.add_linear_constraint(self.lam >= (self.inst.arrival_rate_per_s or 1e-3), name="demand")
+        share would be capacity, not requests); ``demand``: lam >= the arrival rate.
+
+        With several services (`Instance.services`), each has its own ``lam[s]``, its classes their shares of it,
+        ``demand[s]``: lam[s] >= its floor, and lam is the weighted sum of the lam[s] ([Note: one placement of
+        many services] in `compiler.services`)."""
+        entries: dict[str, list] = {c.name: [] for c in self.inst.classes}
+        for (c, _k), v in self.x.items():
+            entries[c].append(v)
+        for (c, _p, _t), v in self.f.items():
+            entries[c].append(v)
+        self.class_rate = {c: self.mo.fast_sum(vs) for c, vs in entries.items()}
+        goals = self.inst.services
+        if not goals:
+            self.lam = self.m.add_variable(lb=0.0, name="lam")
+            for c in self.inst.classes:
+                self.m.add_linear_constraint(self.class_rate[c.name] - c.share * self.lam == 0, name=f"share[{c.name}]")
+            if self.binds("demand"):
+                self.m.add_linear_constraint(self.lam >= (self.inst.arrival_rate_per_s or 1e-3), name="demand")
+            return
+        self.service_rate = {}
+        share = {c.name: c.share for c in self.inst.classes}
+        for s in goals:
+            lam = self.service_rate[s.name] = self.m.add_variable(lb=0.0, name=f"lam[{s.name}]")
+            for c in s.classes:
+                self.m.add_linear_constraint(self.class_rate[c] - share[c] * lam == 0, name=f"share[{c}]")
+            if self.binds("demand"):
+                self.m.add_linear_constraint(lam >= s.floor_per_s, name=f"demand[{s.name}]")
+        self.lam = self.mo.fast_sum(s.weight * self.service_rate[s.name] for s in goals)
 
     @property
     def tpot_ms(self):

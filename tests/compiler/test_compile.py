@@ -281,10 +281,10 @@ def test_malformed_cluster_exits_2(tmp_path):
                                    "--out", str(tmp_path / "o")), "cluster.yaml", "devices[0].count")
 
 
-def test_schema_command_prints_all_three_schemas():
+def test_schema_command_prints_every_schema():
     proc = run_cli("schema")
     assert proc.returncode == 0
-    assert set(json.loads(proc.stdout)) == {"cluster", "workload", "plan"}
+    assert set(json.loads(proc.stdout)) == {"cluster", "workload", "services", "plan"}
 
 
 def test_plan_loads_back_and_validates(compiled, tmp_path):

@@ -247,9 +247,10 @@ def test_bad_arrival_rate_gives_one_clear_message(tmp_path):
 # ------------------------------------------------------------------------------------------- schema
 
 
-def test_schemas_cover_both_files():
+def test_schemas_cover_every_input_file():
     out = schemas()
-    assert set(out) == {"cluster", "workload"}
+    assert set(out) == {"cluster", "workload", "services"}
+    assert "min_rate_per_s" in out["services"]["$defs"]["Service"]["properties"]
     assert "power_budget_kw" in out["cluster"]["properties"]
     assert "classes" in out["workload"]["properties"]
     json.dumps(out)
