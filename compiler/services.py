@@ -225,7 +225,8 @@ def compile_services(path: str, cluster_path: str, *, objective: str = "throughp
         for p in parts:
             draft = p.prep.draft.graph if p.prep.draft is not None else None
             result.plans[p.name] = emit_plan(p.prep.graph, p.prep.cluster, p.prep.workload, p.prep.precision,
-                                             p.prep.instance, shares[p.name], [], [], draft_graph=draft)
+                                             p.prep.instance, shares[p.name], [], [], draft_graph=draft,
+                                             served_model_name=p.name)
     if baselines:
         with timings.step("baselines"):
             result.baselines = service_baselines(parts, objective, time_limit_s=time_limit_s, note=note)

@@ -18,7 +18,9 @@ def register(sub) -> None:
                     "elapses. A process that dies stops the rest and exits 4 naming its pool. The plan must be "
                     "compiled for cpu-host devices (clusters with GPUs deploy through their manifests, DIR/k8s). "
                     "While it runs, DIR/deploy/endpoints.json names the router and engines (gimletc bench reads "
-                    "it); logs are in DIR/deploy/logs/.")
+                    "it); logs are in DIR/deploy/logs/. A services plan (compile --services) starts every service "
+                    "behind one vllm-router in inference-gateway mode that routes each request by its model (the "
+                    "service's name).")
     p.add_argument("plan", metavar="DIR", help="plan directory written by gimletc compile --out DIR")
     p.add_argument("--local", action="store_true", required=True,
                    help="deploy on this machine (the only target today; clusters use DIR/k8s)")
@@ -48,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
 
         calibrate_engine(progress=note)
 
+    from compiler.deploy.services import deploy_services_local, is_services_dir
+
+    if is_services_dir(args.plan):  # a services plan (compile --services): every service behind one gateway
+        deploy_services_local(args.plan, for_s=args.for_s, ready_timeout_s=args.ready_timeout_s, progress=progress)
+        return 0
     deploy_local(args.plan, for_s=args.for_s, ready_timeout_s=args.ready_timeout_s, progress=progress,
                  calibrate=calibrate if args.calibrate else None)
     return 0

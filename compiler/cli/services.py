@@ -21,6 +21,7 @@ OUTPUTS = ("services.json", "summary.md")
 
 
 def run(args: argparse.Namespace) -> int:
+    from compiler.cli import run as run_command
     from compiler.cli.status import clear, recorded
     from compiler.driver import Timings
     from compiler.inputs.services import load_services
@@ -44,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
                                   time_limit_s=args.time_limit, progress=progress_for(args), timings=timings)
         with timings.step("write"):
             wrote += write(result, out, args.manifests, cluster=args.cluster, power_budget_w=args.power_budget,
-                           calibration=args.calibration, deployable=args.deployable)
+                           calibration=args.calibration, deployable=args.deployable,
+                           artifacts=run_command.artifact_options(args))
         timings.marks["everything written"] = time.perf_counter() - started
     if args.json:
         print((out / "services.json").read_text(encoding="utf-8"), end="")
@@ -60,17 +62,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write(result, out: Path, target: str, *, cluster: str, power_budget_w: float | None = None,
-          calibration: str | None = None, deployable: bool = False) -> list[str]:
+          calibration: str | None = None, deployable: bool = False, artifacts=None) -> list[str]:
     """Every file of a services compile; returns them relative to `out`. Each service's folder records the
     inputs it was compiled from (``report/inputs.json``; `cluster` and the budget flags given)."""
     from compiler.cli.compile import write_manifests
     from compiler.compile_inputs import INPUTS_FILE, REPORT_DIR, CompileInputs
+    from compiler.emit.artifacts import Options, write_plan_dir
+
+    artifacts = artifacts or Options()
 
     wrote = []
     for part in result.parts:
         folder = out / part.name
         folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(folder / "plan.json", result.plans[part.name].dumps())
+        # plan.json with what the reference runtime and deploy --local read (stage programs, shards, model/)
+        written = write_plan_dir(result.plans[part.name], part.spec.model, folder, artifacts)
         wrote.append(f"{part.name}/plan.json")
         record = folder / REPORT_DIR / INPUTS_FILE  # what `explain` and `replan` re-cost the service from, alone
         record.parent.mkdir(exist_ok=True)
@@ -79,7 +85,8 @@ def write(result, out: Path, target: str, *, cluster: str, power_budget_w: float
             dtype=part.spec.dtype, kv_dtype=part.spec.kv_dtype, calibration=calibration,
             deployable=deployable).to_json())
         wrote.append(f"{part.name}/{REPORT_DIR}/{INPUTS_FILE}")
-        wrote += [f"{part.name}/{p}" for p in write_manifests(result.plans[part.name], part.prep, folder, target)]
+        result.plans[part.name] = written
+        wrote += [f"{part.name}/{p}" for p in write_manifests(written, part.prep, folder, target)]
     document = services_document(result)
     atomic_write_text(out / "services.json", json.dumps(document, indent=2, sort_keys=False) + "\n")
     atomic_write_text(out / "summary.md", summary(document))
@@ -135,12 +142,10 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
-def _rate(value: float, interval) -> str:
-    return f"{value:,.2f}" + (f" ({interval[0]:,.2f}-{interval[1]:,.2f})" if interval else "")
-
-
 def summary(doc: dict) -> str:
     """``summary.md`` of a services compile: the gain over the baselines a platform team would use, first."""
+    from compiler.emit.report.figures import with_interval
+
     s = doc["solver"]
     by = {b["name"]: b for b in doc["baselines"]}
     lead = [f"{name}: {_pct(by[name]['plan_gain'])}" for name in ("proportional-slices", "greedy-type") if name in by]
@@ -157,8 +162,8 @@ def summary(doc: dict) -> str:
         devices = ", ".join(f"{n} {t}" for t, n in v["devices"].items())
         floor = "-" if v["floor_requests_per_s"] is None else f"{v['floor_requests_per_s']:g}"
         lines.append(f"| {v['name']} | {v['model']} | {v['weight']:g} | {floor} | "
-                     f"{_rate(v['predicted_requests_per_s'], v['predicted_requests_per_s_interval'])} | "
-                     f"{_rate(v['predicted_output_tokens_per_s'], v['predicted_output_tokens_per_s_interval'])} | "
+                     f"{with_interval(v['predicted_requests_per_s'], v['predicted_requests_per_s_interval'], ',.2f')} | "
+                     f"{with_interval(v['predicted_output_tokens_per_s'], v['predicted_output_tokens_per_s_interval'], ',.0f')} | "
                      f"{v['provisioned_power_w'] / 1e3:,.1f} ({v['share_of_provisioned_power']:.0%}) | {devices} | "
                      f"{v['binds']} |")
     p = doc["predicted"]

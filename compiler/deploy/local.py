@@ -98,18 +98,26 @@ class Deployment:
         self.closing = False  # set by `stop`: a `watch` in another thread returns instead of reporting the exits
 
     def start(self, ready_timeout_s: float, progress: Callable[[str], None]) -> None:
-        self.ready_timeout_s = ready_timeout_s
+        self.spawn_engines(progress)
+        self.finish_start(ready_timeout_s, progress)
+
+    def spawn_engines(self, progress: Callable[[str], None]) -> None:
+        """Start the engines (`finish_start` waits for them and starts the routers)."""
         engines = [p for p in self.procs if p.pool not in ROUTERS]
         for p in engines:
-            self._spawn(p)
+            self.spawn(p)
         progress(f"started {len(engines)} vLLM engine(s); waiting for /health (about 90 s each, longer side by side)")
+
+    def finish_start(self, ready_timeout_s: float, progress: Callable[[str], None]) -> None:
+        self.ready_timeout_s = ready_timeout_s
+        engines = [p for p in self.procs if p.pool not in ROUTERS]
         self._await_engines(engines, ready_timeout_s, progress)
         for pool in ROUTERS:  # the plan's router, then the front, whose one worker it is
             for p in [p for p in self.procs if p.pool == pool]:
                 self._start_router(p, progress)
         if self.plan is not None:
             self._write_endpoints()
-        front = self._proc(FRONT)
+        front = self.proc(FRONT)
         progress(f"ready: router at {front.url}" if front else "ready")
 
     def _await_engines(self, engines: list[Proc], timeout_s: float, progress: Callable[[str], None]) -> None:
@@ -134,14 +142,14 @@ class Deployment:
                 p.port = free_port()
                 p.argv = set_flag(p.argv, "--port", str(p.port))
                 progress(f"{p.name}: port {old} was taken before it bound it; starting it again on port {p.port}")
-                self._spawn(p)
+                self.spawn(p)
 
     def _start_router(self, p: Proc, progress: Callable[[str], None]) -> None:
         """[Note: ports chosen at start] Start a router on ports picked now, once every engine listens; a port taken
         in the instant between picking and binding is picked again, once, and said."""
         for attempt in (1, 2):
             self._rebind(p)
-            self._spawn(p)
+            self.spawn(p)
             try:
                 self._await_health([p], 60.0)
                 return
@@ -166,13 +174,13 @@ class Deployment:
                 urls.setdefault(q.pool, []).append(q.url)
             p.argv = router_command(self.plan, self.router, p.port, urls)
         p.argv = set_flag(set_flag(p.argv, "--port", str(p.port)), "--prometheus-port", str(free_port()))
-        if p.pool == FRONT and (router := self._proc(ROUTER)) is not None:
+        if p.pool == FRONT and (router := self.proc(ROUTER)) is not None:
             p.argv = set_flag(p.argv, "--worker-urls", router.url)
 
-    def _proc(self, pool: str) -> Proc | None:
+    def proc(self, pool: str) -> Proc | None:
         return next((p for p in self.procs if p.pool == pool), None)
 
-    def _spawn(self, p: Proc) -> None:
+    def spawn(self, p: Proc) -> None:
         p.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(p.log_path, "wb") as out:
             p.popen = subprocess.Popen(p.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -184,7 +192,7 @@ class Deployment:
         waiting = list(procs)
         while waiting:
             self.check_alive()
-            waiting = [p for p in waiting if not _healthy(p.url)]
+            waiting = [p for p in waiting if not healthy(p.url)]
             if waiting and time.monotonic() > deadline:
                 names = ", ".join(p.name for p in waiting)
                 raise RuntimeFailure(f"{names} not healthy after {timeout_s:.0f} s; see {waiting[0].log_path}")
@@ -251,7 +259,7 @@ class Deployment:
                                    logs / f"{name}-{r}-{ident[:8]}.log", base_env, cores))
         try:
             for p in new:
-                self._spawn(p)
+                self.spawn(p)
             self.procs += new
             self._await_health(new, self.ready_timeout_s)
             renamed = dict(change.kept)
@@ -261,7 +269,7 @@ class Deployment:
             self._hand_over(nxt, [p for p in self.procs if p.pool not in ROUTERS and p not in leaving],
                             logs / f"router-{ident[:8]}.log", progress)
             _drain(leaving, DRAIN_S)
-            self._stop(leaving)
+            self.stop_procs(leaving)
             self.procs = [p for p in self.procs if p not in leaving]
         except RuntimeFailure as e:
             answer(work, ident, None, str(e))
@@ -278,7 +286,7 @@ class Deployment:
         """Make the router send requests to `engines` the way `nxt`'s router would, without closing the
         deployment's URL ([Note: handing over the router]): through the running router's API where it can
         change in place, else by a new router that takes the old one's place behind the front."""
-        old, front = self._proc(ROUTER), self._proc(FRONT)
+        old, front = self.proc(ROUTER), self.proc(FRONT)
         urls: dict[str, list[str]] = {}
         for p in sorted(engines, key=lambda q: (q.pool, q.replica)):
             urls.setdefault(p.pool, []).append(p.url)
@@ -298,27 +306,27 @@ class Deployment:
         if routed:
             port = free_port()
             router = Proc(ROUTER, 0, port, router_command(nxt, self.router, port, urls), log_path, env=outside_env())
-            self._spawn(router)
+            self.spawn(router)
             self.procs.append(router)
             self._await_health([router], 60.0)
         if router is not None and front is None:
             front = front_proc(self.router, router.url, log_path.with_name(f"front-{log_path.name}"), outside_env())
-            self._spawn(front)
+            self.spawn(front)
             self.procs.append(front)
             self._await_health([front], 60.0)
         elif router is not None:
             tell(front.url, RouterMoves((router.url,), (old.url,) if old is not None else ()))
         elif front is not None:  # the next plan has no vllm-router: clients reach its engines at their own URLs
             self.procs.remove(front)
-            self._stop([front])
+            self.stop_procs([front])
         if old is not None:
             self.procs.remove(old)
             time.sleep(SETTLE_S)  # requests the front chose the old router for before it was removed
-            self._stop([old], grace_s=DRAIN_S)  # SIGTERM: vllm-router finishes what it holds, then exits
+            self.stop_procs([old], grace_s=DRAIN_S)  # SIGTERM: vllm-router finishes what it holds, then exits
         progress("router: the next plan's router took over behind the front" if router is not None else
                  "router: none in the next plan")
 
-    def _stop(self, procs: list[Proc], grace_s: float = STOP_GRACE_S) -> None:
+    def stop_procs(self, procs: list[Proc], grace_s: float = STOP_GRACE_S) -> None:
         for p in procs:
             if p.popen is not None and p.popen.poll() is None:
                 _signal_group(p.popen, signal.SIGTERM)
@@ -335,12 +343,12 @@ class Deployment:
 
     def stop(self) -> None:
         self.closing = True
-        self._stop(self.procs)
+        self.stop_procs(self.procs)
         for work in self.work_dirs():
             (work / "endpoints.json").unlink(missing_ok=True)
 
     def _write_endpoints(self) -> None:
-        router = self._proc(FRONT)
+        router = self.proc(FRONT)
         data = {"router": router.url if router else None, "model": self.plan.model, "plan": str(self.plan_root),
                 "deployer_pid": os.getpid(),
                 "served_model_name": self.plan.pools[0].launch.served_model_name if self.plan.pools[0].launch
@@ -387,7 +395,7 @@ def _requests_held(url: str) -> float:
     return held
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
             return r.status == 200
@@ -403,8 +411,10 @@ def _tail(path: Path, lines: int = 12) -> str:
 
 
 def prepare(root: str | Path, python: Path, router: Path,
-            loaded: tuple[Plan, list[Pool]] | None = None) -> Deployment:
-    """The processes that deploy the plan in `root` (`loaded`: what `load_local` read of it; nothing started yet)."""
+            loaded: tuple[Plan, list[Pool]] | None = None, *, cores: tuple[int, int] | None = None) -> Deployment:
+    """The processes that deploy the plan in `root` (`loaded`: what `load_local` read of it; nothing started yet).
+    `cores`: (the index of its first engine, engines on this host in all) when other plans' engines share the host
+    ([Note: engines sharing this host]); default: its own engines only."""
     root = Path(root)
     plan, pools = loaded or load_local(root)
     work = root / "deploy"
@@ -413,11 +423,11 @@ def prepare(root: str | Path, python: Path, router: Path,
     kv_dir.mkdir(parents=True)
     procs, urls = [], {}
     base_env = outside_env()
-    engines = sum(pool.replicas for pool in pools)
+    first, engines = cores if cores is not None else (0, sum(pool.replicas for pool in pools))
     for pool in pools:
         for r in range(pool.replicas):
             procs.append(engine_proc(pool, r, python, root, kv_dir, work / "logs" / f"{pool.name}-{r}.log", base_env,
-                                     cores_of(len(procs), engines)))
+                                     cores_of(first + len(procs), engines)))
             urls.setdefault(pool.name, []).append(procs[-1].url)
     if plan.router is not None and plan.router.router == "vllm-router":
         port = free_port()

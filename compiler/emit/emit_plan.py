@@ -36,8 +36,10 @@ _PHASES_OF = {"colocated": ["prefill", "decode"], "prefill": ["prefill"], "decod
 
 def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision: Precision, inst: Instance,
               sol: Solution, baselines: list[BaselineSolution], sensitivity: list[Sensitivity] = (), *,
-              draft_graph: BlockGraph | None = None) -> Plan:
-    """The plan of a solved placement; `draft_graph` is the drafter's (``speculative:``) when a pool drafts."""
+              draft_graph: BlockGraph | None = None, served_model_name: str | None = None) -> Plan:
+    """The plan of a solved placement; `draft_graph` is the drafter's (``speculative:``) when a pool drafts.
+    `served_model_name` is the model name requests give its engines (default: the model's; a service's name when
+    several models share a fleet, `compiler.services`)."""
     options = list(inst.options)
     used = sol.used()
     pools, pool_of = _pools(graph, inst, sol, used, draft_graph)
@@ -72,7 +74,8 @@ def emit_plan(graph: BlockGraph, cluster: Cluster, workload: Workload, precision
         unbounded_devices={t: s.basis for t, s in sorted(spreads.items()) if not s.bounded and t in sol.devices()},
         calibrations=calibrations_used(cluster, sorted({(t, cluster.engine(t)) for t in sol.devices()})),
     )
-    return serve(plan, cluster, workload, moe=graph.expert_params > 0, model_source=_model_source(graph.model))
+    return serve(plan, cluster, workload, moe=graph.expert_params > 0, model_source=_model_source(graph.model),
+                 served_model_name=served_model_name)
 
 
 def calibrations_used(cluster: Cluster, pairs: list[tuple[str, str]]) -> list[CalibrationUsed]:

@@ -73,6 +73,8 @@ def test_each_service_has_a_plan_of_its_own_that_adds_up_to_the_objective(two):
         for p in plan.pools:
             devices[p.device] = devices.get(p.device, 0) + p.replicas * p.devices_per_replica
         assert devices == s["devices"]
+        # its engines answer to the service's name: the model a request gives the gateway (deploy --local)
+        assert {p.launch.served_model_name for p in plan.pools if p.launch} == {s["name"]}
         total += weights[s["name"]] * plan.predicted.requests_per_s
     assert total == pytest.approx(doc["solver"]["objective_value"], rel=1e-6)
     assert (out / "small" / "report" / "inputs.json").is_file()

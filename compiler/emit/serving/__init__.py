@@ -75,8 +75,10 @@ def engines_run(option: PoolOption) -> bool:
     return option.kind != "decode-af" and "draft_device" not in dict(option.detail)
 
 
-def serve(plan: Plan, cluster: Cluster, workload: Workload, *, moe: bool, model_source: str | None) -> Plan:
-    """`plan` with launches, connectors, router and runtime needs (see the module docstring)."""
+def serve(plan: Plan, cluster: Cluster, workload: Workload, *, moe: bool, model_source: str | None,
+          served_model_name: str | None = None) -> Plan:
+    """`plan` with launches, connectors, router and runtime needs (see the module docstring); its engines answer
+    to `served_model_name` (default: the plan's model)."""
     platforms = {p.name: platform_of(p.device, cluster.engine(p.device)) for p in plan.pools}
     needs = _feature_needs(plan)
     pairs = _kv_pairs(plan, platforms)
@@ -96,7 +98,7 @@ def serve(plan: Plan, cluster: Cluster, workload: Workload, *, moe: bool, model_
             max_len = max(c.input_len.max + c.output_len.max for c in classes)
             buckets = Buckets.for_classes(max_len, [c.input_len.mean for c in classes],
                                           [c.input_len.mean + c.output_len.mean for c in classes])
-            inputs = LaunchInputs(model=model, served_model_name=plan.model, dtype=plan.dtype,
+            inputs = LaunchInputs(model=model, served_model_name=served_model_name or plan.model, dtype=plan.dtype,
                                   kv_dtype=plan.kv_dtype, moe=moe, max_model_len=max_len,
                                   block_size=block_sizes[p.name], image=entry.image, endpoints=entry.endpoints,
                                   buckets=buckets if platforms[p.name].static_shapes else None)
