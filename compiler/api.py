@@ -312,13 +312,14 @@ def _strongest(compilation: Compilation) -> tuple[str, ...]:
 
 def write_report(document: PlanDocument, out: str | os.PathLike, *, graph: BlockGraph | None = None,
                  inputs: CompileInputs | None = None, points: int = REPORT_POINTS,
-                 progress: Progress | None = None, compilation: Compilation | None = None) -> list[Path]:
+                 progress: Progress | None = None, compilation: Compilation | None = None,
+                 pictures: bool = True) -> list[Path]:
     """Write ``out/report/`` (`compiler.emit.report`) for the plan `document`: the frontier (`points` TPOT
-    targets; needs `inputs`, and reuses `compilation`'s costing when given), then summary, pictures, timeline,
-    and `inputs` as ``inputs.json``. Returns the files written."""
+    targets; needs `inputs`, and reuses `compilation`'s costing when given), then summary and ``report.json``,
+    `inputs` as ``inputs.json``, and, unless `pictures` is False (`draw_report` draws them later), the timeline
+    and pictures. Returns the files written."""
     from compiler.driver import block_graph
-    from compiler.emit.report import build_report
-    from compiler.emit.report import write_report as write_files
+    from compiler.emit.report import build_report, draw, write_summary
     from compiler.ir.files import atomic_write_text
 
     folder = Path(out) / REPORT_DIR
@@ -330,11 +331,51 @@ def write_report(document: PlanDocument, out: str | os.PathLike, *, graph: Block
     graph = graph if graph is not None else block_graph(inputs.model if inputs else document.model)
     report = build_report(document, graph, frontier=rows, frontier_title=title, frontier_note=note,
                           frontier_objective=objective or "tokens-per-watt")
-    files = write_files(report, folder)
+    files = write_summary(report, folder)
     if inputs is not None:
         atomic_write_text(folder / INPUTS_FILE, inputs.to_json())
         files.append(folder / INPUTS_FILE)
+    if pictures:
+        files += draw(report, folder)
     return sorted(files)
+
+
+def draw_report(path: str | os.PathLike, *, points: int = REPORT_POINTS) -> list[Path]:
+    """Draw the timeline and pictures of the plan directory `path` from its files, as ``gimletc report DIR`` does
+    ([Note: the report in the background] in `compiler.cli.report`): ``plan.json``, the frontier in
+    ``report/report.json`` and the plan's BlockGraph (from the trace cache). Where ``report.json`` is missing
+    (compiled with ``--no-report``), the whole report is written, its frontier `points` TPOT targets solved afresh.
+    Returns the files written; none when the directory was compiled again meanwhile (its ``report.json`` changed:
+    that compile draws its own)."""
+    import json
+    import tempfile
+
+    from compiler.driver import block_graph
+    from compiler.emit.plan_checks import load_plan
+    from compiler.emit.report import NUMBERS, build_report, draw
+
+    root = Path(path)
+    root = root.parent if root.name == "plan.json" else root
+    document, inputs = load_plan(root), CompileInputs.load(root)
+    folder = root / REPORT_DIR
+    try:
+        numbers = (folder / NUMBERS).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return write_report(document, root, inputs=inputs, points=points)
+    frontier = json.loads(numbers).get("frontier") or {}
+    report = build_report(document, block_graph(inputs.model if inputs else document.model),
+                          frontier=frontier.get("points"), frontier_title=frontier.get("title", ""),
+                          frontier_objective=frontier.get("objective") or "tokens-per-watt")
+    with tempfile.TemporaryDirectory(prefix=".drawing-", dir=folder, ignore_cleanup_errors=True) as work:
+        drawn = draw(report, work)
+        try:
+            if (folder / NUMBERS).read_text(encoding="utf-8") != numbers:
+                return []
+        except FileNotFoundError:
+            return []
+        for file in drawn:
+            os.replace(file, folder / file.name)
+    return sorted(folder / file.name for file in drawn)
 
 
 def predict_load(document: PlanDocument, *, concurrency: int, input_len: int, output_len: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import json
 import re
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -46,7 +47,13 @@ def test_readme_quickstart_runs_on_a_fresh_clone(tmp_path):
                           timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = clone / "plan-tiny" / "report"
-    for name in ("summary.md", "pareto.png", "roofline.png", "power.png", "timeline.json"):
+    assert (report / "summary.md").is_file()
+    pictures = ("pareto.png", "roofline.png", "power.png", "timeline.json")  # drawn after the compile returned
+    deadline = time.monotonic() + 120
+    while (report / "drawing.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not (report / "drawing.log").exists(), "the pictures are still being drawn after 2 minutes"
+    for name in pictures:
         assert (report / name).is_file(), name
     assert "pool0 (" in proc.stdout and "measured here:" in proc.stdout
     completion = json.loads(re.search(r'^\{"id".*$', proc.stdout, re.M).group(0))

@@ -3,9 +3,10 @@
 Runs, each a fresh `gimletc` process with its own trace cache:
 
 - ``gimletc compile llama-tiny --cluster examples/tiny_split/cluster.yaml --workload
-  examples/tiny_split/workload.yaml --no-onnx --out TMP`` (the README's quick start, without the ONNX export the
-  pictures do not need), and copies its ``report/roofline.png``, ``report/pareto.png`` and ``report/power.png``
-  to ``docs/img/report-roofline.png``, ``report-pareto.png`` and ``report-power.png``;
+  examples/tiny_split/workload.yaml --no-onnx --wait-for-report --out TMP`` (the README's quick start, without the
+  ONNX export the pictures do not need, waiting for the pictures it draws after it returns), and copies its
+  ``report/roofline.png``, ``report/pareto.png`` and ``report/power.png`` to ``docs/img/report-roofline.png``,
+  ``report-pareto.png`` and ``report-power.png``;
 - ``gimletc pareto`` on the same inputs under a 3 kW budget (so the single-type fleets are posed beside the plan),
   5 points, and copies its ``pareto.png`` to ``docs/img/pareto.png``.
 
@@ -41,7 +42,7 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
         cache = f"{work}/cache"
-        _gimletc("compile", *INPUTS, "--no-onnx", "--out", f"{work}/plan", cache=cache)
+        _gimletc("compile", *INPUTS, "--no-onnx", "--wait-for-report", "--out", f"{work}/plan", cache=cache)
         for name in ("roofline", "pareto", "power"):
             shutil.copyfile(f"{work}/plan/report/{name}.png", OUT / f"report-{name}.png")
         _gimletc("pareto", *INPUTS, "--power-budget", "3kW", "--points", "5", "--out", f"{work}/pareto", cache=cache)

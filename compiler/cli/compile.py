@@ -11,6 +11,8 @@ report, which can take longer than the placement itself; the final
 filled in. A run that fails or is interrupted after the placement keeps that
 first ``plan.json`` (its status says so). ``status.json`` and the summary
 give both times: when ``plan.json`` was first written, and when everything was.
+The report's pictures and timeline are drawn after that, by a process of its
+own ([Note: the report in the background] in `compiler.cli.report`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from pathlib import Path
 from compiler.cli import options, report
 from compiler.cli import run as run_command
 from compiler.cli.console import check_out_dir, fitted_tables, progress_for, seconds, timings_line
-from compiler.emit.report.figures import gain_text, meets_text, with_interval
 from compiler.ir.files import atomic_write_text
 from compiler.ir.placement import OBJECTIVE_QUANTITIES, OBJECTIVES
 
@@ -43,7 +44,9 @@ def register(sub) -> None:
         description="Trace MODEL, cost every candidate pool on every device type of the cluster, and solve "
                     "an exact placement, a mixed-integer program solved by HiGHS (counts, parallelism, batch, prefill/decode and "
                     "attention/FFN split) under power, inventory, memory, SLO and link constraints. Writes "
-                    "DIR/plan.json, Kubernetes manifests in DIR/k8s/ and DIR/status.json. Metrics are "
+                    "DIR/plan.json, Kubernetes manifests in DIR/k8s/, DIR/report/summary.md and DIR/status.json; "
+                    "the report's pictures and timeline are drawn into DIR/report/ in the background after it "
+                    "returns (--wait-for-report waits; gimletc report DIR draws them again). Metrics are "
                     "predictions of the cost model.")
     options.add_placement_inputs(p, services=True)
     p.add_argument("--objective", choices=OBJECTIVES, default="throughput", help="what to optimise (default throughput)")
@@ -118,10 +121,17 @@ def run(args: argparse.Namespace) -> int:
             for job in artifacts:
                 job.cancel()  # a no-op once its result is in; else the child stops before outputs are removed
         timings.marks["everything written"] = time.perf_counter() - started
+    drawing = None if args.no_report else report.start(out)  # [Note: the report in the background]
     if args.json:
         sys.stdout.write(final.dumps())
     else:
-        render(result, out)
+        render(result, out, drawing=None if args.no_report else "wait" if args.wait_for_report else "background")
+    if args.wait_for_report and not args.no_report:
+        drew = report.wait(drawing, out)
+        if not args.json:
+            from rich.console import Console
+
+            Console().print(f"[dim]drew {', '.join(str(out / f) for f in drew)}.[/dim]", soft_wrap=True)
     return 0
 
 
@@ -136,8 +146,12 @@ def write_manifests(plan, prepared, out: Path, target: str) -> list[str]:
     return [str(p.relative_to(out)) for p in paths]
 
 
-def render(result, out: Path) -> None:
+def render(result, out: Path, drawing: str | None = None) -> None:
+    """The plan's summary on the console, and where the report's pictures will appear when they are `drawing`
+    (``background``, or ``wait``: the compile waits for them)."""
     from rich.console import Console
+
+    from compiler.emit.report.figures import with_interval
 
     plan, sol = result.plan, result.solution
     console = Console()
@@ -184,17 +198,25 @@ def render(result, out: Path) -> None:
                   f"gap {100 * s.gap:.3f}%, {s.variables} variables, {s.constraints} constraints, {s.options} pool "
                   f"options, {seconds(sol.wall_s)}")
     wrote = f"wrote {out / 'plan.json'}" + (f", {out / 'k8s'}/" if (out / "k8s").is_dir() else "") + (
-        f", {out / 'report'}/ (summary.md, pareto.png, roofline.png, power.png, timeline.json)"
-        if (out / "report").is_dir() else "")
+        f", {out / 'report' / 'summary.md'}" if (out / "report").is_dir() else "")
     marks = result.timings.marks
-    first = (f"; plan.json first written after {seconds(marks['plan.json written'])}, everything after "
-             f"{seconds(marks['everything written'])}" if "everything written" in marks else "")
+    first = (f"; plan.json first written after {seconds(marks['plan.json written'])}, everything"
+             f"{' but the pictures' if drawing else ''} after {seconds(marks['everything written'])}"
+             if "everything written" in marks else "")
     console.print(f"[dim]{timings_line(result.timings.as_dict())}{first}. {wrote}. All metrics are "
                   "predictions.[/dim]", soft_wrap=False)
+    if drawing:
+        later = " in the background, in a few seconds" if drawing == "background" else ""
+        again = f" (`gimletc report {out}` draws them now)" if drawing == "background" else ""
+        console.print(f"[dim]drawing {out / 'report'}/ ({', '.join(report.DRAWN)}){later}; errors go to "
+                      f"{out / 'report' / report.DRAWING_LOG}{again}.[/dim]",
+                      soft_wrap=True)  # paths unbroken: copied as they are
 
 
 def pool_tables(plan, width: int) -> list:
     """The pools, one row each: shape first, then predictions; split in two tables on a narrow terminal."""
+    from compiler.emit.report.figures import DECODE_TTFT_NOTE, with_interval
+
     pct = f"p{plan.classes[0].slo_percentile:g} " if plan.classes else ""
     columns = [("pool", "left"), ("role", "left"), ("device", "left"), ("replicas x devices", "right"),
                ("tp", "right"), ("pp", "right"), ("batch req", "right"), ("req/s", "right"), ("util", "right"),
@@ -212,14 +234,14 @@ def pool_tables(plan, width: int) -> list:
                      f"{p.predicted_power_w / 1e3:.1f}", ", ".join(c.name for c in p.predicted_classes), span])
     tables = fitted_tables("pools (predicted, at their utilisation)", columns, rows, width)
     if any("prefill" not in p.phases for p in plan.pools):
-        from compiler.emit.report.figures import DECODE_TTFT_NOTE
-
         tables[-1].caption, tables[-1].caption_justify = DECODE_TTFT_NOTE, "left"
     return tables
 
 
 def _class_tables(plan, width: int) -> list:
     """Each request class end to end: its rate, its SLO and its predicted median and percentile latencies."""
+    from compiler.emit.report.figures import meets_text, with_interval
+
     columns = [("class", "left"), ("share", "right"), ("req/s", "right"), ("TTFT p50 / pN ms", "right"),
                ("TTFT SLO", "right"), ("TPOT p50 / pN ms", "right"), ("TPOT SLO", "right"), ("meets", "left"),
                ("pools", "left")]
@@ -255,6 +277,8 @@ def _print_sensitivity(plan, console) -> None:
 
 def _baseline_tables(plan, width: int) -> list:
     """Each baseline's status, fleet and predicted numbers, and the plan's gain in the objective's terms."""
+    from compiler.emit.report.figures import gain_text
+
     def num(value, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 

@@ -14,14 +14,15 @@ import sys
 from typing import Sequence
 
 from compiler.cli import (
-    backends, bench, calibrate, compile, deploy, estimate, explain, inspect, pareto, replan, run, schema, serve, worker,
+    backends, bench, calibrate, compile, deploy, estimate, explain, inspect, pareto, replan, report, run, schema, serve,
+    worker,
 )
 from compiler.cli.console import gimletc_version
 from compiler.ir.errors import GimletError
 
 #: The commands, in the order ``--help`` lists them (the pipeline's order).
-COMMANDS = (inspect, backends, estimate, calibrate, compile, explain, pareto, run, serve, deploy, bench, replan,
-            worker, schema)
+COMMANDS = (inspect, backends, estimate, calibrate, compile, report, explain, pareto, run, serve, deploy, bench,
+            replan, worker, schema)
 
 EXIT_CODES = (
     (0, "success"),

@@ -2,7 +2,9 @@
 
 `build_report` computes everything from the plan, its BlockGraph and (optionally) a predicted frontier, and
 returns a `Report` value; `write_report` writes it under a folder, only when asked (the CLI and the Python
-API's ``Plan.save`` do). Files:
+API's ``Plan.save`` do): first what a user reads (`write_summary`: ``summary.md``, ``report.json``), then what
+is drawn (`draw`: the timeline and the pictures), which ``gimletc compile`` leaves to a process of its own
+([Note: the report in the background] in `compiler.cli.report`). Files:
 
 - ``summary.md``: pools, counts, predicted totals, per-class latencies, transfers, baselines and gains, solver
   status, sensitivity, power (`compiler.emit.report.summary`);
@@ -13,7 +15,7 @@ API's ``Plan.save`` do). Files:
   https://ui.perfetto.dev (`compiler.emit.report.timeline`);
 - ``report.json``: the numbers behind the pictures (power, roofline points, frontier rows).
 
-Every number is a prediction and is labelled so. matplotlib loads only in `write_report`.
+Every number is a prediction and is labelled so. matplotlib loads only in `draw`.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from compiler.emit.report.power import PowerBreakdown, power_breakdown
 from compiler.emit.report.roofline import Ceiling, RooflinePoint, ceilings, roofline_points
 from compiler.emit.report.roofline import to_json as roofline_json
 from compiler.emit.report.summary import summary_markdown
-from compiler.emit.report.timeline import pipeline_trace
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.files import atomic_write_text
+
+#: The files `write_summary` writes: what a user reads first, written before anything is drawn.
+SUMMARY, NUMBERS = "summary.md", "report.json"
 
 #: The report's files and what each shows (summary.md lists them).
 FILES = (("pareto.png", "the predicted speed-vs-efficiency frontier of this instance, with this plan marked"),
@@ -48,14 +52,20 @@ class Report:
     """Everything ``DIR/report/`` holds, computed; `write_report` writes it."""
 
     plan: Plan
+    graph: BlockGraph  # the plan's blocks, for the timeline (`timeline`), computed only when drawn
     summary_md: str
     power: PowerBreakdown
     ceilings: tuple[Ceiling, ...]
     roofline: tuple[RooflinePoint, ...]
-    timeline: dict
     frontier: tuple[dict, ...] | None  # rows of `compiler.sweep.pareto`, or None when not computed
     frontier_title: str = ""
     frontier_objective: str = "tokens-per-watt"  # what each frontier point maximised
+
+    def timeline(self) -> dict:
+        """The predicted pipeline timeline, Chrome trace JSON (`compiler.emit.report.timeline`)."""
+        from compiler.emit.report.timeline import pipeline_trace
+
+        return pipeline_trace(self.plan, self.graph)
 
     @property
     def title(self) -> str:
@@ -103,26 +113,36 @@ def build_report(plan: Plan, graph: BlockGraph, *, frontier: Sequence[dict] | No
             + (f", beside {', '.join(others)}" if others else "") + "; this plan is the star in `pareto.png`. "
             "`gimletc pareto` sweeps every baseline.")
     md = summary_markdown(plan, power, files=files, frontier_note=frontier_note)
-    return Report(plan, md, power, tuple(ceilings(plan)), tuple(roofline_points(plan, graph)),
-                  pipeline_trace(plan, graph), tuple(frontier) if frontier else None, frontier_title,
-                  frontier_objective)
+    return Report(plan, graph, md, power, tuple(ceilings(plan)), tuple(roofline_points(plan, graph)),
+                  tuple(frontier) if frontier else None, frontier_title, frontier_objective)
 
 
 def write_report(report: Report, folder: str | Path) -> list[Path]:
-    """Write `report` under `folder` (created); returns the files written."""
+    """Write `report` under `folder` (created): `write_summary`, then `draw`; returns the files written."""
+    return sorted(write_summary(report, folder) + draw(report, folder))
+
+
+def write_summary(report: Report, folder: str | Path) -> list[Path]:
+    """Write what a user reads first, ``summary.md`` and ``report.json`` (the numbers `draw` draws), under
+    `folder` (created); returns the files written."""
+    folder = Path(folder)
+    for name, text in ((SUMMARY, report.summary_md),
+                       (NUMBERS, json.dumps(report.to_json(), indent=1, sort_keys=True) + "\n")):
+        atomic_write_text(folder / name, text)
+    return [folder / SUMMARY, folder / NUMBERS]
+
+
+def draw(report: Report, folder: str | Path) -> list[Path]:
+    """Write `report`'s timeline and pictures under `folder` (created): ``timeline.json``, ``roofline.png``,
+    ``power.png`` and, with a frontier, ``pareto.png``; returns the files written. Loads matplotlib."""
     from compiler.emit.report.plots import plot_frontier, plot_power, plot_roofline
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    out = []
-    for name, text in (("summary.md", report.summary_md),
-                       ("timeline.json", json.dumps(report.timeline, indent=1, sort_keys=True) + "\n"),
-                       ("report.json", json.dumps(report.to_json(), indent=1, sort_keys=True) + "\n")):
-        atomic_write_text(folder / name, text)
-        out.append(folder / name)
+    atomic_write_text(folder / "timeline.json", json.dumps(report.timeline(), indent=1, sort_keys=True) + "\n")
     plot_roofline(report.ceilings, report.roofline, folder / "roofline.png", report.title)
     plot_power(report.power, folder / "power.png", report.title)
-    out += [folder / "roofline.png", folder / "power.png"]
+    out = [folder / "timeline.json", folder / "roofline.png", folder / "power.png"]
     if report.frontier:
         plot_frontier(report.frontier, folder / "pareto.png", report.frontier_title or report.title,
                       report.frontier_objective, plan=report.plan_point())
@@ -130,4 +150,4 @@ def write_report(report: Report, folder: str | Path) -> list[Path]:
     return sorted(out)
 
 
-__all__ = ["FILES", "Report", "build_report", "write_report"]
+__all__ = ["FILES", "NUMBERS", "SUMMARY", "Report", "build_report", "draw", "write_report", "write_summary"]

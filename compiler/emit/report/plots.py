@@ -13,6 +13,7 @@ All are titled as predictions; the same inputs give the same bytes.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -36,9 +37,21 @@ def _save(fig, path: Path, margins: dict | None = None) -> None:
         fig.tight_layout()
     else:
         fig.subplots_adjust(**margins)
-    fig.savefig(path, metadata={"Software": None})  # no version stamp: same inputs, same bytes
-    fig.clf()
-    _pyplot().close(fig)
+    _write_png(fig, path)
+
+
+def _write_png(fig, path: Path) -> None:
+    """Write `fig` to `path` as a PNG with no version stamp (same inputs, same bytes), through a temporary file
+    renamed when whole (a reader never sees half a picture), and close it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, format="png", metadata={"Software": None})
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        fig.clf()
+        _pyplot().close(fig)
 
 
 #: Room around a log-scale plot for its tick labels, axis labels and two-line title (fractions of the figure).
@@ -107,9 +120,7 @@ def plot_frontier(rows: Sequence[dict], path: Path, title: str, objective: str =
     of the same keys for the compiled plan (``tokens_per_s_per_user`` at its TPOT target, and ``label``): drawn
     as a star and, when the sweep maximised what the plan did (``on_curve``), as a point of the heterogeneous
     curve. `dropouts` (``gimletc pareto``'s) mark where a baseline or device type leaves the sweep."""
-    fig = frontier_figure(rows, title, objective, plan=plan, dropouts=dropouts)
-    fig.savefig(path, metadata={"Software": None})
-    _pyplot().close(fig)
+    _write_png(frontier_figure(rows, title, objective, plan=plan, dropouts=dropouts), path)
 
 
 def frontier_figure(rows: Sequence[dict], title: str, objective: str = "tokens-per-watt", *,
@@ -285,9 +296,7 @@ def roofline_lines(ceilings: Sequence[Ceiling], tolerance: float = 0.03) -> list
 def plot_roofline(ceilings: Sequence[Ceiling], points: Sequence[RooflinePoint], path: Path, title: str) -> None:
     """Log-log FLOP/s against FLOP/byte: each device's peak and bandwidth roof (datasheet, solid; derated,
     dotted), and each distinct block of each pool at its operating point, numbered and named in a table."""
-    fig = roofline_figure(ceilings, points, title)
-    fig.savefig(path, metadata={"Software": None})
-    _pyplot().close(fig)
+    _write_png(roofline_figure(ceilings, points, title), path)
 
 
 def roofline_figure(ceilings: Sequence[Ceiling], points: Sequence[RooflinePoint], title: str):
