@@ -30,7 +30,7 @@ _EXPORTS: dict[str, str] = {
     "resolve_model": "compiler.inputs.model_spec", "load_cluster": "compiler.inputs",
     "load_workload": "compiler.inputs",
     # the plan API (compiler.api): compile -> Plan; Plan.save / load / summary / run / serve / manifests
-    "compile": "compiler.api", "Plan": "compiler.api", "CompileInputs": "compiler.api", "RunResult": "compiler.api",
+    "compile": "compiler.api", "Plan": "compiler.api", "ServicesPlan": "compiler.api", "CompileInputs": "compiler.api", "RunResult": "compiler.api",
     "estimate": "compiler.api", "pareto": "compiler.api", "Frontier": "compiler.api", "explain": "compiler.explanation",
     # the driver's passes and the plan file
     "Timings": "compiler.driver", "block_graph": "compiler.driver", "summarize": "compiler.trace.summarize",

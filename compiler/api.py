@@ -176,17 +176,36 @@ class Plan:
         return render_text(explain(self._runnable_dir(), target, inputs=self.inputs))
 
 
-def compile(model: str, cluster: str | os.PathLike, workload: str | os.PathLike, *,
+def compile(model: str | None = None, cluster: str | os.PathLike | None = None,
+            workload: str | os.PathLike | None = None, *, services: str | os.PathLike | None = None,
             power_budget: str | float | None = None, objective: str = "throughput", slo_ttft_ms: float | None = None,
             slo_tpot_ms: float | None = None, dtype: str = "bf16", kv_dtype: str | None = None,
             time_limit_s: float = 60.0, sensitivity: bool = True, progress: Progress | None = None,
-            deployable: bool = False, calibration: str | None = None) -> Plan:
+            deployable: bool = False, calibration: str | None = None) -> Plan | ServicesPlan:
     """Trace, cost, place and emit `model` on the `cluster` file's fleet for the `workload` file: the whole of
     ``gimletc compile``, in memory (`Plan.save` writes it). `power_budget` overrides the cluster file's: watts,
     or a string with its unit (``"200kW"``). Raises `BadInput` (a file, field or flag is wrong) or `Infeasible`
     (the binding constraints named). `deployable` places only what the cluster file's engines run
-    (``--deployable``); `calibration` names a profile (``gimletc calibrate --from``) to cost with."""
+    (``--deployable``); `calibration` names a profile (``gimletc calibrate --from``) to cost with.
+
+    `services` (a services file, instead of `model` and `workload`) places several models on the fleet together
+    (``compile --services``, `compiler.services`) and returns a `ServicesPlan`."""
     from compiler.driver import compile as compile_pass
+
+    if cluster is None:
+        raise BadInput("compile needs a cluster file")
+    if services is not None:
+        if model is not None or workload is not None:
+            raise BadInput("compile(services=...) places the models and workloads its file names: drop model and "
+                           "workload")
+        from compiler.services import compile_services
+
+        result = compile_services(str(services), str(cluster), objective=objective,
+                                  power_budget_w=_watts(power_budget), calibration=calibration,
+                                  deployable=deployable, time_limit_s=time_limit_s, progress=progress)
+        return ServicesPlan(result, str(Path(cluster).resolve()), _watts(power_budget), calibration, deployable)
+    if model is None or workload is None:
+        raise BadInput("compile needs a model and a workload file (or services=FILE for several models)")
 
     inputs = CompileInputs.of(model, cluster, workload, power_budget_w=_watts(power_budget), objective=objective,
                               slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, dtype=dtype, kv_dtype=kv_dtype,
@@ -195,6 +214,40 @@ def compile(model: str, cluster: str | os.PathLike, workload: str | os.PathLike,
                           slo_tpot_ms=slo_tpot_ms, precision=inputs.precision(), time_limit_s=time_limit_s,
                           analyse=sensitivity, progress=progress, deployable=deployable, **inputs.overrides())
     return Plan(result.plan, inputs=inputs, compilation=result)
+
+
+class ServicesPlan:
+    """Several models placed on one fleet (`compile` with ``services=``): ``plans`` (service -> `Plan`),
+    ``document`` (what ``services.json`` holds), ``summary()``, ``save(path)``."""
+
+    def __init__(self, result, cluster: str, power_budget_w: float | None, calibration: str | None,
+                 deployable: bool):
+        from compiler.services import services_document
+
+        self.result, self._inputs = result, (cluster, power_budget_w, calibration, deployable)
+        self.document = services_document(result)
+        self.plans = {name: Plan(plan) for name, plan in result.plans.items()}
+
+    def __repr__(self) -> str:
+        return f"<ServicesPlan {self.document['name']}: {', '.join(self.plans)}>"
+
+    def summary(self) -> str:
+        from compiler.services import summary
+
+        return summary(self.document)
+
+    def save(self, path: str | os.PathLike, *, manifests: str = "engines") -> Path:
+        """Write the services plan directory (``services.json``, ``summary.md``, a plan folder per service) as
+        ``gimletc compile --services --out`` writes it."""
+        from compiler.services import write_services
+
+        cluster, power_budget_w, calibration, deployable = self._inputs
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        write_services(self.result, out, manifests, cluster=cluster, power_budget_w=power_budget_w,
+                       calibration=calibration, deployable=deployable)
+        self.plans = {name: Plan(plan, path=out / name) for name, plan in self.result.plans.items()}
+        return out
 
 
 def _watts(power: str | float | None) -> float | None:

@@ -129,3 +129,15 @@ def test_a_rate_and_a_minimum_rate_together_are_refused(tmp_path):
                                      "min_rate_per_s": 2}])
     assert_one_line_error(run_cli("compile", "--services", path, "--cluster", NVIDIA, "--out", str(tmp_path / "o")),
                           "min_rate_per_s", "give one")
+
+
+def test_the_python_api_writes_what_the_cli_writes(two, tmp_path):
+    """``compiler.compile(services=...)`` and ``ServicesPlan.save`` give the CLI's files, byte for byte."""
+    import compiler
+
+    path = services_file(tmp_path, TWO)
+    plan = compiler.compile(cluster=NVIDIA, services=path)
+    assert set(plan.plans) == {"small", "big"} and "proportional-slices" in plan.summary()
+    out = plan.save(tmp_path / "api")
+    for rel in ("services.json", "summary.md", "small/plan.json", "big/plan.json"):
+        assert (out / rel).read_bytes() == (two[0] / rel).read_bytes(), rel
