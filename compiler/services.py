@@ -446,12 +446,27 @@ def write_services(result: Services, out: Path, target: str = "engines", *, clus
         if target != "none":  # the service's manifests, as compile writes a plan's
             from compiler.emit.k8s import manifests, write_manifests
 
-            objects = manifests(written, part.prep.cluster, target=target, workload=part.prep.workload)
+            objects = in_namespace(manifests(written, part.prep.cluster, target=target, workload=part.prep.workload),
+                                   part.name)
             wrote += [str(p.relative_to(out)) for p in write_manifests(objects, folder / "k8s")]
     document = services_document(result)
     atomic_write_text(out / "services.json", json.dumps(document, indent=2, sort_keys=False) + "\n")
     atomic_write_text(out / "summary.md", summary(document))
     return wrote + ["services.json", "summary.md"]
+
+
+def in_namespace(objects: dict[str, dict], namespace: str) -> dict[str, dict]:
+    """A service's manifests in a namespace of its own, named after it: every service's objects carry the same
+    names (a plan's router addresses its engines as ``gimletc-<pool>``), so one namespace per service keeps them
+    apart, and the router's short DNS names resolve within it. ``kustomization.yaml`` sets the namespace of every
+    object (``kubectl apply -k``), beside the Namespace object itself."""
+    ns = {"apiVersion": "v1", "kind": "Namespace",
+          "metadata": {"name": namespace, "labels": {"app.kubernetes.io/part-of": "gimletc-services"}}}
+    out = {**objects, f"namespace-{namespace}.yaml": ns}
+    kustomization = dict(out.pop("kustomization.yaml"))
+    kustomization["namespace"] = namespace
+    kustomization["resources"] = sorted(out)
+    return {**dict(sorted(out.items())), "kustomization.yaml": kustomization}
 
 
 def services_document(result) -> dict:

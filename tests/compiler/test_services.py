@@ -141,3 +141,16 @@ def test_the_python_api_writes_what_the_cli_writes(two, tmp_path):
     out = plan.save(tmp_path / "api")
     for rel in ("services.json", "summary.md", "small/plan.json", "big/plan.json"):
         assert (out / rel).read_bytes() == (two[0] / rel).read_bytes(), rel
+
+
+def test_each_service_deploys_into_a_namespace_of_its_own(two):
+    """Both services' manifests carry the same object names (gimletc-<pool>, which each router addresses): each
+    service's kustomization puts every one of its objects into the service's own namespace, and creates it."""
+    for service in ("small", "big"):
+        folder = two[0] / service / "k8s"
+        kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+        assert kustomization["namespace"] == service
+        files = sorted(p.name for p in folder.glob("*.yaml") if p.name != "kustomization.yaml")
+        assert sorted(kustomization["resources"]) == files
+        namespaces = [yaml.safe_load((folder / f).read_text()) for f in files]
+        assert [o["metadata"]["name"] for o in namespaces if o["kind"] == "Namespace"] == [service]
