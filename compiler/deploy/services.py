@@ -24,6 +24,7 @@ from pathlib import Path
 from compiler.deploy.engine_env import engine_python, outside_env, router_binary
 from compiler.deploy.launch import FRONT, HOST, Proc, free_port
 from compiler.deploy.local import Deployment, healthy, load_local, prepare
+from compiler.emit.serving.router import gateway_argv
 from compiler.ir.errors import BadInput, RuntimeFailure
 from compiler.ir.files import atomic_write_text
 
@@ -47,11 +48,10 @@ def service_names(root: Path) -> list[str]:
 
 
 def gateway_command(binary: Path, port: int, prometheus_port: int) -> list[str]:
-    """vllm-router in inference-gateway mode ([Note: one gateway for many services]): no retries and no circuit
-    breaker, so an engine's answer (a 404 for an unknown model) passes through as it gave it."""
-    return [str(binary), "--enable-igw", "--host", HOST, "--port", str(port), "--policy", "round_robin",
-            "--disable-retries", "--disable-circuit-breaker", "--prometheus-host", HOST,
-            "--prometheus-port", str(prometheus_port)]
+    """vllm-router in inference-gateway mode ([Note: one gateway for many services]; the flags are
+    `gateway_argv`'s, which the engines target's gateway runs too)."""
+    return gateway_argv(str(binary), HOST, port) + ["--prometheus-host", HOST, "--prometheus-port",
+                                                    str(prometheus_port)]
 
 
 def register(gateway_url: str, worker_url: str, timeout_s: float = 30.0) -> str:

@@ -115,6 +115,19 @@ def router_for(plan: Plan) -> Router | None:
                   files={"engines/disaggregated.yaml": _trtllm_disaggregated(first, decode)}, notes=notes)
 
 
+def gateway_argv(binary: str, host: str, port: int) -> list[str]:
+    """vllm-router in inference-gateway mode, in front of several services' routers: routes each request by its
+    model, with no retries and no circuit breaker, so an engine's answer (a 404 for an unknown model) passes
+    through as it gave it. ``deploy --local`` ([Note: one gateway for many services] in `compiler.deploy.services`)
+    and the engines target's services gateway (`compiler.emit.k8s.model_routing`) run it.
+
+    >>> gateway_argv("vllm-router", "0.0.0.0", 8000)[:2]
+    ['vllm-router', '--enable-igw']
+    """
+    return [binary, "--enable-igw", "--host", host, "--port", str(port), "--policy", "round_robin",
+            "--disable-retries", "--disable-circuit-breaker"]
+
+
 def _pd_urls(prefill: list[Pool], decode: list[Pool]) -> list[str]:
     """``--prefill URL ... --decode URL ...``: every replica of each pool, in the plan's order (both routers)."""
     return ([a for p in prefill for u in replica_urls(p) for a in ("--prefill", u)]
