@@ -12,7 +12,8 @@ ConfigMap), ``discovery.k8s.io/v1`` (EndpointSlice), ``resource.k8s.io/v1``
 ``leaderworkerset.x-k8s.io/v1`` (LeaderWorkerSet, kubernetes-sigs/lws),
 ``rbac.authorization.k8s.io/v1`` (ServiceAccount, Role, RoleBinding),
 ``inference.networking.k8s.io/v1`` (InferencePool, Gateway API Inference
-Extension) and ``kustomize.config.k8s.io/v1beta1`` (Kustomization). The
+Extension), ``gateway.networking.k8s.io/v1`` (HTTPRoute, Gateway API) and
+``kustomize.config.k8s.io/v1beta1`` (Kustomization). The
 Dynamo and KServe custom resources are built in their targets' modules.
 
 >>> env_value("WORLD_SIZE", "9")
@@ -241,6 +242,19 @@ def inference_pool(meta: Obj, selector: Mapping[str, str], port: int, picker: st
             "spec": {"selector": {"matchLabels": dict(selector)}, "targetPorts": [{"number": port}],
                      "endpointPickerRef": {"name": picker, "kind": "Service", "port": {"number": picker_port},
                                            "failureMode": "FailClose"}}}
+
+
+def http_route(meta: Obj, gateway: tuple[str, str], header: tuple[str, str], backends: Sequence[Obj]) -> Obj:
+    """Gateway API HTTPRoute (``gateway.networking.k8s.io/v1``) attached to Gateway ``(name, namespace)``: one rule
+    sending every path whose request carries ``header`` (``(name, exact value)``) to `backends` (backendRefs), with
+    no request or backend timeout (generation may stream for minutes; llm-d's guides set the same)."""
+    name, value = header
+    rule = {"matches": [{"path": {"type": "PathPrefix", "value": "/"},
+                         "headers": [{"type": "Exact", "name": name, "value": value}]}],
+            "backendRefs": list(backends), "timeouts": {"request": "0s", "backendRequest": "0s"}}
+    parent = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway[0], "namespace": gateway[1]}
+    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": meta,
+            "spec": {"parentRefs": [parent], "rules": [rule]}}
 
 
 def kustomization(resources: Sequence[str]) -> Obj:
