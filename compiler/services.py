@@ -407,12 +407,16 @@ def single_types(parts: Sequence[Part], objective: str, *, time_limit_s: float) 
     return out
 
 
-def gain(objective: str, plan: float, base: ServiceBaseline) -> float | None:
-    """The plan over a baseline in the objective's terms (1.25: 25% better), None where the baseline has none."""
+def gain(objective: str, plan: float, base: ServiceBaseline, plan_provisioned_w: float | None = None) -> float | None:
+    """The plan over a baseline in the objective's terms (1.25: 25% better), None where the baseline has none.
+    Where every weight is 0 (serve each service at its rate, no more) both weighted throughputs are 0 and the
+    tie-break decides: the power provisioned (`plan_provisioned_w` against the baseline's)."""
     if base.objective is None or base.status not in ("optimal", "feasible"):
         return None
     if _sense(objective) == "max":
-        return plan / base.objective if base.objective > 0 else math.inf
+        if plan <= 0 and base.objective <= 0 and plan_provisioned_w and base.provisioned_w:
+            return base.provisioned_w / plan_provisioned_w
+        return plan / base.objective if base.objective > 0 else None
     return base.objective / plan if plan > 0 else None
 
 
@@ -494,7 +498,7 @@ def services_document(result) -> dict:
         })
     baselines = [{"name": b.name, "status": b.status, "objective_value": b.objective,
                   "requests_per_s": dict(b.requests_per_s), "provisioned_power_w": b.provisioned_w,
-                  "plan_gain": gain(objective, sol.objective.value, b), "note": b.note} for b in result.baselines]
+                  "plan_gain": gain(objective, sol.objective.value, b, sol.provisioned_w), "note": b.note} for b in result.baselines]
     inst = result.instance
     return {
         "name": result.file.name, "cluster": result.parts[0].prep.cluster.name, "objective": objective,

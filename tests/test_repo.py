@@ -64,7 +64,7 @@ _ALLOWED = {
     # type as the sensitivity analysis does (compiler.sensitivity.recosted)
     "compiler/replan": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.cost",
                         "compiler.place", "compiler.emit", "compiler.deploy", "compiler.replan", "compiler.driver",
-                        "compiler.compile_inputs", "compiler.sensitivity"),
+                        "compiler.compile_inputs", "compiler.sensitivity", "compiler.services"),
     # deploy reads a plan directory, as the runtime does, and starts public engines on it
     "compiler/deploy": ("compiler.ir", "backends", "compiler.emit", "compiler.deploy"),
     # calibrate is a pipeline of its own: it reuses the driver's cached block_graph pass

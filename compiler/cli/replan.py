@@ -49,9 +49,12 @@ def fraction(text: str) -> float:
     return value
 
 
-def register(sub) -> None:
-    from compiler.replan.replan import COOLDOWN_GAIN, COOLDOWN_WINDOWS, FORECAST_WEIGHT, MIN_GAIN, SLACK
+#: The flags' defaults, `compiler.replan.replan`'s (repeated so building the parser loads none of replan's modules,
+#: 60-120 ms of every command's start; tests/compiler/test_cli.py checks they agree).
+MIN_GAIN, SLACK, COOLDOWN_WINDOWS, COOLDOWN_GAIN, FORECAST_WEIGHT = 0.10, 0.02, 3, 0.10, 1.0
 
+
+def register(sub) -> None:
     p = sub.add_parser("replan", help="re-plan a running deployment from its engines' metrics, with the fewest moves",
                        description=DESCRIPTION)
     p.add_argument("plan", metavar="DIR", help="the running plan's directory (gimletc compile --out DIR)")
@@ -115,6 +118,10 @@ def run(args: argparse.Namespace) -> int:
     if args.out and Path(args.out).resolve() == Path(args.plan).resolve():
         raise BadInput(f"--out {args.out}: is the running plan's directory; give another one (DIR2): the running "
                        "plan stays what the deployment and the next replan compare against")
+    from compiler.deploy.services import is_services_dir
+
+    if is_services_dir(args.plan):  # several models on one fleet (compile --services)
+        return run_services(args)
     if args.apply:
         from compiler.deploy.apply import check_running
 
@@ -156,6 +163,63 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render(r, out, wrote, applied, scaling))
     return 0
+
+
+def run_services(args: argparse.Namespace) -> int:
+    """``gimletc replan DIR`` of a services plan ([Note: replanning many services] in compiler/replan/services.py):
+    every service's engines read, each service's demand forecast, replicas moved between services."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from compiler.cli.console import check_out_dir
+    from compiler.ir.errors import BadInput
+    from compiler.replan.metrics import load, merged
+    from compiler.replan.replan import Settings
+    from compiler.replan.services import replan_services
+
+    unsupported = [flag for flag, given in (("--apply", args.apply), ("--cluster", args.cluster),
+                                            ("--workload", args.workload), ("--calibration", args.calibration))
+                   if given]
+    if unsupported:
+        raise BadInput(f"{', '.join(unsupported)}: not for a services plan yet; each service's folder records the "
+                       "inputs it was compiled from")
+    if args.out and Path(args.out).resolve() == Path(args.plan).resolve():
+        raise BadInput(f"--out {args.out}: is the running plan's directory; give another one (DIR2)")
+    out = check_out_dir(args.out) if args.out else None
+    snaps = _snapshots(args, load, merged)
+    settings = Settings(window_s=args.window, max_moves=args.max_moves, min_gain=args.min_gain,
+                        slack=args.move_slack, forecast=args.forecast, time_limit_s=args.time_limit)
+    progress = (lambda m: print(f"gimletc: {m}", file=sys.stderr)) if not (args.quiet or args.json) else None
+    with tempfile.TemporaryDirectory(prefix="gimletc-replan-") as scratch:
+        r = replan_services(args.plan, snaps, settings, workload_dir=out or Path(scratch), progress=progress)
+        if out is not None:
+            from compiler.compile_inputs import CompileInputs
+            from compiler.services import write_services
+
+            first = CompileInputs.load(Path(args.plan) / r.services[0].name)
+            write_services(r.result, out, cluster=first.cluster, power_budget_w=first.power_budget_w,
+                           calibration=first.calibration, deployable=first.deployable)
+            (out / "replan.json").write_text(json.dumps(r.summary(), indent=1) + "\n", encoding="utf-8")
+    if args.json:
+        sys.stdout.write(json.dumps(r.summary(), indent=1) + "\n")
+        return 0
+    d = r.decision
+    lines = [f"replan of {len(r.services)} services ({d.objective}); rates measured and forecast (predictions "
+             "of the corrected cost model beside them):"]
+    for c in r.services:
+        lines.append(f"  {c.name}: measured {c.measured_requests_per_s:.3g} req/s, forecast "
+                     f"{c.forecast_requests_per_s:.3g} req/s; devices {_devices_text(c.devices_before)} -> "
+                     f"{_devices_text(c.devices_after)}")
+    lines.append(f"{'MOVE' if d.act else 'STAY'}: {d.reason} ({d.moves} replica move(s))")
+    if out is not None:
+        lines.append(f"wrote {out}/ (services.json, summary.md, a plan folder per service, replan.json)")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def _devices_text(devices: dict) -> str:
+    return ", ".join(f"{n} {t}" for t, n in devices.items()) or "none"
 
 
 def _snapshots(args: argparse.Namespace, load, merged) -> list:

@@ -150,6 +150,7 @@ class Snapshot:
     histograms: tuple[tuple[tuple[str, str], Histogram], ...]
     engine: str = ""  # which engine scraped: the same in each of its scrapes (a round's own is "")
     parts: tuple[Snapshot, ...] = ()  # a round's scrapes, one per engine, each at its own time
+    models: tuple[str, ...] = ()  # the models its samples name (vLLM's ``model_name`` label), sorted
 
     def pools(self) -> set[str]:
         return {p for (_q, p), _v in (*self.counters, *self.gauges, *self.histograms)}
@@ -169,6 +170,7 @@ def parse(text: str, source: str, time_s: float | None = None, pool: str | None 
     gauges: dict[tuple[str, str], float] = {}
     hist: dict[tuple[str, str], dict] = {}
     stamps: list[float] = []
+    models: set[str] = set()
     try:
         families = list(text_string_to_metric_families(text))
     except (ValueError, TypeError) as e:
@@ -180,6 +182,8 @@ def parse(text: str, source: str, time_s: float | None = None, pool: str | None 
         for s in fam.samples:
             if s.timestamp is not None:
                 stamps.append(float(s.timestamp))
+            if s.labels.get("model_name"):
+                models.add(s.labels["model_name"])
             key = (q, _pool_of(s.labels, pool))
             if fam.type == "histogram":
                 h = hist.setdefault(key, {"buckets": {}, "sum": 0.0, "count": 0.0})
@@ -200,7 +204,8 @@ def parse(text: str, source: str, time_s: float | None = None, pool: str | None 
     when = max(stamps) if stamps else time_s if time_s is not None else time.time()
     histograms = {k: Histogram(tuple(sorted(v["buckets"].items())), v["sum"], v["count"]) for k, v in hist.items()}
     return Snapshot(when, source, tuple(sorted(counters.items())), tuple(sorted(gauges.items())),
-                    tuple(sorted(histograms.items())), engine if engine is not None else pool or "")
+                    tuple(sorted(histograms.items())), engine if engine is not None else pool or "",
+                    models=tuple(sorted(models)))
 
 
 def _pool_of(labels: dict[str, str], default: str | None) -> str:

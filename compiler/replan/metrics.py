@@ -106,7 +106,23 @@ def _round(group: list[Snapshot]) -> Snapshot:
         for k, h in s.histograms:
             hists[k] = hists[k].plus(h) if k in hists else h
     return Snapshot(max(s.time_s for s in group), ", ".join(s.source for s in group), tuple(sorted(counters.items())),
-                    tuple(sorted(gauges.items())), tuple(sorted(hists.items())), "", tuple(group))
+                    tuple(sorted(gauges.items())), tuple(sorted(hists.items())), "", tuple(group),
+                    tuple(sorted({m for s in group for m in s.models})))
+
+
+def by_model(snaps: list[Snapshot], models: list[str]) -> dict[str, list[Snapshot]]:
+    """The rounds of each of `models` ([Note: rounds of scrapes]): each engine's scrapes go to the model its
+    samples name (vLLM labels every metric with ``model_name``, the name its requests give). A scrape naming no
+    model, another model or two of them is bad input, named."""
+    out: dict[str, list[Snapshot]] = {m: [] for m in models}
+    for p in (p for s in snaps for p in s.scrapes()):
+        named = [m for m in p.models if m in out]
+        if len(p.models) != 1 or not named:
+            found = ", ".join(p.models) or "none"
+            raise BadInput(f"--metrics {p.source}: its samples name model {found}; each engine's scrape must name "
+                           f"exactly one of the plan's services ({', '.join(models)}) in vLLM's model_name label")
+        out[named[0]].append(p)
+    return {m: merged(ps) for m, ps in out.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -228,10 +228,34 @@ def current_replicas(plan) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(out.items()))
 
 
-def replan(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot], settings: Settings = Settings(),
-           *, workload_dir: str | Path, progress=None) -> Replan:
-    """See the module docstring. `workload_dir` receives ``workload.yaml``, the workload planned for (the new plan
-    directory, or a scratch folder)."""
+@dataclass(frozen=True)
+class Measured:
+    """Steps 1-3 of a replan (module docstring): the running plan, the window measured, the forecast classes, the
+    workload planned for (and its YAML), the re-costed compile and the options at the measured efficiencies
+    (``raw``) with the factors left to correct them."""
+
+    plan: object
+    observation: Observation
+    classes: tuple[ClassPlan, ...]
+    workload_yaml: str
+    prepared: object
+    pools: tuple[PoolFactors, ...]
+    factors: tuple[Factors, ...]
+    raw: Instance
+
+    @property
+    def corrected(self) -> Instance:
+        return with_factors(self.raw, self.factors)
+
+    @property
+    def forecast_requests_per_s(self) -> float:
+        return sum(c.forecast_requests_per_s for c in self.classes)
+
+
+def measured(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot], settings: Settings = Settings(),
+             *, workload_dir: str | Path, progress=None) -> Measured:
+    """Measure, forecast and re-cost (steps 1-3 of the module docstring); `workload_dir` receives
+    ``workload.yaml``, the workload planned for."""
     from compiler.driver import prepare
     from compiler.emit.plan_checks import load_plan
     from compiler.inputs import load_workload
@@ -264,6 +288,17 @@ def replan(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot], s
     options, factors = at_measured_efficiency(obs, plan, prep.options, prep.instance.classes, factors, recost_of(prep))
     raw = prep.instance.with_options(options)
     pools = with_corrected_predictions(pools, obs, corrected(options, factors, raw.classes), plan, raw.classes)
+    return Measured(plan, obs, classes, text, prep, pools, factors, raw)
+
+
+def replan(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot], settings: Settings = Settings(),
+           *, workload_dir: str | Path, progress=None) -> Replan:
+    """See the module docstring. `workload_dir` receives ``workload.yaml``, the workload planned for (the new plan
+    directory, or a scratch folder)."""
+    note = progress or (lambda _m: None)
+    m = measured(plan_dir, inputs, snaps, settings, workload_dir=workload_dir, progress=progress)
+    plan, obs, classes, text, prep, pools, factors, raw = (m.plan, m.observation, m.classes, m.workload_yaml,
+                                                           m.prepared, m.pools, m.factors, m.raw)
     note("re-solving from the running placement (MILP, HiGHS)")
     current = current_replicas(plan)
     now_s = obs.start_s + obs.seconds
@@ -396,7 +431,7 @@ def planned_workload(compiled, classes: tuple[ClassPlan, ...]):
     return Workload.model_validate(data), text
 
 
-def _sense_gain(objective: str, current: float | None, proposed: float) -> float | None:
+def sense_gain(objective: str, current: float | None, proposed: float) -> float | None:
     if current is None or current <= 0 or proposed <= 0:
         return None
     return proposed / current - 1 if OBJECTIVE_SENSE[objective] == "max" else current / proposed - 1
@@ -454,7 +489,7 @@ def decide(raw: Instance, factors: tuple[Factors, ...], objective: str, current:
     after = shapes_of(proposed)
     moves = moves_between(current, after)
     current_value = stay.objective.value if stay.feasible else None
-    gain = _sense_gain(objective, current_value, proposed.objective.value)
+    gain = sense_gain(objective, current_value, proposed.objective.value)
     se = _gain_se(raw, factors, objective, current, after, classes, settings) if moves and gain is not None else 0.0
     back = moved_back(recent, current, after)
     short = busiest >= MAX_UTILISATION  # [Note: cool-down]: the running plan, as routed, cannot carry the forecast
@@ -516,7 +551,7 @@ def _gain_se(raw: Instance, factors: tuple[Factors, ...], objective: str, curren
     variants += _forecast_variants(inst, classes, settings)
     var = 0.0
     for up, down in variants:
-        g = [_sense_gain(objective, value_of(i, objective, current, settings.time_limit_s),
+        g = [sense_gain(objective, value_of(i, objective, current, settings.time_limit_s),
                          value_of(i, objective, after, settings.time_limit_s) or 0.0) for i in (up, down)]
         if all(x is not None for x in g):
             var += ((g[0] - g[1]) / 2) ** 2

@@ -187,6 +187,9 @@ class Deployment:
         if missing:
             raise ValueError(f"no costed option for shapes {missing}: cost the simulation's options for this plan")
         self.plan = plan
+        # the model its engines serve, which vLLM puts on every metric as ``model_name`` (a service's name)
+        launched = [p.launch.served_model_name for p in plan.pools if p.launch is not None]
+        self.model = launched[0] if launched else plan.model
         self.hist = {(q, p.name): _Hist(buckets) for q, (_name, buckets) in METRICS.items() for p in plan.pools
                      if self.service_histograms or q not in ("queue_s", "prefill_s")}
         self.counters = {("requests", p.name): 0.0 for p in plan.pools}
@@ -294,7 +297,7 @@ class Deployment:
             for (q, pool), h in sorted(self.hist.items()):
                 if q != quantity:
                     continue
-                label = f'pod="gimletc-{pool}-0"'
+                label = f'pod="gimletc-{pool}-0",model_name="{self.model}"'
                 running = 0.0
                 for le, k in zip([*buckets, math.inf], h.counts):
                     running += k
@@ -304,10 +307,11 @@ class Deployment:
                 lines.append(f"{name}_count{{{label}}} {h.n:.0f} {t}")
         lines.append("# TYPE vllm:request_success_total counter")  # as prometheus_client (vLLM) writes a counter
         for (_q, pool), v in sorted(self.counters.items()):
-            lines.append(f'vllm:request_success_total{{pod="gimletc-{pool}-0",finished_reason="stop"}} {v:.0f} {t}')
+            lines.append(f'vllm:request_success_total{{pod="gimletc-{pool}-0",model_name="{self.model}",'
+                         f'finished_reason="stop"}} {v:.0f} {t}')
         for quantity, name in (("waiting", "vllm:num_requests_waiting"), ("running", "vllm:num_requests_running")):
             lines.append(f"# TYPE {name} gauge")
             for (q, pool), v in sorted(self.gauges.items()):
                 if q == quantity:
-                    lines.append(f'{name}{{pod="gimletc-{pool}-0"}} {v!r} {t}')
+                    lines.append(f'{name}{{pod="gimletc-{pool}-0",model_name="{self.model}"}} {v!r} {t}')
         return "\n".join(lines) + "\n"

@@ -33,11 +33,13 @@ def _vllm_counter_type_line() -> str:
 
 def test_the_request_counter_is_typed_as_vllm_writes_it_and_read():
     shape = "colocated:nvidia-h200-sxm:tp1:pp1:c8"
-    plan = SimpleNamespace(pools=(SimpleNamespace(name="pool0", option=shape, role="colocated",
-                                                  predicted_classes=()),))
+    plan = SimpleNamespace(model="llama-tiny", pools=(SimpleNamespace(name="pool0", option=shape, role="colocated",
+                                                                      predicted_classes=(), launch=None),))
     text = Deployment(plan, {shape: None}, []).scrape()
     assert _vllm_counter_type_line() in text.splitlines()
-    assert dict(parse(text, "sim").counters) == {("requests", "pool0"): 0.0}
+    snapshot = parse(text, "sim")
+    assert dict(snapshot.counters) == {("requests", "pool0"): 0.0}
+    assert snapshot.models == ("llama-tiny",)  # vLLM labels every metric with the model it serves
 
 
 def test_the_simulated_request_counter_counts_the_plans_requests(day, truth_options):

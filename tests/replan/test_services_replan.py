@@ -1,0 +1,94 @@
+"""``gimletc replan`` of a services plan: each service's engines read by their model_name, replicas moved from a
+service whose demand fell to one whose demand grew, on a fleet too small to grow one without shrinking the other.
+
+The engines are `tools/simulate_scrapes.py`'s (the cost model's own predictions, Poisson-sampled), so what is
+checked is the replan's reading and its moves: the fleet's inventory from the cluster file, the rates sent.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, assert_one_line_error, run_cli
+
+COUNT = 4  # H100s: the small model's 500 req/s take 3, the 8B's 10 req/s one
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("services-replan")
+    for name, rate in (("small", 500), ("big", 10)):
+        (tmp / f"{name}.yaml").write_text(yaml.safe_dump({
+            "name": f"{name}-chat", "arrival_rate_per_s": rate, "slo": {"ttft_ms": 2000, "tpot_ms": 50},
+            "classes": [{"name": "chat", "share": 1, "input_len": {"mean": 512, "max": 2048},
+                         "output_len": {"mean": 256, "max": 1024}}]}))
+    (tmp / "cluster.yaml").write_text(yaml.safe_dump({"name": "h100s", "power_budget_kw": 20, "devices": [
+        {"device": "nvidia-h100-sxm", "count": COUNT}]}))
+    (tmp / "services.yaml").write_text(yaml.safe_dump({"name": "shift", "services": [
+        {"name": "small", "model": "llama-3.2-1b", "workload": "small.yaml", "weight": 0},
+        {"name": "big", "model": "llama-3.1-8b", "workload": "big.yaml", "weight": 0}]}))
+    plan = tmp / "plan"
+    proc = run_cli("compile", "--services", str(tmp / "services.yaml"), "--cluster", str(tmp / "cluster.yaml"),
+                   "--out", str(plan), "--no-onnx", "--json")
+    assert proc.returncode == 0, proc.stderr
+    return tmp, plan
+
+
+def scrapes(tmp, plan, name: str, rates: dict[str, float]) -> list[str]:
+    """``--metrics`` flags of the simulated engines of `plan`'s services at `rates` (service -> req/s of its one
+    class), a folder of scrapes each."""
+    folders = []
+    for service, rate in rates.items():
+        folder = tmp / f"{name}-{service}"
+        done = subprocess.run([sys.executable, str(REPO / "tools" / "simulate_scrapes.py"), str(plan / service),
+                               "--rates", f"chat={rate}", "--out", str(folder)], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        folders += ["--metrics", str(folder)]
+    return folders
+
+
+def devices(plan_dir) -> int:
+    plan = json.loads((plan_dir / "plan.json").read_text())
+    return sum(p["replicas"] * p["devices_per_replica"] for p in plan["pools"])
+
+
+def test_replicas_move_to_the_service_whose_demand_grew(running):
+    tmp, plan = running
+    assert (devices(plan / "small"), devices(plan / "big")) == (3, 1)
+    sent = {"small": 60.0, "big": 90.0}
+    out = tmp / "next"
+    proc = run_cli("replan", str(plan), *scrapes(tmp, plan, "shifted", sent), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "MOVE" in proc.stdout, proc.stdout
+    after = {s: devices(out / s) for s in sent}
+    assert after["big"] > 1 and after["small"] < 3 and sum(after.values()) <= COUNT, after
+    report = json.loads((out / "replan.json").read_text())
+    for c in report["services"]:  # measured within Poisson noise of what was sent, and served at least that
+        assert c["measured_requests_per_s"] == pytest.approx(sent[c["name"]], rel=0.05)
+        served = json.loads((out / c["name"] / "plan.json").read_text())["predicted"]["requests_per_s"]
+        assert served >= c["forecast_requests_per_s"] * (1 - 1e-6)
+    doc = json.loads((out / "services.json").read_text())
+    assert {s["name"]: sum(s["devices"].values()) for s in doc["services"]} == after
+
+
+def test_unchanged_demand_moves_nothing(running):
+    tmp, plan = running
+    proc = run_cli("replan", str(plan), *scrapes(tmp, plan, "same", {"small": 500.0, "big": 10.0}),
+                   "--json")
+    assert proc.returncode == 0, proc.stderr
+    decision = json.loads(proc.stdout)["decision"]
+    assert decision["moves"] == 0 and not decision["act"], decision
+
+
+def test_scrapes_of_a_model_the_plan_does_not_serve_are_refused(running, tmp_path):
+    _tmp, plan = running
+    scrape = tmp_path / "other.prom"
+    scrape.write_text('# TYPE vllm:request_success_total counter\n'
+                      'vllm:request_success_total{model_name="other",finished_reason="stop"} 5 1000\n')
+    assert_one_line_error(run_cli("replan", str(plan), "--metrics", str(scrape)), "model_name", "small", "big")
