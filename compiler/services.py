@@ -473,10 +473,35 @@ def in_namespace(objects: dict[str, dict], namespace: str) -> dict[str, dict]:
     return {**dict(sorted(out.items())), "kustomization.yaml": kustomization}
 
 
+def tight_shared(inst: Instance, sol: Solution) -> list[str]:
+    """The shared limits the joint placement runs into: the power budget (less left than the smallest replica
+    provisions) and each device type whose every device is used, in words."""
+    out = []
+    if inst.power_budget_w is not None and sol.options:
+        smallest = min(o.provisioned_w for o in sol.options)
+        if inst.power_budget_w - sol.provisioned_w < smallest:
+            out.append("the power budget")
+    used = sol.devices()
+    out += [f"every {t}" for t, n in sorted(inst.inventory) if n and used.get(t, 0) >= n]
+    return out
+
+
+def binds_of(part: Part, share: Solution, tight: list[str]) -> str:
+    """What holds a service where it is: its floor (it is served exactly what it must be), else the shared limits
+    it runs into (the power budget; the device types it uses whose every device is used), else nothing: its
+    weight gives more of it no value beyond what the fleet also gives the others."""
+    if part.has_floor and share.requests_per_s <= part.floor_per_s * (1 + 1e-6):
+        return f"its floor ({part.floor_per_s:g} req/s)" + ("" if part.spec.weight else "; weight 0: no more")
+    mine = set(share.devices())
+    limits = [t for t in tight if t == "the power budget" or t.removeprefix("every ") in mine]
+    return ", ".join(limits) if limits else "nothing shared"
+
+
 def services_document(result) -> dict:
     """``services.json``: deterministic (no wall-clock times), every figure a prediction."""
     sol, objective = result.solution, result.objective
     total_w = sol.provisioned_w or 1.0
+    tight = tight_shared(result.instance, sol)
     services = []
     for part in result.parts:
         share, plan = result.shares[part.name], result.plans[part.name]
@@ -492,8 +517,7 @@ def services_document(result) -> dict:
             "share_of_provisioned_power": round(share.provisioned_w / total_w, 6),
             "devices": share.devices(), "pools": [p.name for p in plan.pools],
             "worst_ttft_ms": plan.predicted.worst_ttft_ms, "worst_tpot_ms": plan.predicted.worst_tpot_ms,
-            "binds": "its floor" if part.has_floor and share.requests_per_s <= part.floor_per_s * (1 + 1e-6)
-            else "the shared fleet",
+            "binds": binds_of(part, share, tight),
             "plan": f"{part.name}/plan.json",
         })
     baselines = [{"name": b.name, "status": b.status, "objective_value": b.objective,
@@ -503,7 +527,7 @@ def services_document(result) -> dict:
     return {
         "name": result.file.name, "cluster": result.parts[0].prep.cluster.name, "objective": objective,
         "objective_quantity": "weighted requests_per_s" if objective == "throughput" else sol.objective.quantity,
-        "power_budget_w": inst.power_budget_w, "inventory": dict(inst.inventory),
+        "power_budget_w": inst.power_budget_w, "inventory": dict(inst.inventory), "tight": tight,
         "solver": {"status": sol.status, "objective_value": sol.objective.value, "bound": sol.objective.bound,
                    "gap": sol.objective.gap, "variables": sol.variables, "constraints": sol.constraints,
                    "options": len(sol.options)},

@@ -154,3 +154,21 @@ def test_each_service_deploys_into_a_namespace_of_its_own(two):
         assert sorted(kustomization["resources"]) == files
         namespaces = [yaml.safe_load((folder / f).read_text()) for f in files]
         assert [o["metadata"]["name"] for o in namespaces if o["kind"] == "Namespace"] == [service]
+
+
+def test_explain_speaks_per_service(two):
+    """``gimletc explain DIR`` of a services plan: each service's rate, devices and pools as its plan.json has them,
+    and what binds it; one service's folder is explained with a note that the fleet is shared."""
+    from compiler.emit.plan_checks import load_plan
+
+    out = two[0]
+    proc = run_cli("explain", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "services.json").read_text())
+    for s in doc["services"]:
+        line = next(x for x in proc.stdout.splitlines() if x.startswith(f"{s['name']} ("))
+        assert f"{s['predicted_requests_per_s']:,.2f} req/s" in line and f"bound by {s['binds']}" in line
+        for pool in load_plan(out / s["name"]).pools:
+            assert f"  {pool.name}: {pool.role} on {pool.device}, {pool.replicas} x " in proc.stdout
+    alone = run_cli("explain", str(out / "big"), "--no-resolve")
+    assert alone.returncode == 0 and alone.stdout.startswith("note: this service shares its fleet"), alone.stderr
