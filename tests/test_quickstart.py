@@ -4,7 +4,7 @@ The committed tree is cloned into a temporary folder and the README's quick-star
 line, with this environment's installed dependencies (the clone's own packages first on ``PYTHONPATH``; the
 install line itself is what `.ci/run` exercises, and its ``.venv/bin/activate`` is stood in for: ``gimletc`` is
 on the PATH only after the block activates it) and an empty trace cache. Only the port is changed, to a
-free one. In the default run: the tiny compile takes seconds (issue 22 item 6; `tools/bench_small.py`), so the
+free one. In the default run: the tiny compile takes seconds (`tools/bench_small.py`), so the
 whole block, two worker starts included, takes about 35 s on two busy cores.
 """
 

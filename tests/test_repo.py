@@ -59,7 +59,7 @@ _ALLOWED = {
     "compiler/place": ("compiler.ir", "compiler.place"),
     "compiler/emit": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.trace", "compiler.emit"),
     "compiler/runtime": ("compiler.ir", "backends", "compiler.inputs", "compiler.emit", "compiler.runtime"),
-    # replan reads engines' metrics and a plan, and re-solves it with the driver's passes (issue 23)
+    # replan reads engines' metrics and a plan, and re-solves it with the driver's passes
     # ... and what it was compiled from (compiler.compile_inputs, standard library only); it re-costs a device
     # type as the sensitivity analysis does (compiler.sensitivity.recosted)
     "compiler/replan": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.cost",

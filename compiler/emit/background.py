@@ -10,7 +10,7 @@ the baselines and writes the report. The child sends back `Staged` as JSON over 
 loading) and the log records it made, which the parent logs as its own (status.json keeps its warnings). A child
 that cannot start, dies or fails otherwise costs only the time: the parent writes the artifacts itself; a child's
 `BadInput` or `UnsupportedModel` is raised as the parent's own. Either way the files are the same bytes
-(tests/compiler/test_cli_rough_edges.py checks the two ways against each other).
+(tests/compiler/test_cli_first_use.py checks the two ways against each other).
 """
 
 from __future__ import annotations

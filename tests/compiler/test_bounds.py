@@ -109,7 +109,7 @@ def test_infeasible_power_budget_is_reported_before_any_solve(tmp_path):
 
 
 def test_a_budget_under_a_kilowatt_is_said_in_watts(tmp_path):
-    """Issue 40: ``--power-budget 10W`` was reported as "power budget 0.0 kW < 1.0 kW"."""
+    """``--power-budget 10W`` was once reported as "power budget 0.0 kW < 1.0 kW"."""
     proc = run_cli("compile", "llama-3.1-8b", "--cluster", str(REPO / "examples" / "clusters" / "mixed.yaml"),
                    "--workload", str(REPO / "examples" / "workloads" / "chat.yaml"), "--power-budget", "10W",
                    "--out", str(tmp_path))

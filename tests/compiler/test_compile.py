@@ -137,7 +137,7 @@ def test_same_inputs_give_byte_identical_plans_with_every_analysis(compiled, tmp
     assert (tmp_path / "plan.json").read_bytes() == first
 
 
-#: What HiGHS prints to the C library's stdout on the README's first compile (issue 40), and the start of its own
+#: What HiGHS prints to the C library's stdout on the README's first compile, and the start of its own
 #: log lines (should MathOpt's ``enable_output`` ever be on).
 HIGHS_LINE = "HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();"
 HIGHS_LOG = ("Running HiGHS", "Solving MIP model", "Presolving model")

@@ -26,7 +26,7 @@ DATA = REPO / "cost_models" / "data"
 COLUMNS = ("id", "model", "device", "count", "tp", "pp", "dtype", "batch", "concurrency", "input_len", "output_len",
            "lengths", "metric", "value", "engine", "drafter", "draft_tokens", "acceptance", "fused", "scenario", "source", "notes")
 METRICS = {"output_tokens_per_s", "ttft_ms", "tpot_ms"}
-FAMILIES = {"amd", "trainium", "gaudi", "cerebras"}  # each needs at least 8 rows (issue 9)
+FAMILIES = {"amd", "trainium", "gaudi", "cerebras"}  # each needs at least 8 rows
 
 
 def _files() -> list[Path]:

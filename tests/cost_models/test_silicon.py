@@ -1,4 +1,4 @@
-"""Silicon that is not an HBM GPU (issue 9): memory tiers, pipelines that fill.
+"""Silicon that is not an HBM GPU: memory tiers, pipelines that fill.
 
 Expected values come from the catalog's published numbers and hand arithmetic (bytes over capacity, the
 pipeline bubble formula), never from the code under test.

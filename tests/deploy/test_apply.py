@@ -246,7 +246,7 @@ def test_apply_without_a_running_deployment_says_how_to_start_one(tmp_path):
 
 def test_deploy_refuses_a_plan_edited_after_compile_before_any_setup(tmp_path, monkeypatch):
     """`run` and `serve` refused a plan.json that no longer matched its manifest; `deploy --local` started the
-    engines on it and vLLM's own pydantic traceback came back (issue 40). Now the edited file is named, before the
+    engines on it and vLLM's own pydantic traceback came back. Now the edited file is named, before the
     engine environment is even looked for."""
     from compiler.deploy import local
     from compiler.ir.errors import BadInput

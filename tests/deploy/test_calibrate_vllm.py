@@ -182,7 +182,7 @@ def test_calibrate_then_estimate_held_out_points_against_vllm(tmp_path, monkeypa
     _calibrate_from_the_same_result_files(report, held, tmp_path)
     ttft_err, tpot_err = statistics.median(ttft_ape), statistics.median(tpot_ape)
     if ttft_err > 0.20 or tpot_err > 0.10:  # the run above must work; only the accuracy is not there yet
-        pytest.xfail(f"issue 21 acceptance not met yet: held-out median APE TTFT {ttft_err:.1%} (target 20%), "
+        pytest.xfail(f"not within the targets yet: held-out median APE TTFT {ttft_err:.1%} (target 20%), "
                      f"TPOT {tpot_err:.1%} (target 10%); on a two-core Xeon, 12.8-18.9% / 7.1-9.8% over the four runs "
                      f"on record since a round's first prompt is modelled alone (docs/fidelity-vllm-cpu.md)")
 

@@ -1,4 +1,4 @@
-"""deploy --local and the host's engine calibration (issue 39: a bench compares with what the plan predicts, and a
+"""deploy --local and the host's engine calibration (a bench compares with what the plan predicts, and a
 plan compiled for a never-measured host predicts nothing bounded)."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ MIXED_PLAN = REPO / "tests" / "emit" / "orchestrator_golden" / "plan-mixed.json"
 
 
 def test_a_plan_for_gpus_is_refused_for_its_devices_not_for_deployable():
-    """Issue 40: a plan for GPUs that also needs the reference runtime was told to recompile with --deployable,
+    """A plan for GPUs that also needs the reference runtime was told to recompile with --deployable,
     which would not make it run here either: its pools are not this host's CPUs."""
     from compiler.deploy.local import check_local
     from compiler.emit.plan_checks import load_plan

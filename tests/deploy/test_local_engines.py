@@ -141,7 +141,7 @@ def test_greedy_tokens_through_the_router_equal_hugging_face_and_kv_came_through
 
 
 def test_replan_reads_what_each_engine_served_between_its_own_scrapes(deployment, readme_clone, tmp_path):
-    """Issue 40 item 1 on the real engines: both engines' /metrics saved, 6 requests of the plan's class sent
+    """Several engines read at once, on the real engines: both engines' /metrics saved, 6 requests of the plan's class sent
     through the router, both saved again; `replan --metrics PREFILL=FOLDER --metrics DECODE=FOLDER` reads the
     class at 6 requests over each engine's own seconds between its scrapes (not every request since the engines
     started), and measures the decode pool's TPOT."""
@@ -249,7 +249,7 @@ def test_the_readmes_bench_and_text_prompt_run_as_written(deployment, readme_clo
 
 
 def test_bench_at_one_and_four_clients_falls_inside_the_plans_intervals(deployment):
-    """Issue 39's acceptance: after the documented calibration, what bench measures at concurrency 1 and 4 (TTFT
+    """The intervals a user can check: after the documented calibration, what bench measures at concurrency 1 and 4 (TTFT
     and TPOT p50, output tokens/s) lies inside the plan's own 80% intervals at that load, and those intervals are
     no wider than +-40% of the prediction. The run must work; where the accuracy is not there yet it says by how
     much (xfail), since the engines here share two cores with everything else."""
@@ -271,7 +271,7 @@ def test_bench_at_one_and_four_clients_falls_inside_the_plans_intervals(deployme
                 misses.append(f"c={c} {key}: measured {m:.2f} outside {lo:.2f}-{hi:.2f}")
     assert not wide, f"intervals wider than +-40%: {wide}"
     if misses:
-        pytest.xfail(f"issue 39 acceptance not met yet: {'; '.join(misses)}")
+        pytest.xfail(f"measured outside the plan's intervals: {'; '.join(misses)}")
 
 
 def test_killing_the_decode_engine_fails_the_bench_and_stops_the_deployment(deployment):

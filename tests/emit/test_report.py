@@ -293,7 +293,7 @@ def test_zero_rate_rows_are_left_out_and_decode_pools_show_no_ttft(split, tiny_g
         assert (rows[p.name][9] == "99") == ("prefill" in p.phases), (p.name, p.phases, rows[p.name])
 
 
-# ------------------------------------------------------------------------------- pictures (issue 22, item 4)
+# -------------------------------------------------------------------------------------------- pictures
 
 
 def _roofline_point(i: int, intensity: float, flops: float, device: str = "nvidia-h100-sxm", phase: str = "decode"):

@@ -1,4 +1,4 @@
-"""What a plan's report and ``gimletc compile`` say about it (issue 40, items 6 and 7): the verdict leads with the
+"""What a plan's report and ``gimletc compile`` say about it: the verdict leads with the
 gain over the fleet as it is run today, then what runs on public engines, then the buying advice; equal-power
 baselines at the power the plan uses when its budget does not bind; pictures and tables that say what they show."""
 

@@ -1,4 +1,4 @@
-"""Issue 23's acceptance tests of ``gimletc replan``, on a simulated deployment of the daytime plan
+"""Acceptance tests of ``gimletc replan``, on a simulated deployment of the daytime plan
 (`tests/replan/conftest.py`). Expectations come from the plan's own file, from independent fresh compiles and
 from hand arithmetic, never from the replan's code.
 """

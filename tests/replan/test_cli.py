@@ -88,7 +88,7 @@ def test_a_plan_without_its_inputs_needs_cluster_and_workload(day, night_metrics
 
 
 def test_another_plans_metrics_are_blamed_on_the_users_files_not_a_scratch_file(night_metrics, tmp_path):
-    """Issue 40: llama-tiny's plan (512 tokens of context) given the 8B day plan's scrapes (documents of thousands
+    """llama-tiny's plan (512 tokens of context) given the 8B day plan's scrapes (documents of thousands
     of tokens) blamed a temporary /tmp/gimletc-replan-*/workload.yaml; the error names the metrics and the plan."""
     from compiler.driver import compile
     from compiler.ir.files import atomic_write_text

@@ -1,4 +1,4 @@
-"""The README's replan example (section "`gimletc replan`") runs as written on a fresh clone (issue 40 item 8):
+"""The README's replan example (section "`gimletc replan`") runs as written on a fresh clone:
 the day plan compiled, scrapes of its engines written by ``tools/simulate_scrapes.py`` (as the plan predicts
 them, then after the mix turned to documents), and a replan on each: no move on the first, a move toward
 prefill on the second. The output the README shows is what the block prints, abridged: each line shown is a

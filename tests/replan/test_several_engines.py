@@ -1,4 +1,4 @@
-"""``gimletc replan`` reading several engines at once (issue 40, item 1; [Note: rounds of scrapes] in
+"""``gimletc replan`` reading several engines at once ([Note: rounds of scrapes] in
 compiler/replan/metrics.py): the examples/cpu_pd split (one prefill and one decode engine) read through stand-in
 engines that serve vLLM's /metrics text, with the requests each one served known, and through saved scrapes of
 them. The expected rates and latencies are worked by hand from what each stand-in served between its own two

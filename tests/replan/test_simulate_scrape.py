@@ -1,4 +1,4 @@
-"""The simulated engines' scrapes read as a real vLLM engine's do (`compiler.replan.simulate`, issue 40 item 8).
+"""The simulated engines' scrapes read as a real vLLM engine's do (`compiler.replan.simulate`).
 
 vLLM 0.32 counts finished requests in a prometheus_client ``Counter("vllm:request_success")``, which
 prometheus_client writes as ``# TYPE vllm:request_success_total counter`` above ``vllm:request_success_total``

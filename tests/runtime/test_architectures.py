@@ -36,7 +36,7 @@ def _model_type(name: str) -> str:
 #: keeps one case per distinct runtime path: soft-capping, sliding window and the written-out attention (gemma-2),
 #: learned positions without RoPE (gpt2), the common decoder recipe with MLA's padded values (deepseek-v3). Llama
 #: and Mixtral run split and tensor-parallel in test_run.py's default tests. Qwen3 runs the common decoder recipe
-#: (stage_programs.HF_RECIPES) deepseek-v3 runs, with RoPE as gemma-2 has it: in the slow run (issue 43).
+#: (stage_programs.HF_RECIPES) deepseek-v3 runs, with RoPE as gemma-2 has it: in the slow run.
 _SLOW = {"llama-tiny", "mixtral-tiny", "qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny", "phi-3-tiny", "gpt-neox-tiny",
          "gpt-oss-tiny"}
 

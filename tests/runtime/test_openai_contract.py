@@ -98,7 +98,7 @@ def test_a_request_failing_inside_the_engine_fails_alone(served, monkeypatch):
     real = engine_module.sample
 
     def flaky(logits, *, temperature, top_p, generator):
-        if top_p == 0.123:  # the marked request's sampling raises, as the NaN of issue 22 did
+        if top_p == 0.123:  # the marked request's sampling raises, as a NaN top_p once did
             raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
         return real(logits, temperature=temperature, top_p=top_p, generator=generator)
 

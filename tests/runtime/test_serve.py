@@ -161,7 +161,7 @@ def test_serve_waits_for_external_workers_started_with_the_manifests_environment
 
 @pytest.mark.timeout(240)
 def test_serve_prints_its_url_once_it_answers(llama_split, served):
-    """Issue 40: `gimletc serve` said nothing when it was ready. It prints its URL on stdout once the server
+    """`gimletc serve` once said nothing when it was ready. It prints its URL on stdout once the server
     answers there (the server `served` started: /health read as soon as the line was printed)."""
     url, line, health = served
     assert f"at {url} " in line and str(llama_split) in line, line

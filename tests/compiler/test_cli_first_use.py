@@ -1,4 +1,5 @@
-"""The CLI's rough edges, as a new user hit them (issue 12): each test is one of them, fixed."""
+"""What a new user meets at the command line: one-line errors that name the input and the fix, quiet
+success, and units where numbers are read or printed."""
 
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ def test_a_compile_writes_plan_manifests_and_status(tmp_path):
     assert "times: " in proc.stdout and "{'" not in proc.stdout and "req/s, bound" in proc.stdout
     assert "nvidia-h100-sxm" in proc.stdout and "…" not in proc.stdout
     assert "… " not in proc.stderr  # no progress lines when stderr is not a terminal
-    assert "Writing model shards" not in proc.stderr  # nor transformers' progress bar (issue 22)
+    assert "Writing model shards" not in proc.stderr  # nor transformers' progress bar
     _same_artifacts_written_here(out, tmp_path / "here")
 
 
@@ -202,7 +203,7 @@ def test_pareto_with_no_feasible_point_exits_3_and_writes_no_frontier(tmp_path):
     assert json.loads((tmp_path / "status.json").read_text())["exit_code"] == 3
 
 
-# ------------------------------------------------------------------------- issue 22: a new user's rough edges
+# ------------------------------------------------------------------------------ a new user's first commands
 
 
 TINY_CLUSTER = str(REPO / "examples" / "tiny_split" / "cluster.yaml")
@@ -328,7 +329,7 @@ def test_an_absurd_power_budget_is_named_as_such(tmp_path):
 
 
 def test_a_negative_power_budget_is_named_as_such(tmp_path):
-    """Issue 40: -5kW has its unit; the sign is what is wrong, not the unit."""
+    """-5kW has its unit; the sign is what is wrong, not the unit."""
     proc = run_cli("compile", "llama-tiny", "--cluster", TINY_CLUSTER, "--workload", TINY_CHAT, "--power-budget=-5kW",
                    "--out", str(tmp_path))
     assert_one_line_error(proc, "--power-budget", "-5kW", "must be positive")
@@ -336,7 +337,7 @@ def test_a_negative_power_budget_is_named_as_such(tmp_path):
 
 
 def test_estimate_names_an_unknown_device_before_a_missing_batch():
-    """Issue 40: the device is the first thing to fix; the missing --batch was reported instead."""
+    """The device is the first thing to fix; the missing --batch was reported instead."""
     proc = run_cli("estimate", "llama-3.1-8b", "--device", "nvidia-h900", "--count", "1")
     assert_one_line_error(proc, "nvidia-h900", "did you mean", "nvidia-h20", "known ids")
     assert "--batch" not in proc.stderr
