@@ -47,6 +47,26 @@ def test_help_and_import_do_not_load_torch():
     assert run_cli("--help").returncode == 0
 
 
+def test_building_the_parser_loads_no_library_a_command_loads_when_it_runs():
+    """Every command starts by building the parser (and `--help` does nothing else): it loads neither the plan's
+    schema (pydantic), the solver, the pictures (matplotlib), the terminal's tables (rich) nor replan's modules."""
+    heavy = ("matplotlib", "pydantic", "ortools", "numpy", "rich", "yaml", "compiler.replan", "compiler.emit")
+    code = ("import sys\nfrom compiler.cli.main import build_parser\nbuild_parser()\n"
+            f"print(' '.join(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "", out.stdout + out.stderr
+
+
+def test_replans_flags_default_to_its_settings():
+    from compiler.cli.main import build_parser
+    from compiler.replan.replan import Settings
+
+    args = build_parser().parse_args(["replan", "DIR", "--metrics", "m.txt"])
+    want = Settings()
+    assert (args.min_gain, args.move_slack, args.cooldown, args.cooldown_gain, args.forecast_error_weight) == (
+        want.min_gain, want.slack, want.cooldown_windows, want.cooldown_gain, want.forecast_weight)
+
+
 def test_table_output_and_layers(tmp_path):
     proc = run_cli("inspect", "llama-tiny", "--layers", "--phase", "decode")
     assert proc.returncode == 0, proc.stderr
