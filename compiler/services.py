@@ -426,13 +426,15 @@ def write_services(result: Services, out: Path, target: str = "engines", *, clus
                    power_budget_w: float | None = None, calibration: str | None = None, deployable: bool = False,
                    artifacts=None) -> list[str]:
     """Every file of a services compile; returns them relative to `out`. Each service's folder records the
-    inputs it was compiled from (``report/inputs.json``; `cluster` and the budget flags given)."""
+    inputs it was compiled from (``report/inputs.json``; `cluster` and the budget flags given); with manifests,
+    ``k8s/`` beside the folders routes requests by model across the services
+    ([Note: routing by model across services] in `compiler.emit.k8s.model_routing`)."""
     from compiler.compile_inputs import INPUTS_FILE, REPORT_DIR, CompileInputs
     from compiler.emit.artifacts import Options, write_plan_dir
 
     artifacts = artifacts or Options()
 
-    wrote = []
+    wrote, routed = [], []
     for part in result.parts:
         folder = out / part.name
         folder.mkdir(parents=True, exist_ok=True)
@@ -449,10 +451,17 @@ def write_services(result: Services, out: Path, target: str = "engines", *, clus
         result.plans[part.name] = written
         if target != "none":  # the service's manifests, as compile writes a plan's
             from compiler.emit.k8s import manifests, write_manifests
+            from compiler.emit.k8s.model_routing import ServiceManifests
 
             objects = in_namespace(manifests(written, part.prep.cluster, target=target, workload=part.prep.workload),
                                    part.name)
             wrote += [str(p.relative_to(out)) for p in write_manifests(objects, folder / "k8s")]
+            routed.append(ServiceManifests(part.name, written, objects))
+    if routed:  # routing by model across the services, beside their folders
+        from compiler.emit.k8s import write_manifests
+        from compiler.emit.k8s.model_routing import model_routing
+
+        wrote += [str(p.relative_to(out)) for p in write_manifests(model_routing(target, routed), out / "k8s")]
     document = services_document(result)
     atomic_write_text(out / "services.json", json.dumps(document, indent=2, sort_keys=False) + "\n")
     atomic_write_text(out / "summary.md", summary(document))

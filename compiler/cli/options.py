@@ -124,8 +124,8 @@ def add_placement_inputs(p: argparse.ArgumentParser, *, services: bool = False) 
         p.add_argument("--services", metavar="FILE",
                        help="place several models on the fleet together instead of MODEL: a services YAML, each "
                             "service a model, its workload file, dtype, weight and optional min_rate_per_s "
-                            "(examples/services/); writes DIR/services.json, DIR/summary.md and a plan folder per "
-                            "service")
+                            "(examples/services/); writes DIR/services.json, DIR/summary.md, a plan folder per "
+                            "service and DIR/k8s/, which routes requests by model across them")
     p.add_argument("--power-budget", type=power_w, metavar="POWER",
                    help="override the cluster's budget, with a unit: 200kW, 1.5MW or 800W")
     p.add_argument("--cost-budget", type=positive_float, metavar="USD_PER_HOUR",

@@ -1,9 +1,11 @@
 """``gimletc compile --services FILE``: several models on one fleet (`compiler.services`).
 
 Writes, into DIR: ``services.json`` (the joint placement: each service's rate, power and devices, the solver's
-status and gap, the baselines), ``summary.md``, and one folder per service holding that service's
+status and gap, the baselines), ``summary.md``, one folder per service holding that service's
 ``plan.json`` and ``k8s/`` as a single-model compile writes them (every plan command reads it:
-``gimletc explain DIR/chat``, ``gimletc deploy DIR/chat``). ``status.json`` records how the run ended.
+``gimletc explain DIR/chat``, ``gimletc deploy DIR/chat``), and ``k8s/`` beside them: routing by model across
+the services (`compiler.emit.k8s.model_routing`; ``kubectl apply -k DIR/k8s`` deploys every service with it).
+``status.json`` records how the run ended.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from compiler.cli.console import check_out_dir, progress_for, seconds, timings_line
 
 #: What a services compile writes into DIR besides one folder per service (removed before a run).
-OUTPUTS = ("services.json", "summary.md")
+OUTPUTS = ("services.json", "summary.md", "k8s")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,8 +53,9 @@ def run(args: argparse.Namespace) -> int:
         from rich.console import Console
 
         console = Console()
+        routing = "" if args.manifests == "none" else f" and {out / 'k8s'} (routing by model)"
         console.print((out / "summary.md").read_text(encoding="utf-8"), markup=False, highlight=False)
         console.print(f"[dim]{timings_line(timings.as_dict())}; solve {seconds(result.solution.wall_s)}. "
-                      f"wrote {out / 'services.json'}, {out / 'summary.md'} and a plan folder per service. All "
-                      "metrics are predictions.[/dim]", soft_wrap=False)
+                      f"wrote {out / 'services.json'}, {out / 'summary.md'}, a plan folder per service{routing}. "
+                      "All metrics are predictions.[/dim]", soft_wrap=False)
     return 0

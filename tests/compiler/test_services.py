@@ -154,6 +154,9 @@ def test_each_service_deploys_into_a_namespace_of_its_own(two):
         assert sorted(kustomization["resources"]) == files
         namespaces = [yaml.safe_load((folder / f).read_text()) for f in files]
         assert [o["metadata"]["name"] for o in namespaces if o["kind"] == "Namespace"] == [service]
+    # beside them, the routing by model (tests/emit/test_services_manifests.py checks its objects)
+    top = yaml.safe_load((two[0] / "k8s" / "kustomization.yaml").read_text())
+    assert top["resources"][:2] == ["../small/k8s", "../big/k8s"] and "deployment-gimletc-gateway.yaml" in top["resources"]
 
 
 def test_explain_speaks_per_service(two):

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from compiler.emit.plan import Plan
 
 GATEWAY_NAMESPACE = "gimletc-gateway"
-#: The cluster's Gateway that the llm-d target's HTTPRoutes attach to (llm-d's guides name theirs so).
+#: The cluster's Gateway that the llm-d target's HTTPRoutes attach to (the Inference Extension's examples name it so).
 GATEWAY_NAME = "inference-gateway"
 #: The header the Inference Payload Processor sets from the request body's model (llm-d's multi-model guide).
 MODEL_HEADER = "X-Gateway-Base-Model-Name"
