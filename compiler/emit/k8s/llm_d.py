@@ -41,8 +41,10 @@ ConfigMap.
   ghcr.io/llm-d/llm-d-routing-sidecar:v0.2.0).
 - Not emitted: the Gateway and HTTPRoute that send traffic to the
   InferencePool (they depend on the cluster's gateway implementation: add an
-  HTTPRoute whose backendRef is the InferencePool); non-vLLM, external and
-  launch-less pools (listed in the runtime-needs ConfigMap).
+  HTTPRoute whose backendRef is the InferencePool; a services compile writes
+  one per service, routing by model: `compiler.emit.k8s.model_routing`);
+  non-vLLM, external and launch-less pools (listed in the runtime-needs
+  ConfigMap).
 """
 
 from __future__ import annotations
