@@ -21,8 +21,9 @@ from compiler.ir.precision import DTYPE_BYTES, WEIGHT_DTYPES, Precision
 
 #: A service's name becomes a plan folder, a Kubernetes object name and the ``model`` requests name: DNS-1123.
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
-#: Names a plan folder already uses (`compiler.cli.compile.OUTPUTS`, the router's): not a service's.
-RESERVED = ("k8s", "stages", "weights", "onnx", "model", "report", "router", "deploy")
+#: Names a plan folder already uses (`compiler.cli.compile.OUTPUTS`, the router's) and the namespace of the gateway
+#: that routes by model (`compiler.emit.k8s.model_routing`): not a service's.
+RESERVED = ("k8s", "stages", "weights", "onnx", "model", "report", "router", "deploy", "gimletc-gateway")
 
 
 class Service(Frozen):

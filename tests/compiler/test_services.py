@@ -99,6 +99,7 @@ def test_summary_leads_with_the_gain_over_what_a_platform_team_would_do(two):
 @pytest.mark.parametrize("entry, needles", [
     ({"name": "Chat", "model": "llama-3.2-1b", "workload": CHAT}, ("services[0].name", "pattern")),
     ({"name": "k8s", "model": "llama-3.2-1b", "workload": CHAT}, ("services[0].name", "name the service otherwise")),
+    ({"name": "gimletc-gateway", "model": "llama-3.2-1b", "workload": CHAT}, ("services[0].name", "otherwise")),
     ({"name": "chat", "model": "llama-3.2-1b", "workload": "nowhere.yaml"}, ("services[0].workload", "not a file")),
     ({"name": "chat", "model": "llama-3.2-1b", "workload": CHAT, "dtype": "fp7"}, ("services[0].dtype", "fp8")),
     ({"name": "chat", "model": "llama-3.2-1b", "workload": CHAT, "wieght": 2}, ("did you mean 'weight'",)),
