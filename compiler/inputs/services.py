@@ -19,7 +19,8 @@ from pydantic import Field, field_validator
 from compiler.inputs.yaml_file import Frozen, load_yaml
 from compiler.ir.precision import DTYPE_BYTES, WEIGHT_DTYPES, Precision
 
-#: A service's name becomes a plan folder, a Kubernetes object name and the ``model`` requests name: DNS-1123.
+#: A service's name becomes a plan folder, the Kubernetes namespace of its objects and the ``model`` requests give:
+#: a DNS-1123 label.
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
 #: Names a plan folder already uses (`compiler.cli.compile.OUTPUTS`, the router's) and the namespace of the gateway
 #: that routes by model (`compiler.emit.k8s.model_routing`): not a service's.
