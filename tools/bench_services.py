@@ -6,15 +6,16 @@ under a power budget, through `compiler.services.compile_services` in this proce
 --services`` runs it. The cluster, workload and services files are written into a temporary directory.
 
 Reported per size: the plan-written time (wall time of `compile_services` without baselines: cost every service's
-pool options, one joint solve, emit each plan) and with them (then `service_baselines`, the call compile makes
-after the plan, timed on the same prepared services; ``--baseline-time-limit`` may give its solves their own
-limit); where the time goes (costing, the joint solve); the joint solve's status and gap, its variables and pool
-options; and the greedy-type baseline's shortfall against the joint plan, both solved in the same run with the
-same cost model at the same power: ``plan_gain`` (the joint objective over greedy-type's, as services.json reports
-it) and the shortfall ``1 - 1/plan_gain``. A size whose joint solve finds no placement within its limit is a row
-with status ``none`` and the message. Each model is traced once before the first size (warm trace cache), so no
-size pays for tracing. Times are wall-clock on this machine and vary with its load; nothing is asserted on them
-(STYLE.md: benchmarks print, tests do not time).
+pool options, one joint solve, emit each plan) and its CPU time (steadier than wall time on a shared machine), and
+the time with the baselines (then `service_baselines`, the call compile makes after the plan, timed on the same
+prepared services; ``--baseline-time-limit`` may give its solves their own limit); where the time goes (costing,
+the joint solve); the joint solve's status and gap, its variables and pool options; and the greedy-type
+baseline's shortfall against the joint plan, both solved in the same run with the same cost model at the same
+power: ``plan_gain`` (the joint objective over greedy-type's, as services.json reports it) and the shortfall
+``1 - 1/plan_gain``. A size whose joint solve finds no placement within its limit is a row with status ``none``
+and the message. Each model is traced once before the first size (warm trace cache), so no size pays for
+tracing. Times vary with the machine's load; nothing is asserted on them (STYLE.md: benchmarks print, tests do
+not time).
 
     .venv/bin/python tools/bench_services.py [--sizes 1,5,10,20] [--time-limit 60] [--baseline-time-limit S]
                                         [--json FILE]
@@ -140,13 +141,14 @@ def bench(size: int, folder: Path, time_limit_s: float, baseline_limit_s: float)
     row: dict = {"services": size, "classes": sum(len(s[2]) for s in SERVICES[:size]), "device_types": len(FLEET),
                  "power_budget_kw": POWER_BUDGET_KW, "time_limit_s": time_limit_s}
     timings = Timings()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         result = compile_services(str(path), str(cluster), time_limit_s=time_limit_s, baselines=False,
                                   timings=timings)
     except Infeasible as e:  # no placement found within the limit (or none exists): the row says which
         result, row["error"] = None, str(e)
     row["plan_written_s"] = round(time.perf_counter() - start, 2)
+    row["plan_cpu_s"] = round(time.process_time() - cpu, 2)  # this process's, HiGHS's threads included
     steps: dict[str, float] = {}
     for name, s in timings.steps:  # cost runs once per service; place and emit once
         steps[name] = steps.get(name, 0.0) + s
@@ -168,6 +170,8 @@ def bench(size: int, folder: Path, time_limit_s: float, baseline_limit_s: float)
         "plan_gain_greedy_type": plan_gain,
         "greedy_type_shortfall": None if not plan_gain else 1 - 1 / plan_gain,
         "plan_gain_proportional_slices": gain(result.objective, sol.objective.value, baselines["proportional-slices"]),
+        "baselines": {b.name: {"status": b.status, "objective": b.objective, "note": b.note}
+                      for b in baselines.values()},
         "requests_per_s": {p.name: round(result.shares[p.name].requests_per_s, 3) for p in result.parts},
     }
 
@@ -180,15 +184,16 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-HEAD = (f"{'services':>8} {'classes':>7} {'plan s':>7} {'+base s':>7} {'cost s':>7} {'place s':>7} {'status':>8} "
-        f"{'gap %':>6} {'vars':>6} {'options':>7} {'vs greedy':>9} {'shortfall':>9} {'vs slices':>9}")
+HEAD = (f"{'services':>8} {'classes':>7} {'plan s':>7} {'cpu s':>7} {'+base s':>7} {'cost s':>7} {'place s':>7} "
+        f"{'status':>8} {'gap %':>6} {'vars':>6} {'options':>7} {'vs greedy':>9} {'shortfall':>9} {'vs slices':>9}")
 
 
 def line(r: dict) -> str:
     """One size's row of the table under `HEAD`."""
     short = "-" if r.get("greedy_type_shortfall") is None else f"{100 * r['greedy_type_shortfall']:.1f}%"
     gap = "-" if r["gap"] is None else f"{100 * r['gap']:.3f}"
-    return (f"{r['services']:>8} {r['classes']:>7} {_s(r['plan_written_s']):>7} {_s(r['with_baselines_s']):>7} "
+    return (f"{r['services']:>8} {r['classes']:>7} {_s(r['plan_written_s']):>7} {_s(r.get('plan_cpu_s')):>7} "
+            f"{_s(r['with_baselines_s']):>7} "
             f"{_s(r['cost_s']):>7} {_s(r['place_s']):>7} {r['status']:>8} {gap:>6} {r.get('variables', '-'):>6} "
             f"{r.get('options', '-'):>7} {_x(r.get('plan_gain_greedy_type')):>9} {short:>9} "
             f"{_x(r.get('plan_gain_proportional_slices')):>9}")
@@ -219,7 +224,8 @@ def main() -> int:
             rows.append(bench(size, Path(tmp), args.time_limit, baseline_limit_s))
             print(line(rows[-1]) + (f"  ({rows[-1]['error']})" if "error" in rows[-1] else ""), flush=True)
     print("\nplan s: compile_services without baselines (cost every service's pools, one joint solve, emit each "
-          "plan); +base s: and then the baselines compile runs (service_baselines). vs greedy: the joint objective "
+          "plan), wall; cpu s: the same in this process's CPU time (steadier on a shared machine); "
+          "+base s: and then the baselines compile runs (service_baselines). vs greedy: the joint objective "
           "over the greedy-type baseline's (shortfall: what greedy leaves of it, 1 - 1/gain); vs slices: over "
           "proportional slices. Every model traced once before the first size.")
     if args.json:
