@@ -432,8 +432,9 @@ class Sensitivity:
 
     ``factor`` is ``<family>.<field>`` (e.g. ``amd.mem_eff``), ``change`` the relative move (+0.2 or -0.2);
     ``objective_change`` is the relative move of the objective's value; ``pools_added`` and ``pools_removed``
-    name the pools (kind:device:tp:pp) that appear or disappear; ``solve_gap`` is the re-solve's own relative
-    gap (how far its objective may sit below the moved fleet's best).
+    name the pools (kind:device:tp:pp) that appear or disappear; ``solve_gap`` is the relative gap the answer stands
+    within (how far its objective may sit below the moved fleet's best): a re-solve's own, or that of the bound that
+    answered the move without one ([Note: what-if bounds] in `compiler.place.what_if`).
     """
 
     factor: str
