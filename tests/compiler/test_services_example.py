@@ -1,5 +1,5 @@
 """The shipped services example, examples/services/: its files validate (default suite, no solve), and a compile of
-it as its README runs it holds the cluster file's inventory, its power budget and every service's floor (slow).
+it through the CLI holds the cluster file's inventory, its power budget and every service's floor (slow).
 
 Expectations come from the input files and the device catalog, not from the compiler: the devices each service
 holds are summed against the cluster file's counts, and their watts (the catalog's node power per device, the
