@@ -35,14 +35,15 @@ def _cli(*args, **kw):
 
 
 def readme_block() -> list[str]:
-    """The command lines of the README's deploy/bench block ("Real engines here")."""
-    section = (REPO / "README.md").read_text().split("### Real engines here", 1)[1]
+    """The command lines of the deploy/bench block ("Real engines here") of docs/cli/deploy.md, the README's
+    page for `gimletc deploy`."""
+    section = (REPO / "docs" / "cli" / "deploy.md").read_text().split("## Real engines here", 1)[1]
     return [line for line in section.split("```bash\n", 1)[1].split("```", 1)[0].splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module")
 def readme_clone(tmp_path_factory):
-    """A fresh clone of the committed tree, the environment the README's block runs in there (gimletc on the PATH
+    """A fresh clone of the committed tree, the environment the deploy block runs in there (gimletc on the PATH
     as the install line leaves it, an empty gimletc cache; the engine venv is shared), and the block's lines."""
     clone, env = fresh_clone(tmp_path_factory.mktemp("readme"))
     env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env['PATH']}"  # the block runs after activating
@@ -51,7 +52,7 @@ def readme_clone(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def deployment(readme_clone):
-    """The README's block up to its deploy line, run as written in the clone (calibrate --from the shipped sweep,
+    """The deploy block up to its deploy line, run as written in the clone (calibrate --from the shipped sweep,
     compile examples/cpu_pd with it), then its deploy line, kept to the end of the module."""
     import shlex
 
@@ -233,7 +234,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_the_readmes_bench_and_text_prompt_run_as_written(deployment, readme_clone):
-    """The README block's lines after the wait: `bench --repeat 3` prints each run and the spread between them,
+    """The deploy block's lines after the wait: `bench --repeat 3` prints each run and the spread between them,
     with the engines' own TPOT; the text prompt through the router gets words of the model's vocabulary back."""
     _out, _proc, _info = deployment
     clone, env, lines = readme_clone

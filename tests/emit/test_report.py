@@ -372,15 +372,14 @@ def test_frontier_draws_only_non_dominated_points_names_each_baseline_and_puts_t
     plt.close(per_mw)
 
 
-def test_frontier_units_agree_in_help_plot_and_readme():
+def test_frontier_units_agree_in_help_plot_and_docs():
     """Per MW provisioned everywhere (the CSV column is output_tokens_per_s_per_mw); the axis once said per kW."""
     from compiler.cli.main import build_parser
     from compiler.emit.report.plots import FRONTIER_METRICS
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     help_text = sub.choices["pareto"].format_help()
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## `gimletc pareto`", 1)[1].split("\n## ", 1)[0]
+    section = (REPO / "docs" / "cli" / "pareto.md").read_text()
     assert FRONTIER_METRICS["tokens-per-watt"][1] == "output tokens/s per MW provisioned"
     for text in (" ".join(help_text.split()), " ".join(section.split())):
         assert "per MW" in text and "per kW" not in text

@@ -1,7 +1,8 @@
-"""The README's replan example (section "`gimletc replan`") runs as written on a fresh clone:
+"""The replan example of docs/cli/replan.md (the README's page for `gimletc replan`, before its first section)
+runs as written on a fresh clone:
 the day plan compiled, scrapes of its engines written by ``tools/simulate_scrapes.py`` (as the plan predicts
 them, then after the mix turned to documents), and a replan on each: no move on the first, a move toward
-prefill on the second. The output the README shows is what the block prints, abridged: each line shown is a
+prefill on the second. The output the page shows is what the block prints, abridged: each line shown is a
 line printed, or (ending in `` ...``) the start of one.
 
 As in tests/test_quickstart.py: the committed tree is cloned into a temporary folder and the block runs there
@@ -21,21 +22,21 @@ import pytest
 from compiler.place.moves import base_key
 from tests.conftest import REPO
 
-SECTION = "## `gimletc replan`"
+PAGE = REPO / "docs" / "cli" / "replan.md"
 
 
 def _section() -> str:
-    text = (REPO / "README.md").read_text()
-    return text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    """The page's example: everything before its first section."""
+    return PAGE.read_text().split("\n## ", 1)[0]
 
 
 def replan_block() -> str:
-    """The commands of the README's replan example."""
+    """The commands of the replan example."""
     return _section().split("```bash\n", 1)[1].split("```", 1)[0]
 
 
 def shown_output() -> list[str]:
-    """The lines of the output the README shows for the example (the first block after the commands that starts
+    """The lines of the output the page shows for the example (the first block after the commands that starts
     with ``$ ``), without the ``$`` lines, the ``...`` lines and blank lines."""
     after = _section().split("```bash\n", 1)[1].split("```", 1)[1]
     block = next(b for b in after.split("```")[1::2] if b.lstrip("\n").startswith("$ "))
@@ -81,6 +82,6 @@ def test_readme_replan_example_runs_on_a_fresh_clone(tmp_path):
     printed = [line.rstrip() for line in out.splitlines()]
     for line in shown_output():
         if line.endswith(" ..."):
-            assert any(p.startswith(line[:-4]) for p in printed), f"README shows a line never printed: {line!r}"
+            assert any(p.startswith(line[:-4]) for p in printed), f"docs/cli/replan.md shows a line never printed: {line!r}"
         else:
-            assert line in printed, f"README shows a line never printed: {line!r}"
+            assert line in printed, f"docs/cli/replan.md shows a line never printed: {line!r}"
