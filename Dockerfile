@@ -4,7 +4,7 @@
 # the reference runtime computes on the host CPU whatever device a pool targets, so no vendor base is needed.
 # The manifests name it gimletc:<package version> (RUNTIME_IMAGE in compiler/emit/k8s/pool_deployment.py).
 #
-# Build from the repository root, then push where the cluster pulls from (README: "The reference runtime's image"):
+# Build from the repository root, then push where the cluster pulls from (docs/cli/compile.md: "The reference runtime's image"):
 #   docker build -t gimletc:0.1.0 .
 #   docker tag gimletc:0.1.0 REGISTRY/gimletc:0.1.0 && docker push REGISTRY/gimletc:0.1.0
 # `--build-arg BASE_IMAGE=...` builds on another Debian-based Python >= 3.10 image (a registry mirror, say).

@@ -1,4 +1,4 @@
-"""Render the pictures README shows into docs/img/, from the tiny quick-start example (deterministic).
+"""Render the pictures docs/cli/report.md shows into docs/img/, from the tiny quick-start example (deterministic).
 
 Runs, each a fresh `gimletc` process with its own trace cache:
 

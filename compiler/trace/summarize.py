@@ -1,6 +1,6 @@
 """What ``gimletc inspect`` reports: a BlockGraph evaluated at one shape and dtype.
 
-`summarize` returns the documented JSON object (see docs/inspect.md); the CLI
+`summarize` returns the documented JSON object (see docs/cli/inspect.md); the CLI
 renders its tables from the same object, so the two never disagree.
 
 Top-level keys: ``model``, ``dtype``, ``dense_dtype``, ``kv_dtype``, ``batch``, ``prompt_len``,

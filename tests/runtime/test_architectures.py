@@ -73,7 +73,7 @@ def test_every_family_has_a_tiny_preset():
     tiny = {_model_type(n) for n in _tiny_presets()}
     assert shipped <= tiny
     assert tiny <= set(SUPPORTED_TYPES)
-    # the families the runtime names as runnable (README "Architectures") each have a tiny preset
+    # the families the runtime names as runnable (docs/cli/run.md, "Architectures") each have a tiny preset
     assert set(SUPPORTED_TYPES) - {"mistral"} <= tiny
 
 

@@ -39,8 +39,8 @@ def _package_version() -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", version)
 
 
-#: The reference runtime's image, built from the repository's ``Dockerfile`` (README: "The reference runtime's
-#: image") and tagged with the package version: every container of the gimletc target runs it, since no vendor
+#: The reference runtime's image, built from the repository's ``Dockerfile`` (docs/cli/compile.md: "The reference
+#: runtime's image") and tagged with the package version: every container of the gimletc target runs it, since no vendor
 #: image holds gimletc. A cluster entry's ``image`` replaces it for that pool; ``kustomize edit set image
 #: gimletc=REGISTRY/gimletc:TAG`` for every container.
 RUNTIME_IMAGE = f"gimletc:{_package_version()}"
