@@ -71,7 +71,11 @@ class Timings:
             log.info("%s: %.3f s", name, self.steps[-1][1])
 
     def as_dict(self) -> dict[str, float]:
-        return {name: round(s, 3) for name, s in self.steps}
+        """Seconds per step name, a step that ran several times (one per service, say) summed."""
+        out: dict[str, float] = {}
+        for name, s in self.steps:
+            out[name] = out.get(name, 0.0) + s
+        return {name: round(s, 3) for name, s in out.items()}
 
 
 def block_graph(model: str | ModelSpec, *, phases: tuple[str, ...] = ("prefill", "decode"), use_cache: bool = True,

@@ -39,7 +39,12 @@ def mix_rate(inst: Instance, o: PoolOption, mix: dict[str, float] | None = None)
 
 
 def greedy(inst: Instance, objective: str = "throughput") -> dict[str, int]:
-    """Replicas per option key of the greedy placement for `objective`."""
+    """Replicas per option key of the greedy placement for `objective`. With several services
+    (`Instance.services`), each service's floor first, in their order, each from its own best pools by the same
+    rule; then, unless the objective serves fixed rates, the rest of the fleet to the pools whose weighted
+    requests/s per watt (or dollar) are highest."""
+    if inst.services:
+        return _greedy_services(inst, objective)
     inv = dict(inst.inventory)
     watts = inst.power_budget_w if inst.power_budget_w is not None else math.inf
     dollars = inst.cost_budget_per_hour if inst.cost_budget_per_hour is not None else math.inf
@@ -73,6 +78,55 @@ def greedy(inst: Instance, objective: str = "throughput") -> dict[str, int]:
         served += k * rates[o.key]
         if target is not None and served >= target * (1 - 1e-9):
             break
+    return chosen
+
+
+def _greedy_services(inst: Instance, objective: str) -> dict[str, int]:
+    """`greedy` of an instance of several services (the start of a joint solve)."""
+    left = {"inv": dict(inst.inventory),
+            "watts": inst.power_budget_w if inst.power_budget_w is not None else math.inf,
+            "dollars": inst.cost_budget_per_hour if inst.cost_budget_per_hour is not None else math.inf}
+    priced = objective in PRICED_OBJECTIVES or math.isfinite(left["dollars"])
+    price = {o.key: inst.price_per_hour(o) for o in inst.options}
+    shares = {c.name: c.share for c in inst.classes}
+    chosen: dict[str, int] = {}
+
+    def per(o: PoolOption) -> float:
+        return price[o.key] if objective in PRICED_OBJECTIVES else o.provisioned_w
+
+    def take(o: PoolOption, most: float) -> float:
+        """Add up to `most` replicas of `o` within what is left; the number added."""
+        k = min((left["inv"][d] // n for d, n in o.devices), default=0)
+        if math.isfinite(left["watts"]):
+            k = min(k, int(left["watts"] // o.provisioned_w))
+        if math.isfinite(left["dollars"]):
+            k = min(k, int(left["dollars"] // price[o.key]))
+        k = int(min(k, most))
+        if k <= 0:
+            return 0
+        chosen[o.key] = chosen.get(o.key, 0) + k
+        for d, n in o.devices:
+            left["inv"][d] -= k * n
+        left["watts"] -= k * o.provisioned_w
+        left["dollars"] -= k * (price[o.key] or 0.0)
+        return k
+
+    ranked = []
+    for s in inst.services:
+        mix = {c: shares[c] for c in s.classes}
+        rates = {o.key: mix_rate(inst, o, mix) for o in inst.options if o.kind == "colocated"
+                 and {c.name for c in o.classes} & set(s.classes)}
+        pools = sorted((o for o in inst.options if rates.get(o.key) and o.provisioned_w > 0
+                        and (not priced or price[o.key])), key=lambda o: (-rates[o.key] / per(o), o.key))
+        served = 0.0
+        for o in pools:  # the floor first
+            if served >= s.floor_per_s * (1 - 1e-9):
+                break
+            served += rates[o.key] * take(o, math.ceil((s.floor_per_s - served) / rates[o.key] - 1e-9))
+        ranked += [(-s.weight * rates[o.key] / per(o), o.key, o) for o in pools if s.weight > 0]
+    if objective not in AT_ARRIVAL_RATE:
+        for _value, _key, o in sorted(ranked, key=lambda r: (r[0], r[1])):
+            take(o, math.inf)
     return chosen
 
 

@@ -343,3 +343,36 @@ def test_a_joint_instance_of_one_service_is_the_single_model_solve(seed):
         assert sol.objective.value == pytest.approx(single.objective.value, rel=REL, abs=ABS)
         assert share_of(sol, joint_inst, "only").requests_per_s == pytest.approx(single.requests_per_s, rel=REL,
                                                                                  abs=ABS)
+
+
+@pytest.mark.parametrize("seed", range(0, 300, 7))
+def test_the_greedy_start_of_a_joint_solve_fits_the_fleet_and_serves_the_first_floor(seed):
+    """The joint solve starts from `greedy` (compiler.place.greedy): its replicas fit the inventory and the power
+    budget (the test's own arithmetic), and the first service, placed first on the whole fleet, gets its floor
+    from colocated pools whenever they can give it (the colocated capacity of the whole fleet, enumerated here)."""
+    from compiler.place.greedy import greedy
+    from compiler.services import joint
+
+    case = random_case(seed)
+    chosen = greedy(joint(_instances(case)), "throughput")
+    specs = {(s.service, s.key): s for s in case.specs}
+    n = {tuple(key.split("/", 1)): k for key, k in chosen.items()}
+    for t, have in case.inventory.items():
+        assert sum(k * specs[sk].per_replica for sk, k in n.items() if specs[sk].device == t) <= have
+    if case.power_budget_w is not None:
+        assert sum(k * specs[sk].provisioned_w for sk, k in n.items()) <= case.power_budget_w + 1e-6
+    first = case.goals[0]
+    goals = {g.name: g for g in case.goals}
+    mine = [s for s in case.specs if s.service == first.name and s.kind == "colocated"]
+    best = 0.0  # the most the first service's colocated pools serve on the whole fleet, by enumeration
+    groups = [[s for s in mine if s.device == t] for t in sorted(case.inventory)]
+    for fills in itertools.product(*(_fills(g, case.inventory[g[0].device]) for g in groups if g)):
+        counts = {s.key: k for g, fill in zip([g for g in groups if g], fills) for s, k in zip(g, fill)}
+        if case.power_budget_w is not None and sum(counts[s.key] * s.provisioned_w for s in mine) > \
+                case.power_budget_w:
+            continue
+        best = max(best, sum(counts[s.key] * s.rate_per_s * brute_cap(s, goals[first.name]) for s in mine))
+    got = sum(k * specs[sk].rate_per_s * brute_cap(specs[sk], first) for sk, k in n.items()
+              if sk[0] == first.name and specs[sk].kind == "colocated")
+    if best >= first.floor_per_s * (1 + 1e-6):
+        assert got >= first.floor_per_s * (1 - 1e-6), (got, first.floor_per_s, best)
