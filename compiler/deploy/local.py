@@ -465,7 +465,13 @@ def deploy_local(root: str | Path, *, for_s: float | None = None, ready_timeout_
     elif missing:
         progress(f"note: {missing}")
     python = engine_python(progress)
-    deployment = prepare(root, python, router_binary(), loaded)
+    run_until_stopped(prepare(root, python, router_binary(), loaded), ready_timeout_s, for_s, progress)
+
+
+def run_until_stopped(deployment, ready_timeout_s: float, for_s: float | None,
+                      progress: Callable[[str], None]) -> None:
+    """Start `deployment` (a `Deployment`, or anything with its start, watch and stop), watch it until interrupted,
+    `for_s` elapses or a process dies, and stop it however that ends; SIGTERM stops it like Ctrl-C."""
     def on_signal(_signum, _frame):  # SIGTERM: stop like Ctrl-C (an orchestrator's or a test's stop)
         raise KeyboardInterrupt
 

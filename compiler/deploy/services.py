@@ -23,7 +23,7 @@ from pathlib import Path
 
 from compiler.deploy.engine_env import engine_python, outside_env, router_binary
 from compiler.deploy.launch import FRONT, HOST, Proc, free_port
-from compiler.deploy.local import Deployment, healthy, load_local, prepare
+from compiler.deploy.local import Deployment, healthy, load_local, prepare, run_until_stopped
 from compiler.emit.serving.router import gateway_argv
 from compiler.ir.errors import BadInput, RuntimeFailure
 from compiler.ir.files import atomic_write_text
@@ -103,7 +103,7 @@ class ServicesDeployment:
         work.mkdir(parents=True, exist_ok=True)
         atomic_write_text(work / "endpoints.json", json.dumps(data, indent=1) + "\n")
 
-    def watch(self, until: float | None) -> None:
+    def watch(self, until: float | None, _progress: Callable[[str], None] | None = None) -> None:
         while until is None or time.monotonic() < until:
             for d in self.services.values():
                 d.check_alive()
@@ -139,27 +139,8 @@ def deploy_services_local(root: str | Path, *, for_s: float | None = None, ready
                           progress: Callable[[str], None] = log.info) -> None:
     """Run every service of the services plan in `root` on local vLLM engines behind one gateway until
     interrupted, `for_s` elapses, or a process dies."""
-    import signal
-
     root = Path(root)
     for name in service_names(root):  # a service that cannot run here is refused before minutes of set-up
         load_local(root / name)
     deployment = prepare_services(root, engine_python(progress), router_binary())
-
-    def on_signal(_signum, _frame):  # SIGTERM: stop like Ctrl-C
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_signal)
-    try:
-        deployment.start(ready_timeout_s, progress)
-        deployment.watch(None if for_s is None else time.monotonic() + for_s)
-    except KeyboardInterrupt:
-        progress("stopping")
-    finally:
-        previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            deployment.stop()
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-            signal.signal(signal.SIGINT, previous_int)
+    run_until_stopped(deployment, ready_timeout_s, for_s, progress)
