@@ -136,6 +136,7 @@ def share_of(sol: Solution, inst: Instance, name: str) -> Solution:
     figures are the joint solve's."""
     p = f"{name}{SEP}"
     mine = [o for o in sol.options if o.key.startswith(p)]
+    by_key = {o.key: o for o in mine}
     back = {o.key: replace(o, key=_unprefixed(o.key, name), classes=tuple(replace(c, name=_unprefixed(c.name, name))
                                                                            for c in o.classes)) for o in mine}
     replicas = {k: n for k, n in sol.replicas if k in back}
@@ -143,7 +144,7 @@ def share_of(sol: Solution, inst: Instance, name: str) -> Solution:
     draw = provisioned = 0.0
     dollars: float | None = 0.0
     for key, n in replicas.items():
-        o = next(x for x in mine if x.key == key)
+        o = by_key[key]
         draw += n * o.idle_w + sum(r / o.service(c).rate_per_s * (o.power_w - o.idle_w)
                                    for (c, k), r in served.items() if k == key)
         provisioned += n * o.provisioned_w
