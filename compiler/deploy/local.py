@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from compiler.deploy.engine_env import engine_python, outside_env, router_binary
-from compiler.deploy.launch import (FRONT, ROUTER, ROUTERS, Proc, cores_of, engine_proc, free_port, front_proc,
-                                    router_command, set_flag)
+from compiler.deploy.launch import (FRONT, ROUTER, ROUTERS, Proc, core_shares, engine_proc, free_port,
+                                    front_proc, router_command, set_flag)
 from compiler.deploy.router_handover import SETTLE_S, RouterMoves, router_moves, tell
 from compiler.emit.manifest import verify_manifest
 from compiler.emit.plan import Plan, Pool
@@ -185,6 +185,12 @@ class Deployment:
         with open(p.log_path, "wb") as out:
             p.popen = subprocess.Popen(p.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=p.env, start_new_session=True)
+        if p.cpus and hasattr(os, "sched_setaffinity"):  # before the new interpreter has imported or started anything
+            try:
+                os.sched_setaffinity(p.popen.pid, p.cpus)
+            except OSError as e:
+                log.warning("%s: could not keep it on cores %s (%s); it runs wherever the host puts it", p.name,
+                            p.cpus, e)
         log.info("started %s (pid %d): %s", p.name, p.popen.pid, " ".join(p.argv))
 
     def _await_health(self, procs: list[Proc], timeout_s: float) -> None:
@@ -253,10 +259,11 @@ class Deployment:
         base_env = outside_env()
         new = []
         order = [(p.name, r) for p in pools.values() for r in range(p.replicas)]  # the next plan's engines
+        # the cores each keeps once the leaving ones stop
+        cores = dict(zip(order, core_shares([pools[name].role for name, _r in order])))
         for name, r in change.started:
-            cores = cores_of(order.index((name, r)), len(order))  # the core it keeps once the leaving ones stop
             new.append(engine_proc(pools[name], r, self.python, nxt_root, self.kv_dir,
-                                   logs / f"{name}-{r}-{ident[:8]}.log", base_env, cores))
+                                   logs / f"{name}-{r}-{ident[:8]}.log", base_env, *cores[name, r]))
         try:
             for p in new:
                 self.spawn(p)
@@ -424,10 +431,11 @@ def prepare(root: str | Path, python: Path, router: Path,
     procs, urls = [], {}
     base_env = outside_env()
     first, engines = cores if cores is not None else (0, sum(pool.replicas for pool in pools))
+    bound = core_shares([pool.role for pool in pools for _r in range(pool.replicas)], first, engines)
     for pool in pools:
         for r in range(pool.replicas):
             procs.append(engine_proc(pool, r, python, root, kv_dir, work / "logs" / f"{pool.name}-{r}.log", base_env,
-                                     cores_of(first + len(procs), engines)))
+                                     *bound[len(procs)]))
             urls.setdefault(pool.name, []).append(procs[-1].url)
     if plan.router is not None and plan.router.router == "vllm-router":
         port = free_port()

@@ -286,6 +286,8 @@ def test_what_deploy_adds_to_each_launch_is_recorded_with_why_and_resolves_a_cpu
         for a in p.added:
             if a["what"].startswith("--"):
                 assert a["what"] in p.argv
+            elif a["what"].startswith("CPU affinity "):
+                assert ",".join(map(str, p.cpus)) == a["what"].removeprefix("CPU affinity ")
             else:
                 key, value = a["what"].split("=", 1)
                 assert p.env[key] == value
