@@ -419,7 +419,7 @@ class Analysis:
 
     def finish(self) -> list[Sensitivity]:
         """Every move's row, in the order of `moves`."""
-        from compiler.place.ilp import concurrently
+        from compiler.place.concurrently import concurrently
 
         assert self.point is not None, "begin() first"
         n = len(self.moves)

@@ -145,7 +145,8 @@ def _sweep(prep: Prepared, fleets: list, targets: list[float], objective: str, t
     from compiler.emit.emit_plan import class_latencies
     from compiler.ir.placement import Baseline
     from compiler.place.baselines import colocated_only, greedy_baseline, islands, solved
-    from compiler.place.ilp import concurrently, solve
+    from compiler.place.concurrently import concurrently
+    from compiler.place.ilp import solve
     from compiler.place.infeasible import explain
 
     rows: list[dict] = []

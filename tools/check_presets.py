@@ -164,6 +164,48 @@ def fmt_b(n) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e8 else f"{int(n):,}"
 
 
+def check_preset(path: Path, forward: bool) -> tuple[tuple[str, ...], tuple, list[str]]:
+    """One preset: its table row, its details line's parts, and the checks it failed."""
+    name = path.stem
+    errors: list[str] = []
+    raw, cfg = load_config(path)
+    meta = raw.get("_gimletc") or {}
+    tiny = str(meta.get("source", "")).startswith(TINY_PREFIX)
+    model = build(cfg, torch.bfloat16, "meta")
+    total = sum(p.numel() for p in model.parameters())
+    active = active_params(model, cfg, total)
+    pub = meta.get("params_total_published")
+    pub_active = meta.get("params_active_published")
+    if pub is None:
+        errors.append("_gimletc.params_total_published missing")
+        err = math.nan
+    else:
+        err = (total - pub) / pub * 100
+        if tiny:
+            if total != pub:
+                errors.append(f"tiny variant count {total} != recorded {pub}")
+        else:
+            tol = TOL_BY_MODEL_TYPE.get(raw["model_type"], TOL_DEFAULT)
+            if abs(err) > tol * 100:
+                errors.append(f"params {total} off published {pub:g} by {err:+.2f}% (> {tol:.0%})")
+    act_err = (active - pub_active) / pub_active * 100 if pub_active else math.nan
+    rope_type = check_rope(raw, cfg, model, errors)
+    layout = check_layout(raw, cfg, model, errors)
+    fwd = ""
+    if tiny and forward:
+        try:
+            fwd = run_forward(cfg, errors)
+        except Exception as exc:  # report, don't stop the sweep
+            errors.append(f"forward failed: {type(exc).__name__}: {exc}")
+    cls_name = type(model).__name__
+    del model
+    status = "FAIL" if errors else "ok"
+    row = (name, cls_name, str(cfg.num_hidden_layers), fmt_b(total), fmt_b(pub), f"{err:+.3f}%",
+           fmt_b(active), fmt_b(pub_active), f"{act_err:+.1f}%" if not math.isnan(act_err) else "-",
+           rope_type, status)
+    return row, (name, cfg.rope_parameters, layout, fwd), errors
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("presets", nargs="*", help="preset names (default: all in compiler/inputs/presets)")
@@ -185,46 +227,11 @@ def main(argv=None) -> int:
 
     rows, failures, details = [], [], []
     for path in paths:
-        name = path.stem
-        errors: list[str] = []
-        raw, cfg = load_config(path)
-        meta = raw.get("_gimletc") or {}
-        tiny = str(meta.get("source", "")).startswith(TINY_PREFIX)
-        model = build(cfg, torch.bfloat16, "meta")
-        total = sum(p.numel() for p in model.parameters())
-        active = active_params(model, cfg, total)
-        pub = meta.get("params_total_published")
-        pub_active = meta.get("params_active_published")
-        if pub is None:
-            errors.append("_gimletc.params_total_published missing")
-            err = math.nan
-        else:
-            err = (total - pub) / pub * 100
-            if tiny:
-                if total != pub:
-                    errors.append(f"tiny variant count {total} != recorded {pub}")
-            else:
-                tol = TOL_BY_MODEL_TYPE.get(raw["model_type"], TOL_DEFAULT)
-                if abs(err) > tol * 100:
-                    errors.append(f"params {total} off published {pub:g} by {err:+.2f}% (> {tol:.0%})")
-        act_err = (active - pub_active) / pub_active * 100 if pub_active else math.nan
-        rope_type = check_rope(raw, cfg, model, errors)
-        layout = check_layout(raw, cfg, model, errors)
-        fwd = ""
-        if tiny and not args.no_forward:
-            try:
-                fwd = run_forward(cfg, errors)
-            except Exception as exc:  # report, don't stop the sweep
-                errors.append(f"forward failed: {type(exc).__name__}: {exc}")
-        cls_name = type(model).__name__
-        del model
-        status = "FAIL" if errors else "ok"
-        rows.append((name, cls_name, str(cfg.num_hidden_layers), fmt_b(total), fmt_b(pub), f"{err:+.3f}%",
-                     fmt_b(active), fmt_b(pub_active), f"{act_err:+.1f}%" if not math.isnan(act_err) else "-",
-                     rope_type, status))
-        details.append((name, cfg.rope_parameters, layout, fwd))
+        row, detail, errors = check_preset(path, not args.no_forward)
+        rows.append(row)
+        details.append(detail)
         for e in errors:
-            failures.append(f"{name}: {e}")
+            failures.append(f"{row[0]}: {e}")
 
     header = ("preset", "class", "layers", "params_total", "published", "% error",
               "active", "active_pub", "% act", "rope", "status")

@@ -56,6 +56,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -272,128 +273,37 @@ def forecast_errors(requests: list[Request], classes, window_s: float) -> dict:
     return out
 
 
-def replay_engines(args, requests: list[Request]) -> int:
-    """The real-engine path (module docstring): open-loop requests to the router, scrapes at each window's end,
-    and with ``--apply`` (or ``--advise``) ``gimletc replan`` on the scrapes since the last change, in the
-    background while the trace goes on (an apply takes minutes: engines start). A record per window: requests
-    sent (by their trace arrival), served (every token streamed), failed, and meeting the replay's SLO."""
-    import subprocess
-    import threading
-    import urllib.request
-
+def _streamed(router: str, model: str, prompt: list[int], want: int, timeout_s: float
+              ) -> tuple[float, float | None, float, int, str | None]:
+    """One streamed completion of `want` tokens through `router`: (start, first token, end) on the monotonic clock,
+    the tokens (from the final usage chunk, else the chunks: a chunk may carry several when the engine lags), and
+    the error, if any."""
     import httpx
 
-    endpoints_path = Path(args.endpoints)
-    endpoints = json.loads(endpoints_path.read_text())
-    model = endpoints["served_model_name"]
-    scrapes = Path(args.scrapes or tempfile.mkdtemp(prefix="gimletc-scrapes-"))
-    scrapes.mkdir(parents=True, exist_ok=True)
-    classes = _classes(args)
-    results: list[dict] = []
-    lock = threading.Lock()
-    rng = random.Random(args.seed)
-    prompts = [[rng.randrange(3, 500) for _ in range(min(r.prompt_tokens, args.max_prompt))] for r in requests]
-    wall_window = args.window / args.speed
-    n_windows = max(int(math.ceil((requests[-1].t_s + 1e-9) / args.window)), 1)
+    body = {"model": model, "prompt": prompt, "stream": True, "max_tokens": want, "ignore_eos": True,
+            "temperature": 0.0, "stream_options": {"include_usage": True}}
+    start, first, n, error, usage = time.monotonic(), None, 0, None, None
+    try:
+        with httpx.stream("POST", f"{router}/v1/completions", json=body, timeout=timeout_s) as resp:
+            if resp.status_code != 200:
+                error = f"HTTP {resp.status_code}"
+            else:
+                for line in resp.iter_lines():
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        chunk = json.loads(line[6:])
+                        if chunk.get("choices"):
+                            n += 1
+                            first = first or time.monotonic()
+                        if chunk.get("usage"):
+                            usage = chunk["usage"].get("completion_tokens")
+    except (httpx.HTTPError, ValueError) as e:
+        error = type(e).__name__
+    return start, first, time.monotonic(), usage if usage is not None else n, error
 
-    def one(i: int, r: Request) -> None:
-        want = max(min(r.output_tokens, args.max_output), 1)
-        body = {"model": model, "prompt": prompts[i], "stream": True, "max_tokens": want, "ignore_eos": True,
-                "temperature": 0.0, "stream_options": {"include_usage": True}}
-        start, first, n, error, usage = time.monotonic(), None, 0, None, None
-        try:
-            with httpx.stream("POST", f"{endpoints['router']}/v1/completions", json=body,
-                              timeout=args.request_timeout_s) as resp:
-                if resp.status_code != 200:
-                    error = f"HTTP {resp.status_code}"
-                else:
-                    for line in resp.iter_lines():
-                        if line.startswith("data: ") and line != "data: [DONE]":
-                            chunk = json.loads(line[6:])
-                            if chunk.get("choices"):  # a chunk may carry several tokens when the engine lags
-                                n += 1
-                                first = first or time.monotonic()
-                            if chunk.get("usage"):
-                                usage = chunk["usage"].get("completion_tokens")
-        except (httpx.HTTPError, ValueError) as e:
-            error = type(e).__name__
-        end = time.monotonic()
-        n = usage if usage is not None else n  # tokens, from the final usage chunk
-        served = error is None and n >= want
-        ttft = (first - start) if first else None
-        tpot = (end - first) / max(n - 1, 1) if first and n > 1 else None
-        ok = served and ttft <= args.slo_ttft_s and (tpot is None or tpot <= args.slo_tpot_s)
-        with lock:
-            results.append({"i": i, "window": min(int(r.t_s // args.window), n_windows - 1),
-                            "class": _nearest(classes, r.prompt_tokens), "served": served, "ok": ok,
-                            "ttft_s": ttft, "tpot_s": tpot, "tokens": n,
-                            "error": error or (None if served else f"{n} of {want} tokens")})
 
-    current = Path(args.plan) if args.plan else None
-    since = [_scrape(endpoints_path, scrapes, -1)]  # scrape files since the last change, per window
-    replans: dict[int, dict] = {}
-    busy = threading.Event()
-
-    def replan_after(i: int, files: list[str], plan_dir: Path) -> None:
-        nonlocal current, since
-        out = scrapes.parent / f"replan-w{i:02d}"
-        cmd = [sys.executable, "-m", "compiler.cli", "replan", str(plan_dir), *sum((["--metrics", f] for f in files),
-               []), "--window", f"{wall_window:g}s", "--out", str(out)]
-        cmd += ["--cluster", args.cluster] if args.cluster else []
-        cmd += ["--workload", args.workload] if args.workload else []
-        cmd += ["--apply"] if args.apply else []
-        cmd += ["--max-moves", str(args.max_moves)] if args.max_moves is not None else []
-        cmd += ["--cooldown", str(args.cooldown)] if args.cooldown is not None else []
-        cmd += ["--forecast-error-weight", str(args.forecast_error_weight)] \
-            if args.forecast_error_weight is not None else []
-        t = time.monotonic()
-        # in the caller's directory (the plan, scrapes and files may be relative to it), with this checkout's package
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        (scrapes.parent / f"replan-w{i:02d}.txt").write_text(" ".join(cmd) + "\n\n" + done.stdout + done.stderr)
-        summary = _read_json(out / "report" / "replan.json") or {}
-        decision = summary.get("decision", {})
-        acted = bool(decision.get("act"))
-        applied = args.apply and acted and done.returncode == 0
-        rec = {"rc": done.returncode, "act": acted, "moves": decision.get("moves"),
-               "reason": decision.get("reason"), "applied": applied, "seconds": round(time.monotonic() - t, 1),
-               "changes": [f"{c.get('shape')} {c.get('before')}->{c.get('after')}"
-                           for c in summary.get("changes", [])],
-               "error": None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]}
-        replans[i] = rec
-        print(f"replan after window {i}: {json.dumps(rec)}", flush=True)
-        if applied:
-            current = out
-            since = [_scrape(endpoints_path, scrapes, i, tag="applied")]
-        busy.clear()
-
-    def window_end(i: int) -> None:
-        nonlocal since
-        since.append(_scrape(endpoints_path, scrapes, i))
-        if (args.apply or args.advise) and current is not None and not busy.is_set() and len(since) >= 2:
-            busy.set()
-            files = [f for group in since for f in group]
-            threading.Thread(target=replan_after, args=(i, files, current), daemon=True).start()
-
-    t0, threads, window = time.monotonic(), [], 0
-    for i, r in enumerate(requests):
-        due = t0 + r.t_s / args.speed
-        while time.monotonic() < due:
-            if time.monotonic() >= t0 + (window + 1) * wall_window:
-                window_end(window)
-                window += 1
-            time.sleep(min(0.01, max(due - time.monotonic(), 0)))
-        th = threading.Thread(target=one, args=(i, r), daemon=True)
-        th.start()
-        threads.append(th)
-    while window < n_windows:  # the last windows' ends, on the clock
-        time.sleep(max(t0 + (window + 1) * wall_window - time.monotonic(), 0))
-        window_end(window)
-        window += 1
-    for th in threads:
-        th.join()
-    while busy.is_set():
-        time.sleep(1)
+def _summary(results: list[dict], replans: dict[int, dict], n_windows: int, args, scrapes: Path
+             ) -> tuple[list[dict], dict]:
+    """The real-engine replay's record per window (printed as it is made) and its totals."""
     records = []
     for w in range(n_windows):
         rs = [x for x in results if x["window"] == w]
@@ -415,6 +325,125 @@ def replay_engines(args, requests: list[Request]) -> int:
              "slo_ttft_s": args.slo_ttft_s, "slo_tpot_s": args.slo_tpot_s, "speed": args.speed,
              "window_s": args.window, "scrapes": str(scrapes),
              "errors": sorted({x["error"] for x in results if x["error"]})}
+    return records, total
+
+
+def _replan_command(plan_dir: Path, files: list[str], wall_window: float, out: Path, args) -> list[str]:
+    """``gimletc replan`` of `plan_dir` on the scrape `files`, as the replay's options ask."""
+    cmd = [sys.executable, "-m", "compiler.cli", "replan", str(plan_dir), *sum((["--metrics", f] for f in files), []),
+           "--window", f"{wall_window:g}s", "--out", str(out)]
+    cmd += ["--cluster", args.cluster] if args.cluster else []
+    cmd += ["--workload", args.workload] if args.workload else []
+    cmd += ["--apply"] if args.apply else []
+    cmd += ["--max-moves", str(args.max_moves)] if args.max_moves is not None else []
+    cmd += ["--cooldown", str(args.cooldown)] if args.cooldown is not None else []
+    cmd += ["--forecast-error-weight", str(args.forecast_error_weight)] if args.forecast_error_weight is not None \
+        else []
+    return cmd
+
+
+def _replan_record(done, out: Path, apply: bool, seconds: float) -> dict:
+    """What one replan run (`done`, its output folder `out`) decided and whether it was applied."""
+    summary = _read_json(out / "report" / "replan.json") or {}
+    decision = summary.get("decision", {})
+    acted = bool(decision.get("act"))
+    return {"rc": done.returncode, "act": acted, "moves": decision.get("moves"), "reason": decision.get("reason"),
+            "applied": apply and acted and done.returncode == 0, "seconds": round(seconds, 1),
+            "changes": [f"{c.get('shape')} {c.get('before')}->{c.get('after')}" for c in summary.get("changes", [])],
+            "error": None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]}
+
+
+def _paced(requests: list[Request], speed: float, wall_window: float, n_windows: int,
+           send: Callable[[int, Request], None], window_end: Callable[[int], None]) -> None:
+    """Open loop: `send` each request on a thread of its own at its trace time (divided by `speed`), `window_end`
+    at each window's end on the same clock, through the last window; returns when every request has ended."""
+    import threading
+
+    t0, threads, window = time.monotonic(), [], 0
+    for i, r in enumerate(requests):
+        due = t0 + r.t_s / speed
+        while time.monotonic() < due:
+            if time.monotonic() >= t0 + (window + 1) * wall_window:
+                window_end(window)
+                window += 1
+            time.sleep(min(0.01, max(due - time.monotonic(), 0)))
+        th = threading.Thread(target=send, args=(i, r), daemon=True)
+        th.start()
+        threads.append(th)
+    while window < n_windows:  # the last windows' ends, on the clock
+        time.sleep(max(t0 + (window + 1) * wall_window - time.monotonic(), 0))
+        window_end(window)
+        window += 1
+    for th in threads:
+        th.join()
+
+
+def replay_engines(args, requests: list[Request]) -> int:
+    """The real-engine path (module docstring): open-loop requests to the router, scrapes at each window's end,
+    and with ``--apply`` (or ``--advise``) ``gimletc replan`` on the scrapes since the last change, in the
+    background while the trace goes on (an apply takes minutes: engines start). A record per window: requests
+    sent (by their trace arrival), served (every token streamed), failed, and meeting the replay's SLO."""
+    import subprocess
+    import threading
+
+    endpoints_path = Path(args.endpoints)
+    endpoints = json.loads(endpoints_path.read_text())
+    model = endpoints["served_model_name"]
+    scrapes = Path(args.scrapes or tempfile.mkdtemp(prefix="gimletc-scrapes-"))
+    scrapes.mkdir(parents=True, exist_ok=True)
+    classes = _classes(args)
+    results: list[dict] = []
+    lock = threading.Lock()
+    rng = random.Random(args.seed)
+    prompts = [[rng.randrange(3, 500) for _ in range(min(r.prompt_tokens, args.max_prompt))] for r in requests]
+    wall_window = args.window / args.speed
+    n_windows = max(int(math.ceil((requests[-1].t_s + 1e-9) / args.window)), 1)
+
+    def one(i: int, r: Request) -> None:
+        want = max(min(r.output_tokens, args.max_output), 1)
+        start, first, end, n, error = _streamed(endpoints["router"], model, prompts[i], want, args.request_timeout_s)
+        served = error is None and n >= want
+        ttft = (first - start) if first else None
+        tpot = (end - first) / max(n - 1, 1) if first and n > 1 else None
+        ok = served and ttft <= args.slo_ttft_s and (tpot is None or tpot <= args.slo_tpot_s)
+        with lock:
+            results.append({"i": i, "window": min(int(r.t_s // args.window), n_windows - 1),
+                            "class": _nearest(classes, r.prompt_tokens), "served": served, "ok": ok,
+                            "ttft_s": ttft, "tpot_s": tpot, "tokens": n,
+                            "error": error or (None if served else f"{n} of {want} tokens")})
+
+    current = Path(args.plan) if args.plan else None
+    since = [_scrape(endpoints_path, scrapes, -1)]  # scrape files since the last change, per window
+    replans: dict[int, dict] = {}
+    busy = threading.Event()
+
+    def replan_after(i: int, files: list[str], plan_dir: Path) -> None:
+        nonlocal current, since
+        out = scrapes.parent / f"replan-w{i:02d}"
+        cmd = _replan_command(plan_dir, files, wall_window, out, args)
+        t = time.monotonic()
+        # in the caller's directory (the plan, scrapes and files may be relative to it), with this checkout's package
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        (scrapes.parent / f"replan-w{i:02d}.txt").write_text(" ".join(cmd) + "\n\n" + done.stdout + done.stderr)
+        rec = replans[i] = _replan_record(done, out, args.apply, time.monotonic() - t)
+        print(f"replan after window {i}: {json.dumps(rec)}", flush=True)
+        if rec["applied"]:
+            current = out
+            since = [_scrape(endpoints_path, scrapes, i, tag="applied")]
+        busy.clear()
+
+    def window_end(i: int) -> None:
+        since.append(_scrape(endpoints_path, scrapes, i))
+        if (args.apply or args.advise) and current is not None and not busy.is_set() and len(since) >= 2:
+            busy.set()
+            files = [f for group in since for f in group]
+            threading.Thread(target=replan_after, args=(i, files, current), daemon=True).start()
+
+    _paced(requests, args.speed, wall_window, n_windows, one, window_end)
+    while busy.is_set():
+        time.sleep(1)
+    records, total = _summary(results, replans, n_windows, args, scrapes)
     print(json.dumps(total, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps({"windows": records, "totals": total, "requests": sorted(

@@ -20,7 +20,8 @@ from typing import Sequence
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.placement import Baseline, Instance, Objective
 from compiler.place.greedy import AT_ARRIVAL_RATE, greedy, mix_rate
-from compiler.place.ilp import OPTIMAL_GAP, SOLVES_AT_ONCE, concurrently, solve
+from compiler.place.concurrently import SOLVES_AT_ONCE, concurrently
+from compiler.place.ilp import OPTIMAL_GAP, solve
 
 
 def baselines(inst: Instance, objective: str, *, time_limit_s: float,

@@ -74,7 +74,7 @@ import datetime
 import logging
 import math
 import time
-from typing import Callable, Sequence, TypeVar
+from typing import Sequence
 
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.placement import FAMILIES, OBJECTIVES, PRICED_OBJECTIVES, Instance, Objective, Solution
@@ -87,8 +87,6 @@ from compiler.place.ratio import dinkelbach
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-R = TypeVar("R")
 
 RATIO_OBJECTIVES = ("tokens-per-watt", "tokens-per-dollar")
 
@@ -517,21 +515,6 @@ def binding_families(inst: Instance, families: Sequence[str]) -> tuple[str, ...]
 
 #: Wall seconds a feasibility solve may take; one that runs out counts as infeasible (none has come close).
 FEASIBILITY_LIMIT_S = 30.0
-
-
-#: Solves `concurrently` runs at once: two cores here (HiGHS releases the GIL while it solves).
-SOLVES_AT_ONCE = 2
-
-
-def concurrently(solve_one: Callable[[T], R], items: Sequence[T], at_once: int = SOLVES_AT_ONCE) -> list[R]:
-    """`solve_one` of each of `items`, `at_once` at a time, results in the order of `items`. Every solve is
-    deterministic on its own, so running several at once changes only the wall time."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    if at_once <= 1:
-        return list(map(solve_one, items))
-    with ThreadPoolExecutor(at_once) as pool:
-        return list(pool.map(solve_one, items))
 
 
 def _check_prices(inst: Instance, objective: str) -> None:

@@ -7,7 +7,7 @@ as ``jq``, and, sent to standard error instead, still sat among a compile's own 
 runs, `solver_output_logged` points file descriptor 1 at a scratch file (Python's ``print`` to ``sys.stdout``
 is flushed first); once the solves are done, the C library's buffers are flushed into it and each line it
 caught is logged at INFO by this module's logger, which ``gimletc -v`` shows and a default run does not. Solves
-run two at a time (`compiler.place.ilp.concurrently`), so the first to enter redirects and the last to leave
+run two at a time (`compiler.place.concurrently`), so the first to enter redirects and the last to leave
 restores and logs.
 """
 

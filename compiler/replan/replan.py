@@ -79,7 +79,8 @@ from compiler.place.moves import Moves, base_key
 from compiler.replan.correct import (
     Factors, PoolFactors, Recost, at_measured_efficiency, corrected, fit, with_corrected_predictions,
 )
-from compiler.replan.forecast import ALPHA, BETA, ForecastError, chosen_forecast, errors, holt
+from compiler.replan.forecast import (MIN_SHARE, checked_rates, chosen_forecast, errors, forecast_mixes,
+                                      forecast_statement, holt)
 from compiler.replan.history import PastChange, moved_back, read_history, recent_changes
 from compiler.replan.metrics import Snapshot, window, windows
 from compiler.replan.observe import ClassShape, Observation, observe
@@ -377,33 +378,6 @@ def _forecast(obs: Observation, series: list[Observation], how: str) -> tuple[Cl
     return tuple(out)
 
 
-def forecast_statement(settings: Settings, classes: tuple[ClassPlan, ...]) -> str:
-    """The forecast used, in words, with its error on the windows it read (what ``gimletc replan`` prints)."""
-    windows = max((c.windows for c in classes), default=0)
-    if settings.forecast == "auto":
-        picks = ", ".join(f"{c.name} {'Holt' if c.error_points and c.holt_mape < c.last_value_mape else 'last value'}"
-                          for c in classes)
-        how = (f"per class, the one with the smaller replayed error of Holt's smoothing (alpha {ALPHA:g}, beta "
-               f"{BETA:g}) and the last window's rate (--forecast auto; {picks}) over {windows} window(s) of "
-               f"{settings.window_s:g} s")
-    elif settings.forecast == "holt":
-        how = (f"Holt's linear exponential smoothing (alpha {ALPHA:g}, beta {BETA:g}) over {windows} window(s) of "
-               f"{settings.window_s:g} s")
-    else:
-        how = f"the last window's rates (--forecast none; {windows} window(s) of {settings.window_s:g} s read)"
-    scored = [c for c in classes if c.error_points]
-    if not scored:
-        return f"forecast: {how}; its error is unmeasured here (replaying it needs three windows or more)"
-    errs = ", ".join(f"{c.name} {c.holt_mape:.1%} (last value {c.last_value_mape:.1%}, {c.error_points} window(s))"
-                     for c in scored)
-    return f"forecast: {how}; one-step error replayed on these windows, Holt against the last value: {errs}"
-
-
-#: Smallest share a class keeps in the planned workload: a class that vanished from the window still has its
-#: pools' SLOs to meet if it returns, and the workload file refuses a zero share.
-MIN_SHARE = 1e-3
-
-
 def planned_workload(compiled, classes: tuple[ClassPlan, ...]):
     """The compiled `Workload` with the measured shares and mean lengths (each longest length raised to its mean
     when the mean passed it) and, where it names an arrival rate, the forecast total; and its YAML text."""
@@ -556,58 +530,6 @@ def _gain_se(raw: Instance, factors: tuple[Factors, ...], objective: str, curren
         if all(x is not None for x in g):
             var += ((g[0] - g[1]) / 2) ** 2
     return math.sqrt(var)
-
-
-def forecast_error(c: ClassPlan, how: str) -> float | None:
-    """The replayed one-step error (a fraction of the rate) of the forecast class `c` got; None when unmeasured."""
-    if not c.error_points:
-        return None
-    pick = chosen_forecast(how, ForecastError(c.error_points, c.holt_mape, c.last_value_mape))
-    return c.holt_mape if pick == "holt" else c.last_value_mape
-
-
-def checked_rates(classes: tuple[ClassPlan, ...], settings: Settings) -> list[dict[str, float]]:
-    """The class rates the cool-down's overload check runs the running plan at ([Note: cool-down]): the forecast,
-    then each class's forecast moved up by ``forecast_weight`` times the larger of the two forecasts' replayed
-    errors, the others kept. The larger: with a few windows replayed, the error of the forecast chosen (the lower of
-    two noisy estimates) is biased low, and a false alarm here costs only the cool-down's margin.
-
-    >>> chat = ClassPlan("chat", 30.0, 30.0, 0.75, 0.01, 512, 256, 5, 0.3, 0.2, 3)   # Holt 30%, last value 20% off
-    >>> docs = ClassPlan("docs", 10.0, 10.0, 0.25, 0.01, 6000, 128, 5, 0.5, 0.6, 3)  # Holt 50%, last value 60% off
-    >>> checked_rates((chat, docs), Settings())
-    [{'chat': 30.0, 'docs': 10.0}, {'chat': 39.0, 'docs': 10.0}, {'chat': 30.0, 'docs': 16.0}]
-    """
-    rates = {c.name: c.forecast_requests_per_s for c in classes}
-    out = [rates]
-    for c in classes if settings.forecast_weight > 0 else ():
-        err = max(c.holt_mape, c.last_value_mape) if c.error_points else None
-        if err and rates[c.name]:
-            out.append(dict(rates, **{c.name: rates[c.name] * (1 + settings.forecast_weight * err)}))
-    return out
-
-
-def forecast_mixes(classes: tuple[ClassPlan, ...], settings: Settings) -> list[tuple[dict[str, float], ...]]:
-    """Pairs of class shares: each class's forecast rate moved up and down by ``forecast_weight`` times its
-    replayed error ([Note: forecast error]), the others kept: the mixes the next window may bring instead.
-
-    >>> chat = ClassPlan("chat", 30.0, 30.0, 0.75, 0.01, 512, 256, 5, 0.3, 0.2, 3)   # last value: 20% off
-    >>> docs = ClassPlan("docs", 10.0, 10.0, 0.25, 0.01, 6000, 128, 5, 0.5, 0.6, 3)  # Holt: 50% off
-    >>> [[round(m["chat"], 4) for m in pair] for pair in forecast_mixes((chat, docs), Settings())]
-    [[0.7826, 0.7059], [0.6667, 0.8571]]
-    """
-    out = []
-    rates = {c.name: c.forecast_requests_per_s for c in classes}
-    for c in classes if settings.forecast_weight > 0 and len(classes) > 1 else ():
-        err = forecast_error(c, settings.forecast)
-        if not err or not rates[c.name]:
-            continue
-        pair = []
-        for sign in (1, -1):
-            moved = dict(rates, **{c.name: rates[c.name] * max(1 + sign * settings.forecast_weight * err, 0.0)})
-            shares = {n: max(r / sum(moved.values()), MIN_SHARE) for n, r in moved.items()}
-            pair.append({n: v / sum(shares.values()) for n, v in shares.items()})
-        out.append(tuple(pair))
-    return out
 
 
 def _forecast_variants(inst: Instance, classes: tuple[ClassPlan, ...], settings: Settings

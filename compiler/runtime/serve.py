@@ -334,68 +334,9 @@ def build_app(loop: ServingLoop, root: Path, model_name: str):
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
         usage_wanted = body.stream_options is not None and body.stream_options.include_usage
         if body.stream:
-            return StreamingResponse(_stream(out, choices, stops, rid, chat, usage_wanted),
+            return StreamingResponse(_stream(out, choices, stops, rid, chat, usage_wanted, tokens, m, model_name),
                                      media_type="text/event-stream")
-        failed = None
-        for _ in choices:
-            while True:
-                index, item = await out.get()
-                if isinstance(item, Exception):
-                    failed = failed or item
-                    break
-                if item is _DONE:
-                    break
-        if failed is not None:
-            raise _item_error(failed)
-        listed = []
-        for c in choices:
-            _observe(m, c.req)
-            n_visible, text = tokens.visible(c.req.tokens, stops, final=True)
-            shown = c.req.tokens[:n_visible]
-            lp = choice_logprobs(tokens, c.req, n_visible, chat)
-            choice = ({"index": c.index, "message": {"role": "assistant", "content": text}, "logprobs": lp} if chat
-                      else {"index": c.index, "text": text, "logprobs": lp})
-            listed.append({**choice, "finish_reason": c.req.finish_reason, "token_ids": shown})
-        return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-                "model": model_name, "choices": listed, "usage": _usage(choices)}
-
-    async def _stream(out: asyncio.Queue, choices: list[_Choice], stops: list, rid: str, chat: bool,
-                      usage_wanted: bool):
-        kind = "chat.completion.chunk" if chat else "text_completion"
-        base = {"id": rid, "object": kind, "created": int(time.time()), "model": model_name}
-        if chat:
-            for c in choices:
-                yield _sse({**base, "choices": [{"index": c.index, "delta": {"role": "assistant", "content": ""},
-                                                 "finish_reason": None}]})
-        left = len(choices)
-        while left:
-            index, item = await out.get()
-            c = choices[index]
-            if isinstance(item, Exception):
-                e = _item_error(item)
-                yield _sse({"error": {"message": str(e), "type": e.kind, "param": None, "code": e.code}})
-                break
-            final = item is _DONE
-            if not final:
-                c.tokens.append(item)
-            so_far = c.text.update(c.tokens) if c.text is not None and not final else None
-            n_visible, text = tokens.visible(c.tokens, stops, final=final, start=c.sent_tokens, text=so_far)
-            if n_visible > c.sent_tokens or len(text) > c.sent_chars:
-                delta, ids = text[c.sent_chars:], c.tokens[c.sent_tokens:n_visible]
-                piece = {"delta": {"content": delta}} if chat else {"text": delta}
-                lp = choice_logprobs(tokens, c.req, n_visible, chat, start=c.sent_tokens)
-                yield _sse({**base, "choices": [{"index": c.index, **piece, "logprobs": lp, "finish_reason": None,
-                                                 "token_ids": ids}]})
-                c.sent_tokens, c.sent_chars = max(c.sent_tokens, n_visible), max(c.sent_chars, len(text))
-            if final:
-                left -= 1
-                yield _sse({**base, "choices": [{"index": c.index, **({"delta": {}} if chat else {"text": ""}),
-                                                 "finish_reason": c.req.finish_reason}]})
-                _observe(m, c.req)
-        else:
-            if usage_wanted:
-                yield _sse({**base, "choices": [], "usage": _usage(choices)})
-        yield "data: [DONE]\n\n"
+        return await _answer(out, choices, stops, rid, chat, tokens, m, model_name)
 
     async def completions(body: CompletionBody):
         return await generate(body, chat=False)
@@ -409,6 +350,74 @@ def build_app(loop: ServingLoop, root: Path, model_name: str):
         app.post(path)(handler)
 
     return app
+
+
+async def _answer(out: asyncio.Queue, choices: list[_Choice], stops: list, rid: str, chat: bool, tokens: Tokens, m,
+                  model_name: str) -> dict:
+    """The whole answer once every choice is done (`out` as `_stream` reads it); the first error, raised."""
+    failed = None
+    for _ in choices:
+        while True:
+            index, item = await out.get()
+            if isinstance(item, Exception):
+                failed = failed or item
+                break
+            if item is _DONE:
+                break
+    if failed is not None:
+        raise _item_error(failed)
+    listed = []
+    for c in choices:
+        _observe(m, c.req)
+        n_visible, text = tokens.visible(c.req.tokens, stops, final=True)
+        shown = c.req.tokens[:n_visible]
+        lp = choice_logprobs(tokens, c.req, n_visible, chat)
+        choice = ({"index": c.index, "message": {"role": "assistant", "content": text}, "logprobs": lp} if chat
+                  else {"index": c.index, "text": text, "logprobs": lp})
+        listed.append({**choice, "finish_reason": c.req.finish_reason, "token_ids": shown})
+    return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+            "model": model_name, "choices": listed, "usage": _usage(choices)}
+
+
+async def _stream(out: asyncio.Queue, choices: list[_Choice], stops: list, rid: str, chat: bool, usage_wanted: bool,
+                  tokens: Tokens, m, model_name: str):
+    """The choices' tokens as Server-Sent Events as they come (`out` gives (choice index, token | _DONE | error)):
+    the visible text's new part per chunk, a last chunk per choice with its finish reason, usage where asked."""
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    base = {"id": rid, "object": kind, "created": int(time.time()), "model": model_name}
+    if chat:
+        for c in choices:
+            yield _sse({**base, "choices": [{"index": c.index, "delta": {"role": "assistant", "content": ""},
+                                             "finish_reason": None}]})
+    left = len(choices)
+    while left:
+        index, item = await out.get()
+        c = choices[index]
+        if isinstance(item, Exception):
+            e = _item_error(item)
+            yield _sse({"error": {"message": str(e), "type": e.kind, "param": None, "code": e.code}})
+            break
+        final = item is _DONE
+        if not final:
+            c.tokens.append(item)
+        so_far = c.text.update(c.tokens) if c.text is not None and not final else None
+        n_visible, text = tokens.visible(c.tokens, stops, final=final, start=c.sent_tokens, text=so_far)
+        if n_visible > c.sent_tokens or len(text) > c.sent_chars:
+            delta, ids = text[c.sent_chars:], c.tokens[c.sent_tokens:n_visible]
+            piece = {"delta": {"content": delta}} if chat else {"text": delta}
+            lp = choice_logprobs(tokens, c.req, n_visible, chat, start=c.sent_tokens)
+            yield _sse({**base, "choices": [{"index": c.index, **piece, "logprobs": lp, "finish_reason": None,
+                                             "token_ids": ids}]})
+            c.sent_tokens, c.sent_chars = max(c.sent_tokens, n_visible), max(c.sent_chars, len(text))
+        if final:
+            left -= 1
+            yield _sse({**base, "choices": [{"index": c.index, **({"delta": {}} if chat else {"text": ""}),
+                                             "finish_reason": c.req.finish_reason}]})
+            _observe(m, c.req)
+    else:
+        if usage_wanted:
+            yield _sse({**base, "choices": [], "usage": _usage(choices)})
+    yield "data: [DONE]\n\n"
 
 
 def _sse(obj: dict) -> str:

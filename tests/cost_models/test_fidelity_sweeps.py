@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
 import fidelity_sweeps as fs  # noqa: E402
+import fidelity_sweeps_report as report  # noqa: E402
 
 
 def _row(i: int, device: str = "nvidia-h100-sxm") -> dict:
@@ -77,9 +78,9 @@ def test_sglang_rows_launched_with_mixed_chunks_mix_and_share_the_wave_fit():
 def test_regenerating_the_tables_keeps_what_is_written_by_hand(tmp_path):
     """`--markdown PATH` rewrites the generated tables and keeps PATH's text from the hand-written marker on."""
     doc = tmp_path / "fidelity.md"
-    assert fs.kept_below(doc) == "\n" + fs.HAND_WRITTEN + "\n"  # a new file gets the marker
-    doc.write_text("# old tables\n| a |\n" + fs.HAND_WRITTEN + "\n\n## Notes\nkept\n")
-    assert fs.kept_below(doc) == fs.HAND_WRITTEN + "\n\n## Notes\nkept\n"
+    assert report.kept_below(doc) == "\n" + report.HAND_WRITTEN + "\n"  # a new file gets the marker
+    doc.write_text("# old tables\n| a |\n" + report.HAND_WRITTEN + "\n\n## Notes\nkept\n")
+    assert report.kept_below(doc) == report.HAND_WRITTEN + "\n\n## Notes\nkept\n"
 
 
 def test_a_sweep_row_reads_its_kv_cache_at_the_engines_bf16():

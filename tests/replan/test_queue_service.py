@@ -132,7 +132,8 @@ def test_the_forecast_error_widens_the_mix_the_gain_is_judged_on():
     documents at 10/s with 50% (Holt's): at weight 1, chat's variants are 36 and 24 /s against 10 (chat's shares
     36/46 and 24/34), the documents' 15 and 5 /s against 30 (30/45 and 30/35); at weight 2, 42 and 18 /s for chat;
     at weight 0 there are none, nor for a class whose forecast was never replayed."""
-    from compiler.replan.replan import ClassPlan, Settings, forecast_mixes
+    from compiler.replan.forecast import forecast_mixes
+    from compiler.replan.replan import ClassPlan, Settings
 
     chat = ClassPlan("chat", 30.0, 30.0, 0.75, 0.01, 512, 256, 5, 0.30, 0.20, 3)
     docs = ClassPlan("docs", 10.0, 10.0, 0.25, 0.01, 6000, 128, 5, 0.50, 0.60, 3)
