@@ -182,3 +182,20 @@ def test_ir_is_standard_library_only():
         for name in _imports(path):
             top = name.split(".")[0]
             assert top in sys.stdlib_module_names or top in ("compiler", "__future__"), f"{path.name}: {name}"
+
+
+def test_no_file_over_600_lines_and_no_function_over_80():
+    """STYLE.md: split a file past ~600 lines; a function past 80 lines is split unless it says why in a note
+    (``[Note:`` in its docstring)."""
+    long_files, long_functions = [], []
+    for top in ("compiler", "cost_models", "backends", "tools"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            text = path.read_text()
+            if len(text.splitlines()) > 600:
+                long_files.append(f"{path.relative_to(REPO)}: {len(text.splitlines())}")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > 80 and "[Note:" not in (ast.get_docstring(node) or ""):
+                        long_functions.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines}")
+    assert not long_files and not long_functions, long_files + long_functions

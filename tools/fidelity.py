@@ -275,8 +275,8 @@ def print_answered(rows: list[dict], graphs: dict) -> None:
     refusals = answered(rows, graphs)
     by: dict[str, list[int]] = {}
     for row, why in zip(rows, refusals):
-        for key in (row["file"], "family " + _family(row["device"]),
-                    "non-NVIDIA" if _family(row["device"]) != "nvidia" else "NVIDIA"):
+        for key in (row["file"], "family " + family_of(row["device"]),
+                    "non-NVIDIA" if family_of(row["device"]) != "nvidia" else "NVIDIA"):
             by.setdefault(key, [0, 0])[bool(why)] += 1
     print(f"answered {refusals.count('')} of {len(rows)} rows, refused {len(rows) - refusals.count('')}")
     for key, (ok, no) in sorted(by.items()):
@@ -300,7 +300,7 @@ def evaluate_rows(rows: list[dict], graphs: dict, derates: dict | None = None,
         except Exception as e:  # report the row, keep going
             predicted, ape, error = float("nan"), float("nan"), f"{type(e).__name__}: {e}"
         out.append({"id": row["id"], "model": row["model"], "device": row["device"],
-                    "family": _family(row["device"]), "count": row["count"], "dtype": row["dtype"],
+                    "family": family_of(row["device"]), "count": row["count"], "dtype": row["dtype"],
                     "batch": row.get("concurrency") and f"c{row['concurrency']}" or row["batch"],
                     "in": row["input_len"], "out": row["output_len"], "metric": row["metric"],
                     "measured": measured, "predicted": predicted, "ape_pct": ape,
@@ -367,8 +367,8 @@ def fit_family(fam: str, fam_rows: list[dict], graphs: dict, predicting: frozens
 
 def fit(rows: list[dict], graphs: dict, predicting: frozenset[str] = frozenset()) -> dict:
     """A fitted derate per family present in `rows`."""
-    return {fam: fit_family(fam, [r for r in rows if _family(r["device"]) == fam], graphs, predicting)
-            for fam in sorted({_family(r["device"]) for r in rows})}
+    return {fam: fit_family(fam, [r for r in rows if family_of(r["device"]) == fam], graphs, predicting)
+            for fam in sorted({family_of(r["device"]) for r in rows})}
 
 
 def loo_one(rows: list[dict], i: int, graphs: dict) -> dict:
@@ -377,9 +377,9 @@ def loo_one(rows: list[dict], i: int, graphs: dict) -> dict:
     from cost_models.derates import GENERIC
 
     row = rows[i]
-    fam = _family(row["device"])
+    fam = family_of(row["device"])
     held = frozenset({row["id"]})
-    others = [r for j, r in enumerate(rows) if j != i and r["id"] != row["id"] and _family(r["device"]) == fam]
+    others = [r for j, r in enumerate(rows) if j != i and r["id"] != row["id"] and family_of(r["device"]) == fam]
     derate = fit_family(fam, others, graphs, held) if others else GENERIC
     return evaluate_rows([row], graphs, {fam: derate}, held)[0]
 
@@ -395,9 +395,9 @@ def held_out(fitting: list[dict], held: list[dict], graphs: dict) -> list[dict]:
     from cost_models.derates import GENERIC
 
     ids = frozenset(r["id"] for r in held)
-    families = sorted({_family(r["device"]) for r in held})
+    families = sorted({family_of(r["device"]) for r in held})
     derates = {fam: fit_family(fam, rows, graphs, ids) if rows else GENERIC
-               for fam in families for rows in [[r for r in fitting if _family(r["device"]) == fam]]}
+               for fam in families for rows in [[r for r in fitting if family_of(r["device"]) == fam]]}
     return evaluate_rows(held, graphs, derates, ids)
 
 
@@ -418,7 +418,7 @@ def before_after(shared: list[dict], new: list[dict], graphs: dict) -> dict:
         worst = sorted((r for r in fam_rows if r["loo_ape_pct"] == r["loo_ape_pct"]),
                        key=lambda r: -r["loo_ape_pct"])[:3]
         families[fam] = {
-            "rows_before": sum(1 for r in shared if _family(r["device"]) == fam), "rows_after": len(fam_rows),
+            "rows_before": sum(1 for r in shared if family_of(r["device"]) == fam), "rows_after": len(fam_rows),
             "committed_median_ape_pct": _median(fam_rows, "committed_ape_pct"),
             "loo_before_median_ape_pct": _median(fam_rows, "loo_before_ape_pct"),
             "loo_after_median_ape_pct": _median(fam_rows, "loo_ape_pct"),
@@ -433,7 +433,7 @@ def _median(rows: list[dict], key: str) -> float:
     return statistics.median(vals) if vals else float("nan")
 
 
-def _family(device_id: str) -> str:
+def family_of(device_id: str) -> str:
     from backends.registry import device
 
     return device(device_id).family
@@ -510,7 +510,7 @@ def main() -> None:
     if args.answered:
         print_answered(load_rows(args.csv) if args.csv else all_rows(), {})
         return
-    keep = (lambda rows: [r for r in rows if _family(r["device"]) in args.family]) if args.family else (lambda r: r)
+    keep = (lambda rows: [r for r in rows if family_of(r["device"]) in args.family]) if args.family else (lambda r: r)
     shared = keep(load_rows(args.csv or [DEFAULT_CSV]))
     new = [] if args.csv else keep(load_rows(data_files()))
     graphs: dict = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from fidelity import _family
+from fidelity import family_of
 
 def device_table(results: list[dict], key: str) -> list[dict]:
     """Per device id: its family, rows, median APE of `key` and median signed error, worst rows."""
@@ -14,7 +14,7 @@ def device_table(results: list[dict], key: str) -> list[dict]:
         rows = [r for r in results if r["device"] == dev and r[key] == r[key]]
         signed = "loo_err_pct" if key == "loo_ape_pct" else "err_pct"
         worst = sorted(rows, key=lambda r: -r[key])[:3]
-        out.append({"device": dev, "family": _family(dev), "rows": len(rows),
+        out.append({"device": dev, "family": family_of(dev), "rows": len(rows),
                     "median_ape_pct": statistics.median(r[key] for r in rows) if rows else float("nan"),
                     "median_err_pct": statistics.median(r[signed] for r in rows) if rows else float("nan"),
                     "worst": [(r["id"], round(r[key], 1)) for r in worst]})

@@ -142,7 +142,7 @@ def test_the_fitter_refuses_held_out_rows_and_the_row_it_predicts():
     held = [row for _name, row in HELDOUT]
     assert held, "the held-out set has rows"
     with pytest.raises(ValueError, match="refuses rows it is asked to predict or that are held out"):
-        fidelity.fit_family(fidelity._family(held[0]["device"]), [held[0]], {})
+        fidelity.fit_family(fidelity.family_of(held[0]["device"]), [held[0]], {})
     tiny = _tiny_rows()
     with pytest.raises(ValueError, match=tiny[0]["id"]):
         fidelity.fit_family("amd", tiny, {}, frozenset({tiny[0]["id"]}))
@@ -232,7 +232,7 @@ def test_trn2_held_out_rows_hold_with_the_fitted_derate():
     if not fidelity.DEFAULT_CSV.is_file():
         pytest.skip("../shared/reference is not beside this checkout")
     fitting = [r for r in fidelity.load_rows([fidelity.DEFAULT_CSV, *fidelity.data_files()])
-               if fidelity._family(r["device"]) == "trainium"]
+               if fidelity.family_of(r["device"]) == "trainium"]
     results = fidelity.held_out(fitting, _trn2_held_out(), {})
     assert statistics.median(r["ape_pct"] for r in results) < TRN2_HELD_OUT_FITTED_MEDIAN_APE_PCT
 
@@ -249,7 +249,7 @@ def test_each_familys_derate_is_what_its_fit_gives_today(family):
     if not fidelity.DEFAULT_CSV.is_file():
         pytest.skip("../shared/reference is not beside this checkout")
     rows = [r for r in fidelity.load_rows([fidelity.DEFAULT_CSV, *fidelity.data_files()])
-            if fidelity._family(r["device"]) == family]
+            if fidelity.family_of(r["device"]) == family]
     fitted = fidelity.fit_family(family, rows, {})
     fields = fidelity.FITTED_FIELDS.get(family, fidelity.FITTED)
     line = fidelity._derate_line
