@@ -112,3 +112,31 @@ def pod_processes(files: dict):
         elif kind == "ConfigMap" and obj["metadata"]["name"].endswith("-workers"):  # external systems
             for text in obj["data"].values():
                 yield dict(line.split("=", 1) for line in text.splitlines()), ["python", "-m", "compiler.runtime.worker"]
+
+
+def engine_median_ms(result_file: str, name: str) -> float:
+    """The median of histogram `name` between the engine's scrapes around a point (``NAME.before.prom``,
+    ``NAME.after.prom`` beside its result file), read with prometheus_client's parser and interpolated inside its
+    bucket by hand, as Prometheus's ``histogram_quantile`` does."""
+    from pathlib import Path
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def buckets(path: Path) -> dict[float, float]:
+        out: dict[float, float] = {}
+        for fam in text_string_to_metric_families(path.read_text()):
+            for s in fam.samples:
+                if s.name == f"{name}_bucket":
+                    le = float(s.labels["le"])
+                    out[le] = out.get(le, 0.0) + s.value
+        return out
+
+    base = Path(result_file)
+    before, after = (buckets(base.with_name(f"{base.stem}.{w}.prom")) for w in ("before", "after"))
+    delta = sorted((le, c - before.get(le, 0.0)) for le, c in after.items())
+    rank, lo, below = delta[-1][1] / 2, 0.0, 0.0
+    for le, c in delta:
+        if c >= rank and c > below:
+            return (lo + (le - lo) * (rank - below) / (c - below)) * 1e3
+        lo, below = le, c
+    raise AssertionError(f"{result_file}: no {name} samples between the scrapes")

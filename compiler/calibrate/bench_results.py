@@ -17,6 +17,14 @@ Formats, told apart by content (`read_points`):
   output_len, backend, backend_version, ttft_ms, tpot_ms``; optionally ``count, pp, dtype, kv_dtype``).
 
 Mean lengths are the run's totals over its completed requests (the configured lengths are not what ran).
+
+[Note: the engine's TPOT beside a result] A client times streamed chunks, and vLLM sends many tokens in one chunk
+when its output path lags (two identical runs read 39 ms and 0.4 ms here); `gimletc bench` therefore measures
+TPOT with the engine's own per-request histogram. A fit on the client's TPOT would then be compared with the
+engine's. Where the engine's ``/metrics`` was saved before and after the run beside its result file
+(``NAME.before.prom``, ``NAME.after.prom``: what ``calibrate --engine vllm`` writes, or ``curl URL/metrics`` around
+your own run), the point's TPOT is the median of the engine's ``vllm:request_time_per_output_token_seconds`` over
+exactly the run's requests (counts must agree), and its note says so.
 An open-loop run (a request rate, no concurrency limit) is a closed loop of its mean concurrency by Little's law,
 rate x mean latency, and says so in its ``note``; a run with neither limit (every request at once) is a closed
 loop of all its requests.
@@ -190,6 +198,10 @@ def _vllm_or_sglang(path: Path, where: str, d: dict, defaults: Defaults) -> Meas
         raise BadInput(f"{where}: no total_input_tokens / total_output_tokens: the mean lengths are unknown")
     e2e = _number(d, "mean_e2e_latency_ms", "mean_e2el_ms")
     clients, note = _load(where, _number(d, "max_concurrency"), _number(d, "request_rate"), completed, e2e)
+    engine_tpot = engine_quartiles(path, "request_tpot_s")
+    if engine_tpot is not None and engine_tpot[3] == completed:  # [Note: the engine's TPOT beside a result]
+        tpot = engine_tpot[1] * 1e3
+        note = "; ".join(filter(None, (note, f"TPOT from the engine's own histogram ({path.stem}.before/after.prom)")))
     lengths = _lengths(d, sglang)
     stated = {k: d[k] for k in DEPLOYMENT_FIELDS if k in d}  # vllm bench serve --metadata
     if "model" not in stated and d.get("model_id"):
@@ -198,6 +210,25 @@ def _vllm_or_sglang(path: Path, where: str, d: dict, defaults: Defaults) -> Meas
     return _point(where, stated, defaults, engine=engine, concurrency=clients, input_len=inp / completed,
                   output_len=out / completed, ttft_ms=ttft, tpot_ms=tpot, requests=int(completed), lengths=lengths,
                   note=note)
+
+
+def engine_quartiles(path: Path, quantity: str) -> tuple[float, float, float, int] | None:
+    """The 25th, 50th and 75th percentile (s) and the count of `quantity`'s histogram (`compiler.deploy.metrics`
+    names) between the engine's scrapes around the point of result file `path` (``NAME.before.prom``,
+    ``NAME.after.prom``, written by compiler/calibrate/vllm_bench.py); None without both, or without samples."""
+    from compiler.deploy.metrics import parse
+
+    scrapes = [path.with_name(f"{path.stem}.{when}.prom") for when in ("before", "after")]
+    if not all(s.exists() for s in scrapes):
+        return None
+    before, after = (dict(parse(s.read_text(), str(s)).histograms) for s in scrapes)
+    found = [k for k in after if k[0] == quantity]
+    if not found:
+        return None
+    h = after[found[0]].minus(before.get(found[0]))
+    if h.count < 1:
+        return None
+    return h.quantile(0.25), h.quantile(0.5), h.quantile(0.75), int(round(h.count))
 
 
 def _lengths(d: dict, sglang: bool) -> str:

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from backends.engines import VLLM_RELEASE
+from compiler.calibrate.bench_results import engine_quartiles
 from compiler.calibrate.engine_fit import FIT_PARAMS, Point, Row, fit_engine, predict
 from compiler.calibrate.profile_fit import spreads as held_out_spreads
 from compiler.calibrate.vllm_bench import ATTEMPTS, stalled
@@ -189,25 +190,6 @@ def sweep(points: Sequence[Point], note: Callable[[str], None]) -> tuple[list[Ro
 
 def _file(p: Point) -> str:
     return f"c{p.concurrency}_i{p.input_len}_o{p.output_len}"
-
-
-def engine_quartiles(path: Path, quantity: str) -> tuple[float, float, float, int] | None:
-    """The 25th, 50th and 75th percentile (s) and the count of `quantity`'s histogram (`compiler.deploy.metrics`
-    names) between the engine's scrapes around the point of result file `path` (``NAME.before.prom``,
-    ``NAME.after.prom``, written by compiler/calibrate/vllm_bench.py); None without both, or without samples."""
-    from compiler.deploy.metrics import parse
-
-    scrapes = [path.with_name(f"{path.stem}.{when}.prom") for when in ("before", "after")]
-    if not all(s.exists() for s in scrapes):
-        return None
-    before, after = (dict(parse(s.read_text(), str(s)).histograms) for s in scrapes)
-    found = [k for k in after if k[0] == quantity]
-    if not found:
-        return None
-    h = after[found[0]].minus(before.get(found[0]))
-    if h.count < 1:
-        return None
-    return h.quantile(0.25), h.quantile(0.5), h.quantile(0.75), int(round(h.count))
 
 
 def measured_row(p: Point, path: Path) -> Row:

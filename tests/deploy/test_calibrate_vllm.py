@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import engine_median_ms, run_cli
 
 
 def _rows(points, engine, graph, dep):
@@ -173,7 +173,7 @@ def test_calibrate_then_estimate_held_out_points_against_vllm(tmp_path, monkeypa
         measured = json.loads(open(r["result_file"]).read())  # vllm bench serve's own --save-result JSON
         assert measured["completed"] == r["requests"] and not measured["failed"]
         ttft = statistics.median(measured["ttfts"]) * 1e3
-        tpot = _engine_median_ms(r["result_file"], "vllm:request_time_per_output_token_seconds")
+        tpot = engine_median_ms(r["result_file"], "vllm:request_time_per_output_token_seconds")
         p = predicted[r["name"]]
         assert not p["error"], p["error"]
         ttft_ape.append(abs(float(p["ttft_ms"]) - ttft) / ttft)
@@ -185,34 +185,6 @@ def test_calibrate_then_estimate_held_out_points_against_vllm(tmp_path, monkeypa
         pytest.xfail(f"not within the targets yet: held-out median APE TTFT {ttft_err:.1%} (target 20%), "
                      f"TPOT {tpot_err:.1%} (target 10%); on a two-core Xeon, 12.8-18.9% / 7.1-9.8% over the four runs "
                      f"on record since a round's first prompt is modelled alone (docs/fidelity-vllm-cpu.md)")
-
-
-def _engine_median_ms(result_file: str, name: str) -> float:
-    """The median of histogram `name` between the engine's scrapes around a point (``NAME.before.prom``,
-    ``NAME.after.prom`` beside its result file), read with prometheus_client's parser and interpolated inside its
-    bucket by hand, as Prometheus's ``histogram_quantile`` does."""
-    from pathlib import Path
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    def buckets(path: Path) -> dict[float, float]:
-        out: dict[float, float] = {}
-        for fam in text_string_to_metric_families(path.read_text()):
-            for s in fam.samples:
-                if s.name == f"{name}_bucket":
-                    le = float(s.labels["le"])
-                    out[le] = out.get(le, 0.0) + s.value
-        return out
-
-    base = Path(result_file)
-    before, after = (buckets(base.with_name(f"{base.stem}.{w}.prom")) for w in ("before", "after"))
-    delta = sorted((le, c - before.get(le, 0.0)) for le, c in after.items())
-    rank, lo, below = delta[-1][1] / 2, 0.0, 0.0
-    for le, c in delta:
-        if c >= rank and c > below:
-            return (lo + (le - lo) * (rank - below) / (c - below)) * 1e3
-        lo, below = le, c
-    raise AssertionError(f"{result_file}: no {name} samples between the scrapes")
 
 
 def _calibrate_from_the_same_result_files(report: dict, held: list[dict], tmp_path) -> None:
@@ -240,7 +212,7 @@ def _calibrate_from_the_same_result_files(report: dict, held: list[dict], tmp_pa
     for r in held:
         measured = json.loads(open(r["result_file"]).read())
         ttft = measured["median_ttft_ms"]
-        tpot = _engine_median_ms(r["result_file"], "vllm:request_time_per_output_token_seconds")
+        tpot = engine_median_ms(r["result_file"], "vllm:request_time_per_output_token_seconds")
         p = predicted[r["name"]]
         assert not p["error"], p["error"]
         ttft_ape.append(abs(float(p["ttft_ms"]) - ttft) / ttft)
