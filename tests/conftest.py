@@ -12,6 +12,20 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_MODELS = ("llama-tiny", "mixtral-tiny", "qwen3-tiny", "qwen3-moe-tiny", "gpt-oss-tiny", "deepseek-v3-tiny")
+#: The marker expression of the default run (pyproject's addopts).
+DEFAULT_MARKERS = "not slow and not device and not engine"
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """pyproject's ``-n auto``: the default run on two processes (pytest-xdist, a module per process at a time,
+    ``--dist loadfile``, so module fixtures are built once); a run of the `slow` or `engine` tests, or one asked
+    for by ``-m``, in this process (an engine test starts real engines that want the host's cores to itself).
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still sets the count."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    if config.getoption("markexpr", "") != DEFAULT_MARKERS:
+        return 0
+    return min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -140,3 +154,15 @@ def engine_median_ms(result_file: str, name: str) -> float:
             return (lo + (le - lo) * (rank - below) / (c - below)) * 1e3
         lo, below = le, c
     raise AssertionError(f"{result_file}: no {name} samples between the scrapes")
+
+
+def histogram_text(name: str, buckets: dict[float, int], bounds: tuple[float, ...]) -> str:
+    """Prometheus text of one vLLM histogram `name` whose `buckets` hold (upper bound -> samples in it), written
+    with cumulative counts at each of `bounds` and +Inf, its count and its sum (each sample at its bucket's top)."""
+    lines, total = [f"# TYPE {name} histogram"], 0
+    for le in bounds:
+        total += buckets.get(le, 0)
+        lines.append(f'{name}_bucket{{le="{le}",model_name="m"}} {total}')
+    lines += [f'{name}_bucket{{le="+Inf",model_name="m"}} {total}', f'{name}_count{{model_name="m"}} {total}',
+              f'{name}_sum{{model_name="m"}} {sum(le * n for le, n in buckets.items())}']
+    return "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ import pytest
 
 from compiler.calibrate.bench_results import Defaults, read_points
 from compiler.ir.errors import BadInput
+from tests.conftest import histogram_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "bench_results"
 H200 = Defaults(model="llama-3.3-70b", device="nvidia-h200-sxm", tp=4)
@@ -186,33 +187,22 @@ def test_a_real_vllm_sweep_measured_here_calibrates_and_predicts_the_points_it_l
     assert 0.6 <= sum(inside) / len(inside) <= 1.0
 
 
-def _histogram_text(name: str, buckets: dict[float, int]) -> str:
-    """Prometheus text of one vLLM histogram (cumulative buckets built here from per-bucket counts)."""
-    lines, total = [f"# TYPE {name} histogram"], 0
-    for le in (0.004, 0.0045, 0.005, 0.01, 0.05):
-        total += buckets.get(le, 0)
-        lines.append(f'{name}_bucket{{le="{le}",model_name="m"}} {total}')
-    lines += [f'{name}_bucket{{le="+Inf",model_name="m"}} {total}', f'{name}_count{{model_name="m"}} {total}',
-              f'{name}_sum{{model_name="m"}} {sum(le * n for le, n in buckets.items())}']
-    return "\n".join(lines) + "\n"
-
-
 def test_the_engines_tpot_saved_beside_a_result_replaces_the_clients(tmp_path):
     """[Note: the engine's TPOT beside a result]: a run whose client read its bursting stream as 0.01 ms TPOT,
     with the engine's /metrics saved before and after it (2 earlier requests in 'before'). By hand: the run's 8
     requests fall 4 in (4.0, 4.5] ms and 4 in (4.5, 5.0], so the median is the 4th of 8, the top of the first
     bucket, 4.5 ms. With a count that does not match the run's (another client's requests in the window), the
     client's figure stays."""
-    name = "vllm:request_time_per_output_token_seconds"
+    name, bounds = "vllm:request_time_per_output_token_seconds", (0.004, 0.0045, 0.005, 0.01, 0.05)
     run = {"completed": 8, "max_concurrency": 4, "total_input_tokens": 8 * 768, "total_output_tokens": 8 * 16,
            "median_ttft_ms": 400.0, "median_tpot_ms": 0.01, "model_id": "llama-mini"}
     path = tmp_path / "c4_i768_o16.json"
     path.write_text(json.dumps(run))
-    (tmp_path / "c4_i768_o16.before.prom").write_text(_histogram_text(name, {0.01: 2}))
-    (tmp_path / "c4_i768_o16.after.prom").write_text(_histogram_text(name, {0.01: 2, 0.0045: 4, 0.005: 4}))
+    (tmp_path / "c4_i768_o16.before.prom").write_text(histogram_text(name, {0.01: 2}, bounds))
+    (tmp_path / "c4_i768_o16.after.prom").write_text(histogram_text(name, {0.01: 2, 0.0045: 4, 0.005: 4}, bounds))
     defaults = Defaults(device="cpu-host", engine="vllm")
     (point,) = read_points([path], defaults)
     assert point.tpot_ms == pytest.approx(4.5) and "engine's own histogram" in point.note
-    (tmp_path / "c4_i768_o16.after.prom").write_text(_histogram_text(name, {0.01: 3, 0.0045: 4, 0.005: 4}))
+    (tmp_path / "c4_i768_o16.after.prom").write_text(histogram_text(name, {0.01: 3, 0.0045: 4, 0.005: 4}, bounds))
     (point,) = read_points([path], defaults)
     assert point.tpot_ms == pytest.approx(0.01) and "engine" not in point.note

@@ -14,6 +14,17 @@ pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(sys.platform != "linux", reason="the concurrent path forks (Linux only)")]
 
 
+@pytest.fixture(autouse=True)
+def _own_threads_only(monkeypatch):
+    """The trace forks only in a process running one thread. Under pytest-xdist this process also runs the
+    worker's own I/O threads, started before any test: count only the threads beyond those, so each test sees the
+    process as a single-threaded compile would be (a thread a test starts still counts)."""
+    import threading
+
+    before = threading.active_count()
+    monkeypatch.setattr(concurrent.threading, "active_count", lambda: len(threading.enumerate()) - before + 1)
+
+
 @pytest.fixture(scope="module")
 def one_process():
     """`one_process(name)`: the JSON of the model's graph traced in this process alone (the reference every test

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.conftest import engine_median_ms, run_cli
+from tests.conftest import engine_median_ms, histogram_text, run_cli
 
 
 def _rows(points, engine, graph, dep):
@@ -65,17 +65,9 @@ def test_a_point_stalled_at_every_run_is_refused_and_a_streamed_one_read(tmp_pat
 
 def _scrape(tpot: dict[float, int], ttft: dict[float, int]) -> str:
     """Prometheus text of a vLLM engine whose histograms hold `tpot` and `ttft` (bucket bound -> samples)."""
-    lines = []
-    for name, hist in (("vllm:request_time_per_output_token_seconds", tpot),
-                       ("vllm:time_to_first_token_seconds", ttft)):
-        lines.append(f"# TYPE {name} histogram")
-        total = 0
-        for le in (0.002, 0.0025, 0.003, 0.01, 0.02, 0.025, 0.03):
-            total += hist.get(le, 0)
-            lines.append(f'{name}_bucket{{le="{le}",model_name="m"}} {total}')
-        lines += [f'{name}_bucket{{le="+Inf",model_name="m"}} {total}', f'{name}_count{{model_name="m"}} {total}',
-                  f'{name}_sum{{model_name="m"}} {sum(le * n for le, n in hist.items())}']
-    return "\n".join(lines) + "\n"
+    bounds = (0.002, 0.0025, 0.003, 0.01, 0.02, 0.025, 0.03)
+    return (histogram_text("vllm:request_time_per_output_token_seconds", tpot, bounds)
+            + histogram_text("vllm:time_to_first_token_seconds", ttft, bounds))
 
 
 def test_a_stalled_point_is_read_from_the_engines_own_histograms(tmp_path):
