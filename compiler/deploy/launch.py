@@ -187,7 +187,8 @@ def core_shares(roles: list[str], first: int = 0, engines: int | None = None,
     `engines` on this host): the environment binding its worker (`cores_of`) and the cores its other processes
     run on. Where engines that decode (decode, colocated) share the host with others (prefill), every engine's
     API server and engine core runs on the others' cores, leaving each decoding worker its cores alone; else on
-    its own worker's cores. One engine alone is left to vLLM (its worker binds itself and reserves a core for the rest).
+    its own worker's cores. One engine alone is left to vLLM (its worker binds itself and reserves a core for
+    the rest).
 
     >>> core_shares(["prefill", "decode"], cpus=[0, 1])
     [({'VLLM_CPU_OMP_THREADS_BIND': '0', 'VLLM_CPU_NUM_OF_RESERVED_CPU': '0'}, (0,)), \
@@ -264,8 +265,9 @@ def cores_of(index: int, engines: int, cpus: list[int] | None = None) -> dict[st
     worker instead: 1.00-1.46x over ten benches (TPOT 4.7-8.1 ms). A real split runs them on the decode host's
     spare cores, never on its worker's, so `core_shares` puts every engine's API server and engine core on the
     prefill engines' cores (`Proc.cpus`, inherited by the engine core; vLLM's worker binds itself) and leaves the
-    decode worker its core alone: 1.08-1.16x (TPOT 4.2-4.9 ms, three benches), TTFT and tokens/s still inside the
-    plan's intervals, the prefill core paying for the others' processes (TTFT p50 1.3 -> 1.8 s).
+    decode worker its core alone: 1.03, 1.10, 1.19 and 1.03x over four benches (TPOT 3.4-5.0 ms), TTFT and
+    tokens/s still inside the plan's intervals, the prefill core paying for the others' processes (TTFT p50 at
+    four clients 1.3 -> 1.7-1.9 s; docs/fidelity-vllm-cpu.md, "A prefill/decode split").
 
     >>> cores_of(1, 2, [0, 1]), cores_of(0, 1, [0, 1])
     ({'VLLM_CPU_OMP_THREADS_BIND': '1', 'VLLM_CPU_NUM_OF_RESERVED_CPU': '0'}, {})
