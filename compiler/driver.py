@@ -263,7 +263,7 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
         try:
             options, skipped = enumerate_options(graph, cluster, workload, precision, draft=draft)
         except BadInput as e:
-            raise Infeasible(f"memory: {e}{_dtype_hint(cluster, precision)}") from None
+            raise Infeasible(f"memory: {e}{_dtype_hint(cluster, precision, memory=True)}") from None
         for reason in skipped:
             log.warning("left out of the placement: %s%s", reason, _dtype_hint(cluster, precision, reason))
         instance = build_instance(graph, cluster, workload, options, precision, budget)
@@ -304,18 +304,30 @@ def _raise_if_bounded(model_name: str, instance: Instance) -> None:
         raise Infeasible(why)
 
 
-def _dtype_hint(cluster: Cluster, precision: Precision, reason: str | None = None) -> str:
-    """``; try --dtype fp8 (...)`` for devices (named in `reason`, else all) that lack the weight dtype."""
-    from backends.registry import device
-    from compiler.ir.precision import WEIGHT_DTYPES
+def _dtype_hint(cluster: Cluster, precision: Precision, reason: str | None = None, memory: bool = False) -> str:
+    """``; --dtype ...`` for the devices named in `reason` (else all): where they cannot store the weights' dtype,
+    one they can (fp8 where it is one); where they cannot hold the weights (`memory`, or a reason that says so),
+    the next smaller dtype they store, else more of them. A wider dtype never answers a lack of memory (Cerebras
+    stores fp8 and computes at 16 bits: "--dtype fp16" there would need twice the memory)."""
+    from compiler.cost.costing import unsupported
+    from compiler.ir.precision import DTYPE_BYTES, WEIGHT_DTYPES
 
+    memory = memory or (reason is not None and "cannot hold" in reason)
+    smaller: dict[str, list[str]] = {}  # a smaller dtype -> the devices that store it
     hints = []
-    for device_id in cluster.inventory():
-        spec = device(device_id)
-        if spec.peak(precision.weights) is None and (reason is None or device_id in reason):
-            usable = [d for d in WEIGHT_DTYPES if spec.peak(d) is not None]
-            if usable:
-                hints.append(f"--dtype {usable[-1] if 'fp8' not in usable else 'fp8'} runs on {device_id}")
+    for device_id in sorted(cluster.inventory()):
+        if reason is not None and device_id not in reason:
+            continue
+        stores = [d for d in WEIGHT_DTYPES if not unsupported(device_id, Precision.of(d))]
+        if memory:
+            less = [d for d in stores if DTYPE_BYTES[d] < DTYPE_BYTES[precision.weights]]
+            if less:
+                smaller.setdefault(max(less, key=DTYPE_BYTES.__getitem__), []).append(device_id)
+            elif reason is not None:
+                hints.append(f"more {device_id} devices hold them")
+        elif precision.weights not in stores and stores:
+            hints.append(f"--dtype {'fp8' if 'fp8' in stores else stores[-1]} runs on {device_id}")
+    hints = [f"--dtype {d} stores the weights in less memory on {', '.join(ds)}" for d, ds in smaller.items()] + hints
     return f"; {', '.join(hints)}" if hints else ""
 
 

@@ -442,3 +442,21 @@ except BadInput as e:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "BadInput: plan: pool a: draft.pool 'b' is not a pool with role drafter" in proc.stdout
+
+
+def test_a_type_that_cannot_hold_the_weights_is_never_told_to_widen_them(tmp_path):
+    """One Cerebras CS-3 (44 GB of SRAM) cannot hold Llama-3.1-70B at fp8 (70.6 GB); at 16 bits it would need
+    141 GB. CS-3 stores fp8 and fp4 and computes at 16 bits, so the hint is the smaller dtype it stores, never
+    "--dtype fp16". d-Matrix Corsair has no bf16 rate at all: at bf16 it is told the dtype it runs."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump({"name": "one-wafer", "devices": [
+        {"device": "cerebras-cs3", "count": 1}, {"device": "dmatrix-corsair", "count": 8},
+        {"device": "nvidia-h100-sxm", "count": 8}]}))
+    for dtype, want, never in (("fp8", "--dtype fp4 stores the weights in less memory on cerebras-cs3", "fp16"),
+                               ("bf16", "--dtype fp8 runs on dmatrix-corsair", "fp16 runs")):
+        proc = run_cli("compile", "llama-3.1-70b", "--cluster", str(cluster), "--workload",
+                       str(REPO / "examples" / "workloads" / "chat.yaml"), "--dtype", dtype, "--no-sensitivity",
+                       "--out", str(tmp_path / dtype))
+        warned = [line for line in proc.stderr.splitlines() if "left out of the placement" in line]
+        assert any(want in line for line in warned), proc.stderr[-2000:]
+        assert not any(f"--dtype {never}" in line for line in warned if "cerebras" in line), warned
