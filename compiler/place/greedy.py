@@ -43,91 +43,78 @@ def greedy(inst: Instance, objective: str = "throughput") -> dict[str, int]:
     (`Instance.services`), each service's floor first, in their order, each from its own best pools by the same
     rule; then, unless the objective serves fixed rates, the rest of the fleet to the pools whose weighted
     requests/s per watt (or dollar) are highest."""
+    fleet = _Left(inst, objective)
     if inst.services:
-        return _greedy_services(inst, objective)
-    inv = dict(inst.inventory)
-    watts = inst.power_budget_w if inst.power_budget_w is not None else math.inf
-    dollars = inst.cost_budget_per_hour if inst.cost_budget_per_hour is not None else math.inf
-    priced = objective in PRICED_OBJECTIVES or math.isfinite(dollars)
+        return _greedy_services(inst, objective, fleet)
     target = inst.arrival_rate_per_s if objective in AT_ARRIVAL_RATE else None
     rates = {o.key: mix_rate(inst, o) for o in inst.options if o.kind == "colocated"}
-    price = {o.key: inst.price_per_hour(o) for o in inst.options}
-
-    def per(o: PoolOption) -> float:  # what one replica spends of the resource the objective rations
-        return price[o.key] if objective in PRICED_OBJECTIVES else o.provisioned_w
-
-    pools = sorted((o for o in inst.options if rates.get(o.key) and o.provisioned_w > 0
-                    and (not priced or price[o.key])), key=lambda o: (-rates[o.key] / per(o), o.key))
-    chosen: dict[str, int] = {}
     served = 0.0
-    for o in pools:
-        k = min((inv[d] // n for d, n in o.devices), default=0)
-        if math.isfinite(watts):
-            k = min(k, int(watts // o.provisioned_w))
-        if math.isfinite(dollars):
-            k = min(k, int(dollars // price[o.key]))
-        if target is not None:
-            k = min(k, math.ceil((target - served) / rates[o.key] - 1e-9))
-        if k <= 0:
-            continue
-        chosen[o.key] = k
-        for d, n in o.devices:
-            inv[d] -= k * n
-        watts -= k * o.provisioned_w
-        dollars -= k * (price[o.key] or 0.0)
-        served += k * rates[o.key]
+    for o in fleet.ranked(rates):
+        most = math.ceil((target - served) / rates[o.key] - 1e-9) if target is not None else math.inf
+        served += fleet.take(o, most) * rates[o.key]
         if target is not None and served >= target * (1 - 1e-9):
             break
-    return chosen
+    return fleet.chosen
 
 
-def _greedy_services(inst: Instance, objective: str) -> dict[str, int]:
-    """`greedy` of an instance of several services (the start of a joint solve)."""
-    left = {"inv": dict(inst.inventory),
-            "watts": inst.power_budget_w if inst.power_budget_w is not None else math.inf,
-            "dollars": inst.cost_budget_per_hour if inst.cost_budget_per_hour is not None else math.inf}
-    priced = objective in PRICED_OBJECTIVES or math.isfinite(left["dollars"])
-    price = {o.key: inst.price_per_hour(o) for o in inst.options}
-    shares = {c.name: c.share for c in inst.classes}
-    chosen: dict[str, int] = {}
+class _Left:
+    """What the greedy placement has not used yet of the fleet (devices, watts, dollars), the replicas it chose,
+    and how it ranks pools: requests/s per what one replica spends of the resource the objective rations."""
 
-    def per(o: PoolOption) -> float:
-        return price[o.key] if objective in PRICED_OBJECTIVES else o.provisioned_w
+    def __init__(self, inst: Instance, objective: str):
+        self.inst, self.objective = inst, objective
+        self.inv = dict(inst.inventory)
+        self.watts = inst.power_budget_w if inst.power_budget_w is not None else math.inf
+        self.dollars = inst.cost_budget_per_hour if inst.cost_budget_per_hour is not None else math.inf
+        self.priced = objective in PRICED_OBJECTIVES or math.isfinite(self.dollars)
+        self.price = {o.key: inst.price_per_hour(o) for o in inst.options}
+        self.chosen: dict[str, int] = {}
 
-    def take(o: PoolOption, most: float) -> float:
+    def per(self, o: PoolOption) -> float:
+        return self.price[o.key] if self.objective in PRICED_OBJECTIVES else o.provisioned_w
+
+    def ranked(self, rates: dict[str, float]) -> list[PoolOption]:
+        """The options with a rate in `rates`, best requests/s per `per` first (ties by key)."""
+        return sorted((o for o in self.inst.options if rates.get(o.key) and o.provisioned_w > 0
+                       and (not self.priced or self.price[o.key])), key=lambda o: (-rates[o.key] / self.per(o), o.key))
+
+    def take(self, o: PoolOption, most: float) -> int:
         """Add up to `most` replicas of `o` within what is left; the number added."""
-        k = min((left["inv"][d] // n for d, n in o.devices), default=0)
-        if math.isfinite(left["watts"]):
-            k = min(k, int(left["watts"] // o.provisioned_w))
-        if math.isfinite(left["dollars"]):
-            k = min(k, int(left["dollars"] // price[o.key]))
+        k = min((self.inv[d] // n for d, n in o.devices), default=0)
+        if math.isfinite(self.watts):
+            k = min(k, int(self.watts // o.provisioned_w))
+        if math.isfinite(self.dollars):
+            k = min(k, int(self.dollars // self.price[o.key]))
         k = int(min(k, most))
         if k <= 0:
             return 0
-        chosen[o.key] = chosen.get(o.key, 0) + k
+        self.chosen[o.key] = self.chosen.get(o.key, 0) + k
         for d, n in o.devices:
-            left["inv"][d] -= k * n
-        left["watts"] -= k * o.provisioned_w
-        left["dollars"] -= k * (price[o.key] or 0.0)
+            self.inv[d] -= k * n
+        self.watts -= k * o.provisioned_w
+        self.dollars -= k * (self.price[o.key] or 0.0)
         return k
 
+
+def _greedy_services(inst: Instance, objective: str, fleet: _Left) -> dict[str, int]:
+    """`greedy` of an instance of several services (the start of a joint solve)."""
+    shares = {c.name: c.share for c in inst.classes}
     ranked = []
     for s in inst.services:
         mix = {c: shares[c] for c in s.classes}
         rates = {o.key: mix_rate(inst, o, mix) for o in inst.options if o.kind == "colocated"
                  and {c.name for c in o.classes} & set(s.classes)}
-        pools = sorted((o for o in inst.options if rates.get(o.key) and o.provisioned_w > 0
-                        and (not priced or price[o.key])), key=lambda o: (-rates[o.key] / per(o), o.key))
+        pools = fleet.ranked(rates)
         served = 0.0
         for o in pools:  # the floor first
             if served >= s.floor_per_s * (1 - 1e-9):
                 break
-            served += rates[o.key] * take(o, math.ceil((s.floor_per_s - served) / rates[o.key] - 1e-9))
-        ranked += [(-s.weight * rates[o.key] / per(o), o.key, o) for o in pools if s.weight > 0]
+            served += rates[o.key] * fleet.take(o, math.ceil((s.floor_per_s - served) / rates[o.key] - 1e-9))
+        ranked += [(-s.weight * rates[o.key] / fleet.per(o), o.key, o) for o in pools if s.weight > 0]
     if objective not in AT_ARRIVAL_RATE:
         for _value, _key, o in sorted(ranked, key=lambda r: (r[0], r[1])):
-            take(o, math.inf)
-    return chosen
+            fleet.take(o, math.inf)
+    return fleet.chosen
 
 
 def greedy_rate(inst: Instance, replicas: dict[str, int]) -> float:
