@@ -21,7 +21,7 @@ from compiler.ir.errors import BadInput, Infeasible
 from compiler.ir.placement import Baseline, Instance, Objective
 from compiler.place.greedy import AT_ARRIVAL_RATE, greedy, mix_rate
 from compiler.place.concurrently import SOLVES_AT_ONCE, concurrently
-from compiler.place.ilp import OPTIMAL_GAP, solve
+from compiler.place.ilp import ANALYSIS_GAP, OPTIMAL_GAP, solve
 
 
 def baselines(inst: Instance, objective: str, *, time_limit_s: float,
@@ -36,8 +36,16 @@ def baselines(inst: Instance, objective: str, *, time_limit_s: float,
 
     def one(entry: tuple[str, Instance | str]) -> Baseline:
         name, fleet = entry
-        return solved(name, fleet, objective, time_limit_s, explain, gap, exact=exact) if isinstance(fleet, Instance) \
-            else Baseline(name, "skipped", note=fleet)
+        if isinstance(fleet, str):
+            return Baseline(name, "skipped", note=fleet)
+        if name != "vendor-islands" or exact or gap >= ISLANDS_GAP:
+            return solved(name, fleet, objective, time_limit_s, explain, gap, exact=exact)
+        b = solved(name, fleet, objective, time_limit_s, explain, ISLANDS_GAP)
+        if b.status != "feasible" or b.objective is None:
+            return b
+        if b.objective.gap <= OPTIMAL_GAP:  # an easy one: its proof is cheap, and it breaks ties as the plan's do
+            return solved(name, fleet, objective, time_limit_s, explain, gap)
+        return replace(b, note=ISLANDS_NOTE.format(within=ISLANDS_GAP, gap=b.objective.gap))
 
     # the largest instances first (vendor islands holds every one-type option): the small single-type fleets
     # then fill the other core while it solves, instead of leaving it to finish alone
@@ -73,6 +81,23 @@ def unspent_budget(budget_w: float | None, provisioned_w: float, least_device_w:
     if budget_w is None or budget_w - provisioned_w < least_device_w:
         return None
     return provisioned_w
+
+
+#: [Note: vendor islands within the analysis gap] The vendor-islands baseline stops within `ANALYSIS_GAP` of its bound
+#: (``compile --exact``: to the plan's gap). Its placements are ones the plan could choose, so it never beats the
+#: plan, and the proof is the slowest solve of a compile: with no KV crossing types, each island rounds its own
+#: prefill and decode replica counts, the LP bound stays about 1.7% above the optimum, and branch and bound needs
+#: ~15,000 nodes (70B, mixed fleet, mix workload: 30 s to the proof plus 6 s of tie-break, on one core here, where
+#: the plan itself takes 2 s; within 2%, 3 s, a placement 0.5% below the proven one: 106.25 req/s against
+#: 106.82). The plan's gain over it may then read up to that gap high; the baseline's status (``feasible``) and
+#: bound say by how much, and the model's own interval on the gain is ten times wider. Every other baseline is
+#: solved to the plan's gap: an iso-power fleet can beat the plan, and no disaggregation is often within a few
+#: percent of it, where a 2% gap would be the whole answer. Where the search closes the gap on its way (a small
+#: fleet), the baseline is solved again to the plan's gap, cheaply, so that its ties are broken as the plan's are.
+ISLANDS_GAP = ANALYSIS_GAP
+ISLANDS_NOTE = ("solved to a {within:.0%} gap, not to the plan's (its bound, near-twins pruned included, {gap:.2%} "
+                "above): its placements are ones the plan could choose, so it never beats the plan, and its proof is "
+                "often a compile's slowest solve (compile --exact proves it)")
 
 
 def islands(inst: Instance) -> Instance:

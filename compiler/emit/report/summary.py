@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from compiler.emit.emit_plan import NEGLIGIBLE_REQUESTS_PER_S
-from compiler.emit.plan import Plan, Pool
+from compiler.emit.plan import Plan, Pool, looser_baselines
 from compiler.emit.report.figures import DECODE_TTFT_NOTE, INTERVAL_NOTE, gain_text, meets_text, with_interval
 from compiler.emit.report.power import PowerBreakdown
 from compiler.emit.report.verdict import verdict_lines
@@ -210,7 +210,8 @@ def _baselines(plan: Plan) -> str:
         return fmt(getattr(b, f)) if getattr(b, f, None) is not None else "-"
 
     rows = [[b.name] + [cell(b, f, fmt) for f, _h, fmt in fields] for b in plan.baselines]
-    return (f"Each baseline is solved under the same cost model and constraints, {plan.solver.standard}; the gain is the "
+    return (f"Each baseline is solved under the same cost model and constraints, {plan.solver.standard}"
+            f"{looser_baselines(plan.baselines, plan.solver)}; the gain is the "
             "plan's output tokens/s (or objective) over the baseline's, with its 80% interval when each device type's "
             "predictions are off by one factor within its own interval; \"within error\" where that interval holds "
             "1x: the model cannot tell which is better.\n\n"
