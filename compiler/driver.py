@@ -23,7 +23,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Collection, Iterator
 
 from compiler.inputs.model_spec import ModelSpec, checkpoint_precision, resolve_model
 from compiler.ir.block_graph import BlockGraph
@@ -399,7 +399,7 @@ class Compilation:
     solution: Solution
     prepared: Prepared
     timings: Timings
-    fleets: list = field(default_factory=list)  # the single-type fleets the baselines solved (`fleets_of`)
+    fleets: list = field(default_factory=list)  # the single-type fleets solved here (`fleets_of`; none: the child did)
 
 
 def compile(model: str, cluster_path: str, workload_path: str, *, power_budget_w: float | None = None,
@@ -465,15 +465,15 @@ def _placed(prep: Prepared, analysis, *, objective: str, time_limit_s: float, ba
         with timings.step("sensitivity" if analysis.analyse else "baselines beside the placement"):
             moved = analysis.finish()
     with timings.step("baselines"):
-        base, fleets = [], []
+        base, fleets = [], []  # the fleets are costed here only where the baselines are solved here
         if baselines:
-            fleets = fleets_of(prep)
             gap = max(sol.objective.solver_gap, OPTIMAL_GAP)
             early = analysis.baselines if analysis is not None else None
             if early is not None and gap <= OPTIMAL_GAP:
                 base = early  # solved to the proof beside the placement, as the plan was
             else:
                 note("baselines: each device type alone within the budget, vendor islands, no disaggregation, greedy")
+                fleets = fleets_of(prep)
                 base = solve_baselines(prep.instance, objective, time_limit_s=time_limit_s, fleets=fleets, gap=gap,
                                        exact=exact)
             base = _posed_once_placed(prep, sol, placed, base, objective=objective, time_limit_s=time_limit_s,
@@ -490,7 +490,7 @@ def _posed_once_placed(prep: Prepared, sol: Solution, placed: Plan, base: list, 
     maximise: one to minimise at an arrival rate asks what each type needs within the budget); where it needs the
     reference runtime (`placed.needs_runtime`), the same question solved as ``compile --deployable`` solves it,
     added as ``deployable``. (`Compilation.fleets`, which a frontier sweeps, stay at the budget.)"""
-    from compiler.place.baselines import fleet_baselines, solved, unspent_budget
+    from compiler.place.baselines import fleet_baselines, solved_today, unspent_budget
 
     budget_w = prep.cluster.power_budget_w
     least_w = min(prep.cluster.device_w(d) for d in prep.cluster.inventory())
@@ -506,20 +506,20 @@ def _posed_once_placed(prep: Prepared, sol: Solution, placed: Plan, base: list, 
         from compiler.emit.serving import deployable
 
         note("baselines: the same question on public engines alone (compile --deployable)")
-        base = [*base, solved("deployable", deployable(prep.instance, prep.cluster.engine), objective, time_limit_s,
-                              gap=gap, exact=exact)]
+        base = [*base, solved_today("deployable", deployable(prep.instance, prep.cluster.engine), objective,
+                                    time_limit_s, gap=gap, exact=exact)]
     return base
 
 
-def fleets_of(prep: Prepared, power_budget_w: float | None = None) -> list:
-    """The iso-power and iso-cost single-type fleets of `prep`'s cluster (`cost.instance.single_type_fleets`), held to
-    what public engines run when `prep` is (`compile --deployable`); given `power_budget_w`, only the iso-power ones,
-    posed at that power instead of the budget."""
+def fleets_of(prep: Prepared, power_budget_w: float | None = None, names: Collection[str] | None = None) -> list:
+    """The iso-power and iso-cost single-type fleets of `prep`'s cluster (`cost.instance.single_type_fleets`; only
+    those in `names` where given), held to what public engines run when `prep` is (`compile --deployable`); given
+    `power_budget_w`, only the iso-power ones, posed at that power instead of the budget."""
     from compiler.cost.instance import single_type_fleets
 
     cluster = prep.cluster if power_budget_w is None else \
         prep.cluster.model_copy(update={"power_budget_kw": power_budget_w / 1e3, "cost_budget_per_hour": None})
-    fleets = single_type_fleets(prep.graph, cluster, prep.workload, prep.precision)
+    fleets = single_type_fleets(prep.graph, cluster, prep.workload, prep.precision, names)
     if not prep.deployable:
         return fleets
     from compiler.emit.serving import deployable

@@ -95,7 +95,7 @@ def frontier(prep: Prepared, *, points: int = 8, time_limit_s: float = 60.0, pro
     if fleets is None:
         with timings.step("baselines"):
             note("costing each device type alone within the budget (once for the whole sweep)")
-            fleets = fleets_of(prep)
+            fleets = fleets_of(prep, names=curves)
     with timings.step("sweep"):
         rows, dropouts, failed = _sweep(prep, fleets, targets, objective, time_limit_s, note,
                                         SWEEP_GAP if gap is None else gap, curves, node_limit)

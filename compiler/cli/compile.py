@@ -54,8 +54,8 @@ def register(sub) -> None:
     p.add_argument("--slo-tpot-ms", type=options.positive_float, metavar="Y", help="override the workload's TPOT SLO")
     p.add_argument("--exact", action="store_true",
                    help="prove the optimum over every pool option: prune none as near-twins (within 0.1%% of a kept "
-                        "one, which bounds the optimum within 0.3%%), and prove the vendor-islands baseline too "
-                        "(otherwise within 2%%); slower on large fleets")
+                        "one, which bounds the optimum within 0.3%%), and prove the vendor-islands and deployable "
+                        "baselines too (otherwise within 2%%); slower on large fleets")
     p.add_argument("--no-sensitivity", action="store_true",
                    help="skip re-solving with each assumed efficiency (fewer than two measurements) moved +-20%%")
     p.add_argument("--manifests", choices=MANIFEST_CHOICES, default="engines",

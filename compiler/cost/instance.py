@@ -11,6 +11,7 @@ each device type alone, as many as one budget buys, costed like any other fleet.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Collection
 
 from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
@@ -89,12 +90,13 @@ def build_instance(graph: BlockGraph, cluster: Cluster, workload: Workload, opti
                                      for c in classes for (a, b), q in sorted(queues.items())))
 
 
-def single_type_fleets(graph: BlockGraph, cluster: Cluster, workload: Workload,
-                       precision: Precision) -> list[tuple[str, Instance | str]]:
+def single_type_fleets(graph: BlockGraph, cluster: Cluster, workload: Workload, precision: Precision,
+                       names: Collection[str] | None = None) -> list[tuple[str, Instance | str]]:
     """``(name, Instance)`` per device type and budget: ``iso-power:<t>`` when the cluster has a power budget,
     ``iso-cost:<t>`` when it has a cost budget, each the type alone with as many devices as that budget buys
-    (`Cluster.alone`), its options costed for that count. A question that cannot be posed (the budget buys
-    none, the type cannot hold the model, no price) comes back as the reason instead of an Instance."""
+    (`Cluster.alone`), its options costed for that count; only those named in `names` where given. A question
+    that cannot be posed (the budget buys none, the type cannot hold the model, no price) comes back as the reason
+    instead of an Instance."""
     from compiler.cost.pool_options import enumerate_options
 
     budgets = [b for b, set_ in (("power", cluster.power_budget_w), ("cost", cluster.cost_budget_per_hour)) if set_]
@@ -102,6 +104,8 @@ def single_type_fleets(graph: BlockGraph, cluster: Cluster, workload: Workload,
     for budget in budgets:
         for t in cluster.inventory():
             name = f"iso-{budget}:{t}"
+            if names is not None and name not in names:
+                continue
             alone = cluster.alone(t, budget)
             if budget == "cost" and alone.price_per_hour(t) is None:
                 out.append((name, f"{t} has no price: set price_per_hour on its entry in the cluster file"))

@@ -338,11 +338,12 @@ class SolverReport(_Frozen):
 
 
 def looser_baselines(baselines, solver: SolverReport) -> str:
-    """The baselines that stopped at a wider gap than the plan's (vendor islands: [Note: vendor islands within the
-    analysis gap] in `compiler.place.baselines`), as a clause for the sentence that gives the plan's standard."""
+    """The baselines that stopped at a wider gap than the plan's (vendor islands, deployable: [Note: today's
+    baselines within the analysis gap] in `compiler.place.baselines`), as a clause for the sentence that gives the
+    plan's standard."""
     looser = [f"{b.name} within {100 * b.gap:.1f}%" for b in baselines
               if b.status == "feasible" and b.gap is not None and b.gap > solver.gap + 1e-9]
-    return f" ({', '.join(looser)}: it never beats the plan)" if looser else ""
+    return f" ({', '.join(looser)}: placements the plan could choose)" if looser else ""
 
 
 #: The quantities every baseline is compared on (all larger-is-better), beside the objective itself.

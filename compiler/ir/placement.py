@@ -353,8 +353,8 @@ class Solution:
 #: [Note: baselines] What a plan is compared against, each answering a user's question, each solved under the
 #: same cost model and the plan's objective (`compiler.place.baselines`), to the gap the plan's own solve
 #: reached (exactly when the plan is proven optimal: both sides of a comparison are as good as proven; vendor
-#: islands, which never beat the plan, within the analysis gap: [Note: vendor islands within the analysis gap] in
-#: `compiler.place.baselines`):
+#: islands and deployable, which never beat the plan, within the analysis gap: [Note: today's baselines within
+#: the analysis gap] in `compiler.place.baselines`):
 #: ``iso-power:<device>`` (``iso-cost:<device>``): only that device type, as many as the power (cost) budget
 #: buys, its count chosen by the solver ([Note: fleet design]); ``vendor-islands``: the same inventory, each
 #: type serving alone side by side, no KV or activations crossing types; ``no-disaggregation``: the same
