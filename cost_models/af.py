@@ -132,21 +132,34 @@ def af_decode_step(graph: BlockGraph, shape: AFShape, batch: float, context: flo
     across hundreds of shapes. It is keyed by the deployments' identity, so it must not outlive them (one
     search's `shape.attn` and `shape.ffn` objects)."""
     memo = {} if memo is None else memo
+    time, ta, tf, tc, attn, ffn, edges, plan_a, plan_f, seam = _af_step(graph, shape, batch, context, memo)
+    m = shape.micro_batches
+    return AFStep(time, ta, tf, tc, _times(attn, m), _times(ffn, m, edges), seam, plan_a, plan_f)
+
+
+def af_step_s(graph: BlockGraph, shape: AFShape, batch: float, context: float, memo: dict) -> float:
+    """`af_decode_step`'s time alone (what an M:N search ranks shapes by), with the same `memo`."""
+    return _af_step(graph, shape, batch, context, memo)[0]
+
+
+def _af_step(graph: BlockGraph, shape: AFShape, batch: float, context: float, memo: dict) -> tuple:
+    """`af_decode_step`'s parts: (time, ta, tf, tc, the attention side's blocks, the FFN side's, its embedding and
+    head, the two memory plans, the bytes across the seam)."""
     m, layers = shape.micro_batches, graph.num_layers
     a, f = id(shape.attn), id(shape.ffn)
     plan_a = _kept(memo, ("plan a", a, batch, context), lambda: _attn_plan(graph, shape, batch, context))
     plan_f = _kept(memo, ("plan f", f, shape.ffn_groups), lambda: _ffn_plan(graph, shape))
-    ffn_dep = ffn_side(graph, shape)
-    moe = is_moe(graph)
+    ffn_dep = _kept(memo, ("ffn dep", f, shape.ffn_groups), lambda: ffn_side(graph, shape))
+    moe = _kept(memo, ("moe",), lambda: is_moe(graph))
     micro = batch / m
     pooled = shape.attn_groups * micro / (1 if moe else shape.ffn_groups)  # tokens one FFN costing sees
-    seam = graph.residual_edge("decode")
-    per_token = seam.act_bytes(B=1, L=context)
+    per_token = _kept(memo, ("per token", context), lambda: graph.residual_edge("decode").act_bytes(B=1, L=context))
     attn, ta = _kept(memo, ("attn", a, batch, m, context), lambda: _side(
         graph, shape.attn, shape.attn, ATTN_ROLES, micro, context, plan_a, per_token))
     ffn, tf = _kept(memo, ("ffn", f, shape.ffn_groups, pooled, context), lambda: _side(
         graph, ffn_dep, shape.ffn, FFN_ROLES, pooled, context, plan_f, per_token))
-    fanout = min(_experts_per_token(graph), shape.ffn_groups) if moe else 1  # groups each token visits
+    fanout = _kept(memo, ("fanout", shape.ffn_groups), lambda: min(_experts_per_token(graph), shape.ffn_groups)
+                   if moe else 1)  # groups each token visits
     tc = _transfer_s(shape, per_token, micro, fanout)
     layer = max(m * max(ta, tf, tc), ta + tf + 2 * tc)
     tokens = shape.attn_groups * batch
@@ -155,8 +168,7 @@ def af_decode_step(graph: BlockGraph, shape: AFShape, batch: float, context: flo
         graph, ffn_dep, "decode", {"B": edge_tokens, "L": context}, plan_f, EDGE_ROLES))
     host = max(shape.attn.step_overhead_s, shape.ffn.step_overhead_s) + shape.attn.engine.seq_overhead_s * batch
     time = shape.attn.engine.step_s(layers * layer + edges.time_s, host)
-    return AFStep(time, ta, tf, tc, _times(attn, m), _times(ffn, m, edges), 2 * layers * tokens * per_token * fanout,
-                  plan_a, plan_f)
+    return time, ta, tf, tc, attn, ffn, edges, plan_a, plan_f, 2 * layers * tokens * per_token * fanout
 
 
 def _kept(memo: dict, key: tuple, compute):

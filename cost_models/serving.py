@@ -416,6 +416,23 @@ def step(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan, *,
     Times returned are per device: a device's compute and memory busy time
     over the step (what power reads), the step's wall time.
     """
+    memo = _memo(graph).setdefault("step", {})  # [Note: step memo]
+    key = (dep, batch, plan, micro_batches)
+    hit = memo.get(key)
+    if hit is None:
+        if len(memo) >= MEMO_ENTRIES:
+            memo.clear()
+        hit = memo[key] = _step(graph, dep, batch, plan, micro_batches)
+    return hit
+
+
+#: [Note: step memo] Costing one device type evaluates the same engine step about twice (70B on the mixed fleet:
+#: 565 calls, 288 distinct, for one type's options): the closed-loop curves of a replica shape at several batch caps
+#: share their smaller batches. `step` keeps each one per graph, keyed by value (deployment, batch, memory plan),
+#: so a sensitivity move that re-costs a type with one factor moved misses it and one that restores it hits.
+
+
+def _step(graph: BlockGraph, dep: Deployment, batch: Batch, plan: MemoryPlan, micro_batches: float | None) -> StepTime:
     if dep.buckets is not None:
         batch = dep.buckets.pad(batch)
     m = micro_batches if micro_batches is not None else pipeline_micro_batches(batch, dep.pp)

@@ -17,7 +17,7 @@ from compiler.inputs.cluster import Cluster
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.pool_option import ClassService, PoolOption
 from compiler.ir.precision import Precision
-from cost_models.af import ATTN_ROLES, EDGE_ROLES, FFN_ROLES, AFShape, af_decode_step, af_plans, is_moe
+from cost_models.af import ATTN_ROLES, EDGE_ROLES, FFN_ROLES, AFShape, af_decode_step, af_plans, af_step_s, is_moe
 from cost_models.derates import Derate
 from cost_models.load import StepTable, decode_curve
 from cost_models.power import step_power_w
@@ -112,14 +112,32 @@ def _af_shape(cluster: Cluster, attn: Deployment, ffn: Deployment, m_groups: int
               micro: int) -> AFShape:
     """The link the seam crosses: scale-up when one type's replica fits one scale-up domain, else each device's
     NIC, capped across two pools by the cluster's link between them."""
-    a, f = attn.device, ffn.device
-    devices = m_groups * attn.group + n_groups * ffn.group
-    if a.id == f.id and a.scale_up is not None and devices <= a.scale_up.domain_devices:
-        return AFShape(attn, ffn, m_groups, n_groups, micro, a.scale_up.bw_bytes_per_s, a.scale_up.latency_s)
-    nics = [d.scale_out or d.scale_up for d in (a, f)]
-    per_device = min(link.bw_bytes_per_s for link in nics)
-    pool_bw, latency = cluster.link(a.id, f.id) if a.id != f.id else (math.inf, max(n.latency_s for n in nics))
-    return AFShape(attn, ffn, m_groups, n_groups, micro, per_device, latency, pool_bw)
+    return _Seam(cluster, attn, ffn).shape(m_groups, n_groups, micro)
+
+
+class _Seam:
+    """What the shapes of one attention/FFN pair share, looked up once: the links their seam may cross and what
+    one device of each side counts against the power budget."""
+
+    def __init__(self, cluster: Cluster, attn: Deployment, ffn: Deployment):
+        a, f = attn.device, ffn.device
+        self.attn, self.ffn = attn, ffn
+        self.up = a.scale_up if a.id == f.id else None  # one type: the scale-up domain, where the replica fits
+        nics = [d.scale_out or d.scale_up for d in (a, f)]
+        self.per_device = min(link.bw_bytes_per_s for link in nics)
+        self.pool_bw, self.latency = cluster.link(a.id, f.id) if a.id != f.id else \
+            (math.inf, max(n.latency_s for n in nics))
+        self.attn_w, self.ffn_w = cluster.spec_w(a), cluster.spec_w(f)
+
+    def shape(self, m_groups: int, n_groups: int, micro: int) -> AFShape:
+        attn, ffn = self.attn, self.ffn
+        if self.up is not None and m_groups * attn.group + n_groups * ffn.group <= self.up.domain_devices:
+            return AFShape(attn, ffn, m_groups, n_groups, micro, self.up.bw_bytes_per_s, self.up.latency_s)
+        return AFShape(attn, ffn, m_groups, n_groups, micro, self.per_device, self.latency, self.pool_bw)
+
+    def budget_w(self, shape: AFShape) -> float:
+        """What `shape` counts against the power budget on its footing: shapes are ranked per watt of it."""
+        return shape.attn_devices * self.attn_w + shape.ffn_devices * self.ffn_w
 
 
 def _af_pair(graph: BlockGraph, cluster: Cluster, attn: Deployment, ffns: list[tuple[int, Deployment]],
@@ -129,21 +147,23 @@ def _af_pair(graph: BlockGraph, cluster: Cluster, attn: Deployment, ffns: list[t
     inventory = cluster.inventory()
     room = af_plans(graph, _af_shape(cluster, attn, attn, 1, 1, 1), 0.0, 0.0)[0].kv_capacity_bytes * attn.group
     ffns = [(n, ffn) for n, ffn in ffns if af_plans(graph, _af_shape(cluster, attn, ffn, 1, n, 1), 0.0, 0.0)[1].fits]
+    seams = {n: _Seam(cluster, attn, ffn) for n, ffn in ffns}
     out, memo = [], {}  # each side's costing, shared by the shapes of this pair (`af_decode_step`)
     for b in BATCHES:
         served = [c for c in classes if room >= max(c.kv_mean_bytes * b, c.kv_max_bytes)]
         if not served:
             break
         best: tuple[float, AFShape] | None = None
-        for n, ffn in ffns:
+        for n, _ffn in ffns:
+            seam = seams[n]
             for micro in AF_MICRO_BATCHES:
                 last = 0.0
                 for m_groups in AF_ATTN_GROUPS:
-                    shape = _af_shape(cluster, attn, ffn, m_groups, n, micro)
+                    shape = seam.shape(m_groups, n, micro)
                     if not _af_fits(inventory, shape):
                         break
-                    step = af_decode_step(graph, shape, b, served[0].shape.decode_context, memo=memo)
-                    per_watt = m_groups * b / step.time_s / _budget_w(cluster, shape)
+                    step_s = af_step_s(graph, shape, b, served[0].shape.decode_context, memo)
+                    per_watt = m_groups * b / step_s / seam.budget_w(shape)
                     if per_watt <= last:
                         break
                     last = per_watt
@@ -152,11 +172,6 @@ def _af_pair(graph: BlockGraph, cluster: Cluster, attn: Deployment, ffns: list[t
         if best is not None:
             out.append(_af_option(graph, best[1], b, served, memo))
     return out
-
-
-def _budget_w(cluster: Cluster, shape: AFShape) -> float:
-    """What a shape counts against the power budget on its footing: shapes are ranked per watt of it."""
-    return shape.attn_devices * cluster.spec_w(shape.attn.device) + shape.ffn_devices * cluster.spec_w(shape.ffn.device)
 
 
 def _tdp(shape: AFShape) -> float:
