@@ -82,7 +82,19 @@ class ClassService:
         return pts[-1]
 
     def max_utilisation(self, *, ttft_s: float | None, tpot_s: float | None) -> float:
-        """The highest utilisation whose percentile TTFT and TPOT meet the targets (0.0 if even light load misses)."""
+        """The highest utilisation whose percentile TTFT and TPOT meet the targets (0.0 if even light load misses);
+        kept per service and targets (`_CAPS`: the placement asks the same services again for every what-if)."""
+        key = (id(self), ttft_s, tpot_s)
+        hit = _CAPS.get(key)
+        if hit is not None and hit[0] is self:
+            return hit[1]
+        if len(_CAPS) >= CAPS_KEPT:
+            _CAPS.clear()
+        best = self._max_utilisation(ttft_s, tpot_s)
+        _CAPS[key] = (self, best)
+        return best
+
+    def _max_utilisation(self, ttft_s: float | None, tpot_s: float | None) -> float:
         def ok(p: CurvePoint) -> bool:
             return (ttft_s is None or p[2] <= ttft_s) and (tpot_s is None or p[4] <= tpot_s)
 
@@ -95,6 +107,13 @@ class ClassService:
                 best = lo[0] + (hi[0] - lo[0]) * _crossing(lo, hi, ttft_s, tpot_s)
             break
         return best
+
+
+#: `ClassService.max_utilisation` by (the service's id, targets), with the service itself (an id is reused only once
+#: the service is gone); cleared past `CAPS_KEPT` entries. A sensitivity analysis builds some forty instances whose
+#: options are mostly the same objects, and pruning each asks every service for its caps again.
+_CAPS: dict[tuple[int, float | None, float | None], tuple[ClassService, float]] = {}
+CAPS_KEPT = 200_000
 
 
 def _crossing(lo: CurvePoint, hi: CurvePoint, ttft_s: float | None, tpot_s: float | None) -> float:
