@@ -77,7 +77,8 @@ def test_tpot_measured_above_the_prediction_is_corrected_within_five_percent(day
     """The engines' TPOT is 1.3x what the plan predicts, at the plan's own load; the replan's corrected prediction
     of each decoding pool's TPOT is within 5% of what was measured, which is within 1% of 1.3 x plan.json's. A pool
     the plan runs at its curve's end (no SLO binds below the highest utilisation modelled) has no room for slower
-    tokens: the replan names it overloaded and fits no factor to it."""
+    tokens: the replan names it overloaded and fits no factor to it; so may it name one whose load, served 1.3x
+    slower, would pass that end (the most the truth slows a replica), and every other pool must be corrected."""
     from compiler.replan.simulate import Truth
 
     plan_dir, compiled = day
@@ -94,6 +95,9 @@ def test_tpot_measured_above_the_prediction_is_corrected_within_five_percent(day
         end = min(options[base_key(p.option)].service(c.name).curve[-1][0] for c in p.predicted_classes)
         if p.predicted_utilisation >= end - 1e-6:
             assert f.tpot is None and f.note.startswith("overloaded"), (p.name, f.note)
+            continue
+        if f.tpot is None and p.predicted_utilisation * 1.3 >= end:  # 1.3x slower tokens may take it past the end
+            assert f.note.startswith("overloaded"), (p.name, f.note)
             continue
         # the engines' inter-token histogram counts output tokens after the first: chat 255, docs 127 (the workload)
         tokens = {c.name: c.requests_per_s * {"chat": 255, "docs": 127}[c.name] for c in p.predicted_classes}
