@@ -22,8 +22,7 @@ unused types together), one at a time from a shared counter while this process a
 free takes the next, so neither waits on a share that turned out slow (the child's baselines, one hard re-solve).
 On the 70B mix the child's baselines take about 9 s, one after another (40 s while the vendor islands were
 proven: [Note: today's baselines within the analysis gap] in `compiler.place.baselines`), and this process takes
-the moves meanwhile. The child's baselines and
-`Sensitivity` rows come back as JSON. Every solve is deterministic on its own, so the rows are the same whichever
+the moves meanwhile. The child's baselines and `Sensitivity` rows come back as JSON. Every solve is deterministic on its own, so the rows are the same whichever
 process solved them. A child that cannot start, dies or stays silent past its deadline costs only time: its
 baselines and moves are then solved here. ``compile --no-sensitivity`` forks the child all the same, for the
 baselines alone (`Analysis` with ``analyse`` False: no moves).

@@ -108,16 +108,10 @@ def _af_fits(inventory: dict[str, int], shape: AFShape) -> bool:
     return shape.attn_devices <= inventory[a] and shape.ffn_devices <= inventory[f]
 
 
-def _af_shape(cluster: Cluster, attn: Deployment, ffn: Deployment, m_groups: int, n_groups: int,
-              micro: int) -> AFShape:
-    """The link the seam crosses: scale-up when one type's replica fits one scale-up domain, else each device's
-    NIC, capped across two pools by the cluster's link between them."""
-    return _Seam(cluster, attn, ffn).shape(m_groups, n_groups, micro)
-
-
 class _Seam:
-    """What the shapes of one attention/FFN pair share, looked up once: the links their seam may cross and what
-    one device of each side counts against the power budget."""
+    """What the shapes of one attention/FFN pair share, looked up once: the links their seam may cross (`shape`:
+    scale-up when one type's replica fits one scale-up domain, else each device's NIC, capped across two pools by
+    the cluster's link between them) and what one device of each side counts against the power budget."""
 
     def __init__(self, cluster: Cluster, attn: Deployment, ffn: Deployment):
         a, f = attn.device, ffn.device
@@ -145,9 +139,9 @@ def _af_pair(graph: BlockGraph, cluster: Cluster, attn: Deployment, ffns: list[t
     """Per batch per attention group, the shape with the most output tokens per provisioned watt: for each FFN
     split and micro-batch count, attention groups double while that grows."""
     inventory = cluster.inventory()
-    room = af_plans(graph, _af_shape(cluster, attn, attn, 1, 1, 1), 0.0, 0.0)[0].kv_capacity_bytes * attn.group
-    ffns = [(n, ffn) for n, ffn in ffns if af_plans(graph, _af_shape(cluster, attn, ffn, 1, n, 1), 0.0, 0.0)[1].fits]
+    room = af_plans(graph, _Seam(cluster, attn, attn).shape(1, 1, 1), 0.0, 0.0)[0].kv_capacity_bytes * attn.group
     seams = {n: _Seam(cluster, attn, ffn) for n, ffn in ffns}
+    ffns = [(n, ffn) for n, ffn in ffns if af_plans(graph, seams[n].shape(1, n, 1), 0.0, 0.0)[1].fits]
     out, memo = [], {}  # each side's costing, shared by the shapes of this pair (`af_decode_step`)
     for b in BATCHES:
         served = [c for c in classes if room >= max(c.kv_mean_bytes * b, c.kv_max_bytes)]
