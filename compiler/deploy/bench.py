@@ -23,7 +23,8 @@ rather than after every remaining request fails too).
 it; when vLLM's output path lags it sends many tokens in one chunk, and two
 identical runs read 39 ms and 0.4 ms. The engines time each
 request's tokens where they are made: every engine's ``/metrics`` is scraped
-before and after each run, and the difference of its
+before and after each run (after: once the engines count the run's finished
+requests, `settled`), and the difference of its
 ``vllm:request_time_per_output_token_seconds`` histogram (one sample per
 request, as benchmarks count TPOT; deploy --local gives it buckets fine enough
 for a CPU step, [Note: engine latency histograms]) over the decode and
@@ -138,6 +139,25 @@ def scrape(engines: list[Engine], timeout_s: float = 10.0) -> dict[str, object]:
         except (OSError, ValueError, BadInput):  # noqa: PERF203 (one engine down leaves the others' figures)
             out[e.url] = None
     return out
+
+
+#: Seconds `settled` waits for the engines to count a run's last requests.
+SETTLE_S = 2.0
+
+
+def settled(engines: list[Engine], before: dict, finished: int) -> dict:
+    """A scrape once the decoding engines' TPOT histograms count the `finished` requests since `before`, or after
+    `SETTLE_S` (an engine that exports none costs that wait): an engine records a request when it finishes, which
+    can come after the client has read its last token, so a scrape taken at once can leave it to the next run."""
+    after = scrape(engines)
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
+        counted = engine_deltas(engines, before, after, "request_tpot_s", DECODE_ROLES)
+        if counted is not None and counted.count >= finished:
+            break
+        time.sleep(0.05)
+        after = scrape(engines)
+    return after
 
 
 def _histogram(snapshot, quantity: str):
@@ -301,19 +321,21 @@ def bench(url: str, model: str, engines: list[Engine], *, concurrency: int, requ
     spread between runs. Run ``k`` draws its prompts from ``seed + k + 1`` (the warm-up from `seed`)."""
     kw = dict(concurrency=concurrency, input_len=input_len, output_len=output_len, vocab_size=vocab_size,
               request_timeout_s=request_timeout_s, max_failures=max_failures)
+    before = scrape(engines)
     if warmup:
         note(f"warm-up: {warmup} requests, left out")
         samples, _wall = run_bench(url, model, requests=warmup, seed=seed, **kw)
         if any(not s.ok for s in samples):
             return {"runs": [], "measured": summarize(samples, _wall), "spread": {}, "failed_in": "warm-up"}
+        before = settled(engines, before, len(samples))
     runs, pooled, walls, tpot_hist, first = [], [], 0.0, None, None
     for k in range(repeat):
         note(f"run {k + 1} of {repeat}: {requests} requests at concurrency {concurrency}")
-        before = scrape(engines)
         first = first or before
         samples, wall = run_bench(url, model, requests=requests, seed=seed + k + 1, **kw)
-        after = scrape(engines)
+        after = settled(engines, before, sum(s.ok for s in samples))
         runs.append(summarize(samples, wall, engine_figures(engines, before, after)))
+        before = after
         pooled += samples
         walls += wall
         if runs[-1]["failed"]:

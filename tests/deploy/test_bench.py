@@ -59,10 +59,11 @@ def test_a_stream_without_usage_fails_and_says_so():
 TTFT_S, STEP_S = 0.02, 0.005
 
 
-def _stand_in_engine(prompts: list):
+def _stand_in_engine(prompts: list, record_after_s: float = 0.0):
     """An engine and router in one: each streamed completion waits `TTFT_S`, then `STEP_S` per further token, and
     sends every token in one chunk at the end (a lagging output path); its /metrics (vLLM's names, deploy's
-    buckets) time each request as the engine would: TTFT `TTFT_S`, TPOT `STEP_S`. Records each prompt it got."""
+    buckets) time each request as the engine would: TTFT `TTFT_S`, TPOT `STEP_S`, recorded `record_after_s` after
+    the response is sent. Records each prompt it got."""
     import http.server
     import threading
     import time
@@ -104,6 +105,8 @@ def _stand_in_engine(prompts: list):
                        "usage": {"prompt_tokens": len(req["prompt"]), "completion_tokens": n,
                                  "total_tokens": len(req["prompt"]) + n}}]
             self.wfile.write(("".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n").encode())
+            self.wfile.flush()
+            time.sleep(record_after_s)
             with lock:
                 ttft.labels("m").observe(TTFT_S)
                 tpot.labels("m").observe(STEP_S)
@@ -114,6 +117,22 @@ def _stand_in_engine(prompts: list):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_each_run_counts_its_own_requests_when_the_engine_records_them_late():
+    """An engine that records each request 0.3 s after its last token (HTTP/1.0: the client has its answer when
+    the body is flushed, before the handler returns): every run's TPOT histogram still counts exactly its own 6
+    requests, none left to the next run, and the warm-up's none."""
+    from compiler.deploy.bench import Engine, bench
+
+    server, url = _stand_in_engine([], record_after_s=0.3)
+    try:
+        out = bench(url, "m", [Engine("pool0", "decode", url)], concurrency=2, requests=6, input_len=16,
+                    output_len=8, vocab_size=1000, seed=3, repeat=3, warmup=2)
+    finally:
+        server.shutdown()
+    assert [r["engine"]["tpot_ms"]["n"] for r in out["runs"]] == [6, 6, 6]
+    assert out["measured"]["engine"]["tpot_ms"]["n"] == 18
 
 
 def test_bench_reads_tpot_from_the_engines_histograms_not_the_bursting_stream():
