@@ -57,7 +57,7 @@ class Settings:
 FULL = Settings()
 #: Shapes a CPU runs in seconds: what the tests exercise the same code with.
 TINY = Settings(tokens=(1, 16), decode_contexts=(64,), prefill_lengths=(64,), copy_mib=16, allreduce_mib=1,
-                decode_batches=(1, 2, 4, 8), decode_context=32, repeats=3)
+                decode_batches=(1, 2, 4, 8), decode_context=32, repeats=9)
 
 
 def accelerator(torch_device: str | None):
@@ -168,7 +168,9 @@ def _device_name(module) -> str:
 
 def _decode_steps(model: str, torch_device: str, settings: Settings, sync) -> list[dict[str, Any]]:
     """Seconds of one decode step of `model` (random weights, eager) at each batch, over a cache of
-    ``decode_context`` tokens."""
+    ``decode_context`` tokens: the median over ``repeats`` rounds, each round stepping every batch once, so that
+    what else the host runs meanwhile (a shared CPU, a GPU's clocks) weighs on the fitted and the held-out batches
+    alike."""
     import torch
     from transformers import DynamicCache
 
@@ -177,18 +179,27 @@ def _decode_steps(model: str, torch_device: str, settings: Settings, sync) -> li
 
     built, _ = build_model(resolve_model(model), device=torch_device, dtype="bf16", seed=0)
     vocab = built.config.vocab_size
-    out = []
     with torch.no_grad():
-        for i, b in enumerate(settings.decode_batches):
+        steps = []
+        for b in settings.decode_batches:
             prompt = torch.randint(0, vocab, (b, settings.decode_context), device=torch_device)
             cache = built(input_ids=prompt, use_cache=True, cache=DynamicCache()).cache
             token = torch.randint(0, vocab, (b, 1), device=torch_device)
-            s = timed(lambda token=token, cache=cache: built(input_ids=token, use_cache=True, cache=cache), sync,
-                      settings.repeats)
-            out.append({"batch": b, "context": settings.decode_context + settings.repeats // 2, "time_s": s,
-                        "held_out": i % 2 == 1})
-    del built
-    return out
+            steps.append(lambda token=token, cache=cache: built(input_ids=token, use_cache=True, cache=cache))
+        times: list[list[float]] = [[] for _ in steps]
+        for step in steps:  # warm-up
+            step()
+        sync()
+        for _ in range(settings.repeats):
+            for step, ts in zip(steps, times, strict=True):
+                start = time.perf_counter()
+                step()
+                sync()
+                ts.append(time.perf_counter() - start)
+    del built, steps
+    return [{"batch": b, "context": settings.decode_context + 1 + settings.repeats // 2,
+             "time_s": statistics.median(ts), "held_out": i % 2 == 1}
+            for i, (b, ts) in enumerate(zip(settings.decode_batches, times, strict=True))]
 
 
 def _allreduce(torch_device: str, devices: int, mib: int) -> dict[str, Any]:

@@ -19,10 +19,23 @@ def test_a_device_torch_does_not_see_here_is_refused_with_the_path_that_works():
     assert "torch sees no cuda here" in proc.stderr and "calibrate --from" in proc.stderr
 
 
-def test_the_measuring_and_the_fit_run_on_a_stand_in_device_and_predict_held_out_steps():
-    """On the CPU with tiny shapes: every microbenchmark row is timed, the copy's bandwidth is its bytes over its
-    time, and the decode steps held out of the fit (every other batch) are predicted within 2x of measured on two
-    shared cores (a GPU's are far steadier)."""
+@pytest.fixture
+def one_thread():
+    """torch on one thread: the stand-in device is one core. Two processes' thread pools on two shared cores (the
+    suite's workers) stall each other's steps by 3x at random, which no cost model predicts."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_the_measuring_and_the_fit_run_on_a_stand_in_device_and_predict_held_out_steps(one_thread):
+    """On one CPU core with tiny shapes: every microbenchmark row is timed, the copy's bandwidth is its bytes over
+    its time, and the decode steps held out of the fit (every other batch) are predicted within 2x of measured:
+    within 15% with two such processes here, 1.8x once beside the suite, whose other processes preempt the longest
+    steps most (a GPU's steps are far steadier)."""
     from compiler.calibrate.device import TINY, fit, measure
 
     measured = measure("cpu", "llama-mini", TINY, lambda _m: None)
@@ -35,7 +48,8 @@ def test_the_measuring_and_the_fit_run_on_a_stand_in_device_and_predict_held_out
     assert 0 < report["derate"]["compute_eff"] <= 1 and 0 < report["derate"]["mem_eff"] <= 1
     assert report["derate"]["op_overhead_s"] == rows["dispatch"][0]["time_s"]
     held = [r for r in report["decode"] if r["held_out"]]
-    assert held and all(0.5 < r["predicted_s"] / r["time_s"] < 2.0 for r in held), held
+    assert held and all(0.5 < r["predicted_s"] / r["time_s"] < 2.0 for r in held), \
+        [(r["batch"], r["time_s"], r["predicted_s"]) for r in held]
     assert all(math.isfinite(r["predicted_s"]) for r in report["linear"] + report["attention"])
 
 
