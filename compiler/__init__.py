@@ -34,7 +34,7 @@ _EXPORTS: dict[str, str] = {
     "estimate": "compiler.api", "pareto": "compiler.api", "Frontier": "compiler.api", "explain": "compiler.explanation",
     # the driver's passes and the plan file
     "Timings": "compiler.driver", "block_graph": "compiler.driver", "summarize": "compiler.trace.summarize",
-    "load_plan": "compiler.emit.plan",
+    "load_plan": "compiler.plan.schema",
 }
 
 __all__ = sorted(_EXPORTS)

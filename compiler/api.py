@@ -1,7 +1,7 @@
 """The Python plan API: `compile` a model into a `Plan`, save and load it, read its summary, run it, serve it,
 deploy it; `estimate` one deployment; sweep a `pareto` frontier. ``import compiler`` exposes these names lazily.
 
-[Note: plan API layering] The plan's schema (``plan.json``) is `compiler.emit.plan.Plan`, a pydantic value of
+[Note: plan API layering] The plan's schema (``plan.json``) is `compiler.plan.schema.Plan`, a pydantic value of
 the emit stage; emit may not import the runtime or the driver (tests/test_repo.py). `Plan` here wraps that
 value (``plan.document``) with what it was compiled from, and its methods reach the stages through lazy
 imports, from the top of the stack like the CLI: this module sits beside `compiler.driver` and imports it and
@@ -28,7 +28,7 @@ from compiler.ir.errors import BadInput
 
 if TYPE_CHECKING:  # typing only: importing them loads pydantic, which `import compiler` must not
     from compiler.driver import Compilation
-    from compiler.emit.plan import Plan as PlanDocument
+    from compiler.plan.schema import Plan as PlanDocument
     from compiler.ir.block_graph import BlockGraph
     from compiler.ir.estimate import Estimate
 
@@ -80,7 +80,7 @@ class Plan:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Plan:
         """Load a plan directory (or its ``plan.json``): validated, nothing executed. `BadInput` names any problem."""
-        from compiler.emit.plan_checks import load_plan
+        from compiler.plan.checks import load_plan
 
         root = Path(path)
         root = root.parent if root.name == "plan.json" else root
@@ -404,7 +404,7 @@ def draw_report(path: str | os.PathLike, *, points: int = REPORT_POINTS) -> list
     import tempfile
 
     from compiler.driver import block_graph
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
     from compiler.emit.report import NUMBERS, build_report, draw
 
     root = Path(path)

@@ -36,7 +36,7 @@ from compiler.place.bounds import infeasible_by_bounds
 if TYPE_CHECKING:  # typing only: importing them would load pydantic, which `import compiler` must not
     from cost_models.serving import Buckets
     from compiler.cost.drafted import DraftModel
-    from compiler.emit.plan import Plan
+    from compiler.plan.schema import Plan
     from compiler.inputs import Cluster, Workload
     from compiler.ir.estimate import Estimate
     from compiler.ir.placement import Instance, Solution

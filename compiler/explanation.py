@@ -34,7 +34,7 @@ from compiler.place.greedy import mix_rate
 if TYPE_CHECKING:
     from compiler.compile_inputs import CompileInputs
     from compiler.driver import Prepared
-    from compiler.emit.plan import Plan, Pool
+    from compiler.plan.schema import Plan, Pool
     from compiler.ir.pool_option import PoolOption
 
 #: Option kind of each pool role (`compiler.emit.emit_plan`).
@@ -114,7 +114,7 @@ def explain(path: str | Path, target: str | None = None, *, inputs: CompileInput
     """Explain the plan in `path` (all pools, or one pool or block: `target`). `inputs` default to the plan's
     ``report/inputs.json``; `resolve` False skips the re-solves behind "what would change the choice"."""
     from compiler.compile_inputs import CompileInputs
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
 
     plan = load_plan(path)
     inputs = inputs or CompileInputs.load(path)

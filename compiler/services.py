@@ -193,7 +193,7 @@ class Services:
     solution: Solution
     objective: str
     shares: dict[str, Solution]
-    plans: dict = field(default_factory=dict)  # service -> `compiler.emit.plan.Plan`
+    plans: dict = field(default_factory=dict)  # service -> `compiler.plan.schema.Plan`
     baselines: list[ServiceBaseline] = field(default_factory=list)
 
 

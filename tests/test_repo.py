@@ -48,7 +48,8 @@ def _package(path: Path) -> str:
 _OURS = ("compiler", "cost_models", "backends")
 #: [Note: layering] What each layer may import of ours. The flow reads from the tree: ir <- cost_models <- backends
 #: <- stages (inputs, trace, cost, place, emit, runtime, calibrate) <- driver <- cli. A stage imports only the
-#: stages it needs; the placement sees only ir; the runtime reads only the plan directory.
+#: stages it needs; the placement sees only ir; the plan contract (compiler/plan: plan.json's schema, its checks,
+#: the manifest) sits under every stage that writes or reads a plan, and the runtime reads only the plan directory.
 _ALLOWED = {
     "compiler/ir": ("compiler.ir",),
     "cost_models": ("compiler.ir", "cost_models"),
@@ -57,37 +58,42 @@ _ALLOWED = {
     "compiler/trace": ("compiler.ir", "cost_models", "compiler.inputs", "compiler.trace"),
     "compiler/cost": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.cost"),
     "compiler/place": ("compiler.ir", "compiler.place"),
-    "compiler/emit": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.trace", "compiler.emit"),
-    "compiler/runtime": ("compiler.ir", "backends", "compiler.inputs", "compiler.emit", "compiler.runtime"),
+    # the plan contract (plan.json's schema, its checks, the directory's manifest): below every stage that reads it
+    "compiler/plan": ("compiler.ir", "backends", "compiler.plan"),
+    "compiler/emit": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.trace", "compiler.plan",
+                      "compiler.emit"),
+    # the runtime reads a plan directory; it generates each stage's program as compile writes it
+    "compiler/runtime": ("compiler.ir", "compiler.plan", "backends", "compiler.inputs", "compiler.emit.stage_programs",
+                         "compiler.runtime"),
     # replan reads engines' metrics and a plan, and re-solves it with the driver's passes
     # ... and what it was compiled from (compiler.compile_inputs, standard library only); it re-costs a device
     # type as the sensitivity analysis does (compiler.sensitivity.recosted)
-    "compiler/replan": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.cost",
+    "compiler/replan": ("compiler.ir", "compiler.plan", "cost_models", "backends", "compiler.inputs", "compiler.cost",
                         "compiler.place", "compiler.emit", "compiler.deploy", "compiler.replan", "compiler.driver",
                         "compiler.compile_inputs", "compiler.sensitivity", "compiler.services"),
     # deploy reads a plan directory, as the runtime does, and starts public engines on it
-    "compiler/deploy": ("compiler.ir", "backends", "compiler.emit", "compiler.deploy"),
+    "compiler/deploy": ("compiler.ir", "compiler.plan", "backends", "compiler.emit", "compiler.deploy"),
     # calibrate is a pipeline of its own: it reuses the driver's cached block_graph pass
     # ... and `calibrate --engine` starts an engine as deploy --local does and costs it as estimate does
     "compiler/calibrate": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.trace",
                            "compiler.calibrate", "compiler.driver", "compiler.deploy", "compiler.cost"),
-    "compiler/driver.py": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.trace",
+    "compiler/driver.py": ("compiler.ir", "compiler.plan", "cost_models", "backends", "compiler.inputs", "compiler.trace",
                            "compiler.cost", "compiler.place", "compiler.emit", "compiler.runtime",
                            "compiler.sensitivity"),
     # the sensitivity analysis re-costs and re-solves a prepared compile; the driver runs it
-    "compiler/sensitivity.py": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.cost",
+    "compiler/sensitivity.py": ("compiler.ir", "compiler.plan", "cost_models", "backends", "compiler.inputs", "compiler.cost",
                                 "compiler.place", "compiler.emit"),
     # the Python API sits beside the CLI at the top ([Note: plan API layering] in compiler/api.py)
     "compiler/compile_inputs.py": ("compiler.ir",),
-    "compiler/api.py": ("compiler.ir", "compiler.compile_inputs", "compiler.driver", "compiler.sweep", "compiler.emit",
+    "compiler/api.py": ("compiler.ir", "compiler.plan", "compiler.compile_inputs", "compiler.driver", "compiler.sweep", "compiler.emit",
                         "compiler.runtime", "compiler.inputs", "compiler.explanation", "compiler.services"),
-    "compiler/explanation.py": ("compiler.ir", "cost_models", "compiler.compile_inputs", "compiler.driver",
+    "compiler/explanation.py": ("compiler.ir", "compiler.plan", "cost_models", "compiler.compile_inputs", "compiler.driver",
                                 "compiler.cost", "compiler.place", "compiler.emit"),
     # the frontier sweeps a prepared compile: the driver's passes, the placement, the emitted latencies
-    "compiler/sweep.py": ("compiler.ir", "compiler.cost", "compiler.place", "compiler.emit", "compiler.driver",
+    "compiler/sweep.py": ("compiler.ir", "compiler.plan", "compiler.cost", "compiler.place", "compiler.emit", "compiler.driver",
                           "compiler.sweep"),
     # many models on one fleet: each service prepared as a compile prepares it, placed together, emitted each
-    "compiler/services.py": ("compiler.ir", "compiler.inputs", "compiler.cost", "compiler.place", "compiler.emit",
+    "compiler/services.py": ("compiler.ir", "compiler.plan", "compiler.inputs", "compiler.cost", "compiler.place", "compiler.emit",
                              "compiler.driver", "compiler.compile_inputs", "compiler.services"),
     "compiler/__init__.py": (),
 }

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from compiler.emit.k8s import manifests, write_manifests  # noqa: E402
-from compiler.emit.plan_checks import load_plan  # noqa: E402
+from compiler.plan.checks import load_plan  # noqa: E402
 from compiler.inputs import load_cluster  # noqa: E402
 from tests.emit.test_k8s_manifests import golden_view  # noqa: E402
 

@@ -171,7 +171,7 @@ def simulate(plan_dir: Path, requests: list[Request], window_s: float, *, replan
     their defaults)."""
     from compiler.compile_inputs import CompileInputs
     from compiler.driver import prepare
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
     from compiler.ir.files import atomic_write_text
     from compiler.place.moves import base_key
     from compiler.deploy.metrics import parse

@@ -48,7 +48,7 @@ def simulated_scrapes(plan_dir: str | Path, rates: dict[str, float] | None = Non
     window and one after each; `rates` per class (requests/s; None: the plan's predicted rates)."""
     from compiler.compile_inputs import CompileInputs
     from compiler.driver import prepare
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
     from compiler.ir.errors import BadInput
     from compiler.place.moves import base_key
     from compiler.replan.simulate import Deployment, SimClass, Truth

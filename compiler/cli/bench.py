@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     from compiler.cli.console import progress_for
     from compiler.deploy.bench import bench, endpoints, engines_of
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
     from compiler.ir.errors import RuntimeFailure
 
     plan = load_plan(args.plan)

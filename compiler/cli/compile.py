@@ -278,7 +278,7 @@ def _print_sensitivity(plan, console) -> None:
 
 def _baseline_tables(plan, width: int) -> list:
     """Each baseline's status, fleet and predicted numbers, and the plan's gain in the objective's terms."""
-    from compiler.emit.plan import looser_baselines
+    from compiler.plan.schema import looser_baselines
     from compiler.emit.report.figures import gain_text
 
     def num(value, fmt: str) -> str:

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 def services_text(root) -> str:
     """Each service of a services plan: its rate, its share of the power, its pools and what binds it
     (``services.json`` and each service's ``plan.json``; predictions)."""
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
 
     doc = json.loads((root / "services.json").read_text(encoding="utf-8"))
     budget = f"{doc['power_budget_w'] / 1e3:,.1f} kW budget" if doc["power_budget_w"] else "no power budget"

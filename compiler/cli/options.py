@@ -149,7 +149,7 @@ def plan_inputs(args: argparse.Namespace, *, required: bool = False):
     from pathlib import Path
 
     from compiler.compile_inputs import CompileInputs
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
     from compiler.ir.errors import BadInput
 
     recorded = CompileInputs.load(args.plan)

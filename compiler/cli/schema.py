@@ -15,7 +15,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from compiler.emit.plan import Plan
+    from compiler.plan.schema import Plan
     from compiler.inputs import schemas
 
     return output({**schemas(), "plan": Plan.model_json_schema()}, True, None)

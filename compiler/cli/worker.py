@@ -1,6 +1,6 @@
 """``gimletc worker DIR``: run one stage worker (the same program as ``python -m compiler.runtime.worker --plan DIR``).
 
-The worker contract (environment variables, ranks) is in compiler/emit/topology.py.
+The worker contract (environment variables, ranks) is in compiler/plan/topology.py.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler.emit.plan import DECODE_ROLES
+from compiler.plan.schema import DECODE_ROLES
 
 
 @dataclass(frozen=True, slots=True)

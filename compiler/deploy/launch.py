@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.deploy.router_handover import front_command
-from compiler.emit.plan import DECODE_ROLES, Plan, Pool
+from compiler.plan.schema import DECODE_ROLES, Plan, Pool
 from compiler.ir.errors import BadInput
 
 HOST = "127.0.0.1"

@@ -36,9 +36,9 @@ from compiler.deploy.engine_env import engine_python, outside_env, router_binary
 from compiler.deploy.launch import (FRONT, ROUTER, ROUTERS, Proc, core_shares, engine_proc, free_port,
                                     front_proc, router_command, set_flag)
 from compiler.deploy.router_handover import SETTLE_S, RouterMoves, router_moves, tell
-from compiler.emit.manifest import verify_manifest
-from compiler.emit.plan import Plan, Pool
-from compiler.emit.plan_checks import load_plan
+from compiler.plan.manifest import verify_manifest
+from compiler.plan.schema import Plan, Pool
+from compiler.plan.checks import load_plan
 from compiler.ir.errors import BadInput, RuntimeFailure
 from compiler.ir.files import atomic_write_text
 

@@ -1,5 +1,7 @@
 """Emit: turn a placement into the plan directory's contents.
 
-- `plan`: the `Plan` schema (pydantic): what ``plan.json`` holds and how it loads back.
-- `emit_plan`: build the `Plan` from the BlockGraph, inputs and the solved placement.
+- `emit_plan`: build the `Plan` (the contract in `compiler.plan.schema`) from the BlockGraph, inputs and the
+  solved placement.
+- `artifacts`: write the plan directory; `serving/` each pool's engine launch and the router, `k8s/` the
+  orchestrators' manifests, `report/` the summary and pictures.
 """

@@ -9,7 +9,7 @@ spec it was compiled from. After, under ``DIR``::
     onnx/{pool}/s{k}_tp{t}.onnx    ONNX of each stage rank, checked (`compiler.emit.onnx_export`)
     model/                         config.json + Hugging Face safetensors, or reference.json to --weights
     drafts/{pool}/                 the same for the draft model of a ``drafter`` pool (--draft-weights)
-    manifest.json                  sha256 of every file above (`compiler.emit.manifest`)
+    manifest.json                  sha256 of every file above (`compiler.plan.manifest`)
 
 Weights, ``model/`` and ONNX are written only when the run-dtype weights fit in
 `max_weight_bytes` (or ``--weights`` names a checkpoint): a 70B plan gets
@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compiler.emit.manifest import write_manifest
-from compiler.emit.plan import Plan, Pool, RankExec, Stage, StageExec
+from compiler.plan.manifest import write_manifest
+from compiler.plan.schema import Plan, Pool, RankExec, Stage, StageExec
 from compiler.emit.stage_programs import Shape, check_pool, shape_of, stage_program
-from compiler.emit.transfers import DTYPE_BYTES, detail, validate_transfers
+from compiler.plan.transfers import DTYPE_BYTES, detail, validate_transfers
 from compiler.ir.errors import BadInput, UnsupportedModel
 from compiler.ir.files import atomic_write_text
 
@@ -128,7 +128,7 @@ class Staged:
 
     @staticmethod
     def from_json(data: dict) -> "Staged":
-        from compiler.emit.plan import Transfer
+        from compiler.plan.schema import Transfer
 
         pools = None if data["pools"] is None else [Pool.model_validate(p) for p in data["pools"]]
         transfers = None if data["transfers"] is None else [Transfer.model_validate(t) for t in data["transfers"]]

@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 
 from compiler.emit.artifacts import Options, Staged, stage_artifacts
-from compiler.emit.plan import Plan
+from compiler.plan.schema import Plan
 from compiler.ir.errors import BadInput, UnsupportedModel
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Emit the `Plan`: pools with their pipeline stages, transfers, predicted totals, solver report, baselines.
 
 Before: the BlockGraph, cluster, workload, `Precision`, the placement `Instance`,
-its `Solution` and the `Baseline`s. After: a `Plan` (`compiler.emit.plan`), the
+its `Solution` and the `Baseline`s. After: a `Plan` (`compiler.plan.schema`), the
 validated value ``plan.json`` holds. Writing it is the caller's (the CLI's) job.
 """
 
@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from importlib import metadata
 
-from compiler.emit.plan import (
+from compiler.plan.schema import (
     GAIN_METRICS, Baseline, CalibrationUsed, ClassResult, Draft, Plan, Pool, PoolClass, Predicted, SensitivityResult,
     SolverReport, Stage, Transfer,
 )

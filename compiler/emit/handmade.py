@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.emit.emit_plan import stages
-from compiler.emit.plan import Draft, Plan, Pool, Predicted, SolverReport, Transfer
+from compiler.plan.schema import Draft, Plan, Pool, Predicted, SolverReport, Transfer
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.errors import BadInput
 

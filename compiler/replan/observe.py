@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 
 from compiler.deploy.metrics import Histogram
-from compiler.emit.plan import DECODE_ROLES, ENTRY_ROLES
+from compiler.plan.schema import DECODE_ROLES, ENTRY_ROLES
 from compiler.replan.metrics import Window
 
 
@@ -195,7 +195,7 @@ def service_to_first_token(prefill: Histogram | None, ttft: Latency | None, queu
 
 
 def observe(w: Window, plan, classes: list[ClassShape], shares: dict[str, float] | None = None) -> Observation:
-    """The `Observation` of window `w` of the running `plan` (a `compiler.emit.plan.Plan`) whose workload has
+    """The `Observation` of window `w` of the running `plan` (a `compiler.plan.schema.Plan`) whose workload has
     `classes` in `shares` (where recognition starts; even when None)."""
     shapes = {c.name: c for c in classes}
     shares = {c.name: 1.0 / len(classes) for c in classes} if shares is None else shares

@@ -258,7 +258,7 @@ def measured(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot],
     """Measure, forecast and re-cost (steps 1-3 of the module docstring); `workload_dir` receives
     ``workload.yaml``, the workload planned for."""
     from compiler.driver import prepare
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
     from compiler.inputs import load_workload
 
     note = progress or (lambda _m: None)

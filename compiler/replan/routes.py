@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.emit.plan import DECODE_ROLES, ENTRY_ROLES
+from compiler.plan.schema import DECODE_ROLES, ENTRY_ROLES
 from compiler.place.moves import base_key
 
 #: The roles a request enters by (``entry``) and decodes on (``decode``).

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from compiler.emit.topology import worker_table, world_size
+from compiler.plan.topology import worker_table, world_size
 from compiler.ir.errors import BadInput, RuntimeFailure
 from compiler.runtime.launch import ExternalWorkers, LocalWorkers, driver_store, external_port, pin_gloo_to_loopback
 from compiler.runtime.plan_dir import open_plan_dir

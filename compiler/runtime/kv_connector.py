@@ -7,12 +7,12 @@ transfers of one request's pages for the plan's head pairs and return at once;
 request ids (vLLM: ``get_finished``), storing received pages into the cache.
 A real transport (NIXL, UCX, a vendor's RDMA) replaces `GlooKVConnector`
 without touching the scheduler: the plan already says what goes where
-(`compiler.emit.transfers`), and both ends walk the same pair list in the
+(`compiler.plan.transfers`), and both ends walk the same pair list in the
 same order, which is all two-sided gloo needs.
 
 Each pair carries ``(layers, 2, heads, tokens, head_dim)`` of the sender's
 dtype; a receiver whose cache dtype differs casts while storing, which the plan
-must list as a conversion step (`compiler.emit.transfers.validate_transfers`).
+must list as a conversion step (`compiler.plan.transfers.validate_transfers`).
 """
 
 from __future__ import annotations

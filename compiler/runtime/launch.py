@@ -3,7 +3,7 @@
 [Note: rendezvous]
 The driver (rank 0) owns a torch.distributed ``TCPStore`` listening on every
 interface (`driver_store`). Each worker connects to it at ``MASTER_ADDR:MASTER_PORT``
-(the worker contract, compiler/emit/topology.py), retrying until the driver is
+(the worker contract, compiler/plan/topology.py), retrying until the driver is
 up, and once it has imported torch and loaded its plan it sets the key
 ``gimletc/ready/{rank}``. The driver waits for every worker's key
 (`wait_ready`: up to the start timeout, which covers image pulls and imports on
@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from compiler.emit.topology import Worker
+from compiler.plan.topology import Worker
 from compiler.ir.errors import BadInput, RuntimeFailure
 
 READY_PREFIX = "gimletc/ready/"

@@ -1,7 +1,7 @@
 """Open a plan directory for execution: verify every hash, validate the plan, read the model config.
 
 Nothing here executes plan code or unpickles: JSON and safetensors only. Generated
-stage programs are read later through `compiler.emit.manifest.verified_text`.
+stage programs are read later through `compiler.plan.manifest.verified_text`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compiler.emit.manifest import verify_manifest
-from compiler.emit.plan import Plan, Stage
-from compiler.emit.plan_checks import load_plan
-from compiler.emit.transfers import validate_transfers
+from compiler.plan.manifest import verify_manifest
+from compiler.plan.schema import Plan, Stage
+from compiler.plan.checks import load_plan
+from compiler.plan.transfers import validate_transfers
 from compiler.ir.errors import BadInput
 
 

@@ -4,7 +4,7 @@ Measured numbers are this host's (stages whose silicon is absent run
 ``emulated`` on the host CPU, with the same numerics, so their times say
 nothing about the device); predicted numbers are the plan's, for its devices.
 KV bytes are predicted exactly: every request hands off ``prompt tokens x
-bytes_per_token`` (`compiler.emit.transfers`), so the two columns must agree;
+bytes_per_token`` (`compiler.plan.transfers`), so the two columns must agree;
 so are draft-token bytes (drafted tokens x 8 bytes x receiving ranks). Units
 with a drafter also report their acceptance rate and tokens per verification
 next to what the plan's assumed acceptance rate implies.
@@ -12,7 +12,7 @@ next to what the plan's assumed acceptance rate implies.
 
 from __future__ import annotations
 
-from compiler.emit.plan import Plan
+from compiler.plan.schema import Plan
 from compiler.runtime.speculative import tokens_per_verification
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.emit.plan import Plan, Pool, TransferDetail
-from compiler.emit.topology import by_stage
+from compiler.plan.schema import Plan, Pool, TransferDetail
+from compiler.plan.topology import by_stage
 from compiler.ir.errors import BadInput
 from compiler.runtime.speculative import DraftRoute, drafter_of
 

@@ -1,7 +1,7 @@
 """Speculative decoding across workers: the drafter's route, acceptance, and what the drafter's cache still holds.
 
 [Note: speculative decoding]
-The plan side (`compiler.emit.plan.Draft`): a decoding pool (colocated, decode
+The plan side (`compiler.plan.schema.Draft`): a decoding pool (colocated, decode
 or decode-attention) may carry ``draft = {pool, model, k, ...}`` naming a pool
 of role ``drafter`` whose stages run a smaller model with the same vocabulary
 (`llama-tiny-draft` in tests). Replica r of the target uses drafter replica
@@ -52,7 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from compiler.emit.plan import Plan, Pool, TransferDetail
+from compiler.plan.schema import Plan, Pool, TransferDetail
 from compiler.ir.errors import BadInput
 
 

@@ -1,4 +1,4 @@
-"""A stage worker: ``python -m compiler.runtime.worker --plan DIR`` (the contract: compiler/emit/topology.py).
+"""A stage worker: ``python -m compiler.runtime.worker --plan DIR`` (the contract: compiler/plan/topology.py).
 
 The worker verifies the plan directory's hashes, finds its rank from the
 environment, joins the process group, loads its stage program and weight
@@ -31,9 +31,9 @@ import sys
 import traceback
 from typing import Any
 
-from compiler.emit.manifest import verified_text
+from compiler.plan.manifest import verified_text
 from compiler.emit.stage_programs import shape_of
-from compiler.emit.topology import worker_table, world_size
+from compiler.plan.topology import worker_table, world_size
 from compiler.ir.errors import BadInput
 from compiler.ir.precision import TORCH_DTYPES
 from compiler.runtime.kv_cache import PagedKVCache, Seq
@@ -275,7 +275,7 @@ def _rendezvous(rank: int, world: int) -> None:
         addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     except KeyError as e:
         raise BadInput(f"environment variable {e.args[0]} is not set; a worker needs MASTER_ADDR and MASTER_PORT "
-                       f"(see compiler/emit/topology.py)") from None
+                       f"(see compiler/plan/topology.py)") from None
     except ValueError:
         raise BadInput(f"MASTER_PORT={os.environ['MASTER_PORT']!r}: give a port number") from None
     pin_gloo_to_loopback(addr)
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_parent()
     import torch
 
-    from compiler.emit.topology import rank_from_env
+    from compiler.plan.topology import rank_from_env
 
     torch.set_num_threads(int(os.environ.get("GIMLETC_THREADS", "1")))
     plan_dir = open_plan_dir(args.plan)

@@ -121,7 +121,7 @@ def _same_artifacts_written_here(out, here):
     """The compile wrote its artifacts in a child process ([Note: artifacts in the background]); writing the same
     plan in this process gives the same bytes, file for file, manifest included."""
     from compiler.emit.artifacts import write_plan_dir
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
 
     plan = load_plan(out)
     bare = plan.model_copy(update={
@@ -426,7 +426,7 @@ from compiler.driver import block_graph
 from compiler.emit.artifacts import Options
 from compiler.emit.background import Artifacts
 from compiler.emit.handmade import PoolShape, handmade_plan
-from compiler.emit.plan import Draft
+from compiler.plan.schema import Draft
 from compiler.ir.errors import BadInput
 
 plan = handmade_plan(block_graph("llama-tiny"), [PoolShape("a", "colocated"), PoolShape("b", "colocated")])

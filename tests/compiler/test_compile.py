@@ -288,7 +288,7 @@ def test_schema_command_prints_every_schema():
 
 
 def test_plan_loads_back_and_validates(compiled, tmp_path):
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
 
     _, raw, _ = compiled("chat", *NO_SENSITIVITY)
     (tmp_path / "plan.json").write_bytes(raw)

@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler.emit.k8s import manifests
-from compiler.emit.plan_checks import load_plan
-from compiler.emit.topology import world_size
+from compiler.plan.checks import load_plan
+from compiler.plan.topology import world_size
 from compiler.inputs import load_cluster, load_workload
 from compiler.inputs.scenarios import read_rows, scenario
 from compiler.ir.errors import BadInput

@@ -60,7 +60,7 @@ def test_services_share_the_fleet_and_hold_their_floors(two):
 def test_each_service_has_a_plan_of_its_own_that_adds_up_to_the_objective(two):
     """The solver's objective (weighted requests/s) equals the weights times the rates each plan.json reports,
     and each plan's pools hold the devices services.json gives that service."""
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
 
     out = two[0]
     doc = json.loads((out / "services.json").read_text())
@@ -163,7 +163,7 @@ def test_each_service_deploys_into_a_namespace_of_its_own(two):
 def test_explain_speaks_per_service(two):
     """``gimletc explain DIR`` of a services plan: each service's rate, devices and pools as its plan.json has them,
     and what binds it; one service's folder is explained with a note that the fleet is shared."""
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
 
     out = two[0]
     proc = run_cli("explain", str(out))

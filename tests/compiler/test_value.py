@@ -198,7 +198,7 @@ def test_plan_gains_over_baselines_are_hand_arithmetic_in_each_objectives_sense(
     10 req/s against ten colocated replicas' 10 x 10/11, so the gain on tokens is 1.1 and on tokens per
     provisioned watt (10 / 2 kW) / (9.09 / 10 kW) = 5.5."""
     from compiler.emit.emit_plan import baseline_result
-    from compiler.emit.plan import Predicted
+    from compiler.plan.schema import Predicted
 
     def gains_of(inst, objective, fleet):
         sol = solve(inst, objective)

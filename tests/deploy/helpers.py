@@ -27,8 +27,8 @@ def scaled(running: Path, out: Path, role: str = "decode", by: int = 1) -> Path:
     router command written for them as the compiler writes it."""
     import shutil
 
-    from compiler.emit.manifest import write_manifest
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.manifest import write_manifest
+    from compiler.plan.checks import load_plan
     from compiler.emit.serving.router import router_for
     from compiler.ir.files import atomic_write_text
 

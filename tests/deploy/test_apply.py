@@ -94,7 +94,7 @@ STEPS = (("running", "scaled", True), ("scaled", "other", True), ("other", "more
 def _plans(tmp: Path) -> dict[str, Path]:
     """The cpu_pd split, one decode replica more, a colocated pair (other shapes), one colocated replica more and
     one fewer: every kind of hand-over [Note: handing over the router] makes."""
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
 
     plans = {"running": compiled_plan(tmp, "running", DOCS), "other": compiled_plan(tmp, "other", CHAT)}
     plans["scaled"] = scaled(plans["running"], tmp / "scaled")
@@ -122,7 +122,7 @@ def _check_applied(was: dict, current: Path, nxt: Path, running: Path, message: 
     """The deployment runs `nxt`'s pools, each kept replica the same process; the front is the same process on
     the same URL. Returns the apply's answer and the endpoints after it."""
     from compiler.deploy.launch import FRONT, ROUTERS
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
 
     answer = json.loads((current / "deploy" / "applied.json").read_text())
     endpoints = json.loads((running / "deploy" / "endpoints.json").read_text())

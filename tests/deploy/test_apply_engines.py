@@ -44,7 +44,7 @@ def test_replans_applied_under_load_fail_no_request(tmp_path):
     colocated one serves, then the split's router takes over behind the front, and the old router finishes what
     it holds before it exits). Two clients send completions throughout; every one is answered."""
     from compiler.deploy.apply import apply_local
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
 
     pair, split = _compile(tmp_path, "chat", CHAT), _compile(tmp_path, "docs", DOCS)
     single = scaled(pair, tmp_path / "single", "colocated", -1)

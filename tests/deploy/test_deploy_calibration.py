@@ -20,7 +20,7 @@ def test_an_uncalibrated_host_is_said_before_deploying_and_measured_first_when_a
     nothing is said."""
     import compiler.calibrate.engine as engine
     import compiler.deploy.local as local
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
     from compiler.ir.calibration import engine_record_path
 
     monkeypatch.setenv("GIMLETC_CACHE_DIR", str(tmp_path / "cache"))

@@ -13,7 +13,7 @@ def test_a_plan_for_gpus_is_refused_for_its_devices_not_for_deployable():
     """A plan for GPUs that also needs the reference runtime was told to recompile with --deployable,
     which would not make it run here either: its pools are not this host's CPUs."""
     from compiler.deploy.local import check_local
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
     from compiler.ir.errors import BadInput
 
     plan = load_plan(MIXED_PLAN)

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from compiler.emit.k8s.autoscale import dynamo_planner, replica_ranges, scaled_objects, waiting_threshold
-from compiler.emit.plan_checks import load_plan
+from compiler.plan.checks import load_plan
 from compiler.inputs import load_cluster
 from tests.emit.crd_schema import strict
 

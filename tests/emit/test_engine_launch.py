@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.emit.plan import ClassResult, Plan, Pool, PoolClass, Transfer
-from compiler.emit.plan_checks import load_plan
+from compiler.plan.schema import ClassResult, Plan, Pool, PoolClass, Transfer
+from compiler.plan.checks import load_plan
 from compiler.emit.serving import serve
 from compiler.inputs import load_cluster, load_workload
 from compiler.ir.errors import BadInput

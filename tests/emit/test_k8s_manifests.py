@@ -14,8 +14,8 @@ from backends.registry import device
 from compiler.emit.k8s import manifests, write_manifests
 from compiler.emit.k8s.manifests import MASTER_PORT, pool_deployments
 from compiler.emit.k8s.yaml_text import dump, render
-from compiler.emit.plan_checks import load_plan
-from compiler.emit.topology import rank_of, world_size
+from compiler.plan.checks import load_plan
+from compiler.plan.topology import rank_of, world_size
 from compiler.inputs import load_cluster
 from compiler.ir.errors import BadInput
 from tests.conftest import pod_processes

@@ -13,8 +13,8 @@ import yaml
 from compiler.emit.k8s import manifests, write_manifests
 from compiler.emit.k8s.llm_d import prefill_threshold
 from compiler.emit.k8s.yaml_text import render
-from compiler.emit.plan import ClassRoute
-from compiler.emit.plan_checks import load_plan
+from compiler.plan.schema import ClassRoute
+from compiler.plan.checks import load_plan
 from compiler.inputs import load_cluster
 from compiler.inputs.workload import Workload
 from tests.emit.crd_schema import strict

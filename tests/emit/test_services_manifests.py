@@ -133,7 +133,7 @@ def test_a_model_split_over_serving_groups_is_weighted_by_the_plans_rates():
     runs on Cerebras, which llm-d does not run), so they count."""
     from compiler.emit.k8s import manifests
     from compiler.emit.k8s.model_routing import ServiceManifests, http_route
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
     from compiler.inputs import load_cluster
 
     golden = HERE / "orchestrator_golden"

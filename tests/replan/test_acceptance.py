@@ -189,7 +189,7 @@ def _moves_only_if_the_optimum_moves(r) -> None:
     from compiler.place.ilp import solve
     from compiler.place.moves import Moves
     from compiler.replan.replan import current_replicas
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
 
     current = current_replicas(load_plan(r.plan_dir))
     fresh = solve(r.instance, "throughput")

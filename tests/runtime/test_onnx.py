@@ -16,7 +16,7 @@ def test_every_onnx_stage_matches_torch(tmp_path_factory):
     from safetensors.torch import load_file
 
     from compiler.emit.onnx_export import example_inputs, stage_module
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
 
     plan_dir = build_plan_dir(tmp_path_factory, "mixtral-tiny", split_shapes(2, 1), onnx=True)
     ranks = [r for p in load_plan(plan_dir).pools for s in p.stages for r in s.execution.ranks]

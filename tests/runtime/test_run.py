@@ -101,8 +101,8 @@ def test_edited_stage_program_is_refused(llama_split, tmp_path):
 
 
 def test_mismatched_kv_dtypes_are_refused_without_a_conversion(llama_split):
-    from compiler.emit.plan_checks import load_plan
-    from compiler.emit.transfers import validate_transfers
+    from compiler.plan.checks import load_plan
+    from compiler.plan.transfers import validate_transfers
     from compiler.ir.errors import BadInput
 
     plan = load_plan(llama_split)
@@ -115,7 +115,7 @@ def test_mismatched_kv_dtypes_are_refused_without_a_conversion(llama_split):
         "detail": kv.detail.model_copy(update={"dst_dtype": "bf16"})})] + plan.transfers[1:]})
     with pytest.raises(BadInput, match="no cast step"):
         validate_transfers(bad)
-    from compiler.emit.plan import Conversion
+    from compiler.plan.schema import Conversion
 
     fixed = bad.model_copy(update={"transfers": [bad.transfers[0].model_copy(update={"detail": bad.transfers[0].detail
                            .model_copy(update={"conversions": [Conversion(op="cast", src="fp32", dst="bf16",

@@ -106,7 +106,7 @@ def test_openai_client_streams_hf_tokens_and_metrics_parse(llama_split, served):
 def _pod_envs(plan_dir) -> tuple[dict, list[dict]]:
     """The driver's and every worker's environment, as the plan's Kubernetes manifests declare them."""
     from compiler.emit.k8s.manifests import manifests
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.checks import load_plan
 
     procs = list(pod_processes(manifests(load_plan(plan_dir))))
     (driver,) = [env for env, cmd in procs if cmd[:2] == ["gimletc", "serve"]]
@@ -120,8 +120,8 @@ def test_serve_waits_for_external_workers_started_with_the_manifests_environment
     from openai import OpenAI
 
     from compiler.emit.k8s.manifests import DRIVER_COMMAND, PLAN_DIR, WORKER_COMMAND
-    from compiler.emit.topology import world_size
-    from compiler.emit.plan_checks import load_plan
+    from compiler.plan.topology import world_size
+    from compiler.plan.checks import load_plan
     from compiler.runtime.launch import free_port
 
     driver_env, worker_envs = _pod_envs(llama_split)

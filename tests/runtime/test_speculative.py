@@ -123,7 +123,7 @@ def test_the_plan_side_contract_round_trips_and_bad_drafts_are_refused(tmp_path)
     import json
 
     from compiler.emit.artifacts import Options, write_plan_dir
-    from compiler.emit.plan import Plan
+    from compiler.plan.schema import Plan
     from compiler.ir.errors import BadInput
     from compiler.runtime.routes import units
 

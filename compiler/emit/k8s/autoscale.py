@@ -45,7 +45,7 @@ from compiler.emit.k8s import objects as k8s
 from compiler.emit.k8s.pool_deployment import NOTE, by_file_name, check_name, labels, pool_deployments
 
 if TYPE_CHECKING:
-    from compiler.emit.plan import Plan
+    from compiler.plan.schema import Plan
     from compiler.inputs.cluster import Cluster
 
 KEDA_API = "keda.sh/v1alpha1"

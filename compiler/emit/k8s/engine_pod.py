@@ -37,7 +37,7 @@ from compiler.emit.serving.launch import PLAN_MOUNT as PLAN_DIR
 from compiler.emit.serving.launch import PORT as HTTP_PORT
 
 if TYPE_CHECKING:
-    from compiler.emit.plan import EngineLaunch, Plan
+    from compiler.plan.schema import EngineLaunch, Plan
     from compiler.inputs.cluster import Cluster
 
 Obj = dict[str, Any]

@@ -51,7 +51,7 @@ from compiler.emit.serving.router import INSTANCE
 from compiler.ir.errors import BadInput
 
 if TYPE_CHECKING:
-    from compiler.emit.plan import Plan
+    from compiler.plan.schema import Plan
     from compiler.inputs.cluster import Cluster
 
 TARGET = "engines"

@@ -37,7 +37,7 @@ from compiler.emit.k8s.engine_pod import (PLAN_DIR, engine_container, engine_vol
 from compiler.emit.k8s.pool_deployment import NOTE, PoolDeployment, by_file_name, check_name, labels
 
 if TYPE_CHECKING:
-    from compiler.emit.plan import Plan
+    from compiler.plan.schema import Plan
     from compiler.inputs.cluster import Cluster
 
 TARGET = "kserve"

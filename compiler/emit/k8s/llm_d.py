@@ -58,7 +58,7 @@ from compiler.emit.k8s.pool_deployment import NOTE, PoolDeployment, by_file_name
 from compiler.emit.k8s.yaml_text import dump
 
 if TYPE_CHECKING:
-    from compiler.emit.plan import Plan
+    from compiler.plan.schema import Plan
     from compiler.inputs.cluster import Cluster
     from compiler.inputs.workload import Workload
 

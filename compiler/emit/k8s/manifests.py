@@ -5,7 +5,7 @@ Before: a `Plan` (and, when known, the `Cluster` it was compiled for). After:
 writes them. Same plan, same bytes.
 
 [Note: how a plan deploys]
-- Every worker process of the plan (`compiler.emit.topology`: one per pool x
+- Every worker process of the plan (`compiler.plan.topology`: one per pool x
   replica x pipeline stage x tensor-parallel rank) gets one device and runs
   the worker contract's command, ``python -m compiler.runtime.worker --plan /plan``,
   with ``MASTER_ADDR`` (the driver's headless Service), ``MASTER_PORT``,
@@ -55,11 +55,11 @@ from typing import TYPE_CHECKING, Any
 from compiler.emit.k8s import objects as k8s
 from compiler.emit.k8s.pool_deployment import (NOTE, PLACEHOLDER_ADDRESS, RUNTIME_IMAGE, PoolDeployment,
                                                by_file_name, check_name, labels, pool_deployments, selector)
-from compiler.emit.topology import workers_of, world_size
+from compiler.plan.topology import workers_of, world_size
 from compiler.ir.errors import BadInput
 
 if TYPE_CHECKING:
-    from compiler.emit.plan import Plan
+    from compiler.plan.schema import Plan
     from compiler.inputs.cluster import Cluster
 
 MODES = ("device-plugin", "dra")

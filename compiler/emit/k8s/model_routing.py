@@ -53,7 +53,7 @@ from compiler.emit.serving.router import INSTANCE, VLLM_ROUTER_RELEASE, gateway_
 from compiler.ir.errors import BadInput
 
 if TYPE_CHECKING:
-    from compiler.emit.plan import Plan
+    from compiler.plan.schema import Plan
 
 GATEWAY_NAMESPACE = "gimletc-gateway"
 #: The cluster's Gateway that the llm-d target's HTTPRoutes attach to (the Inference Extension's examples name it so).

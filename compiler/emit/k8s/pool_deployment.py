@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from backends.registry import device as catalog_device
 from compiler.emit.k8s import objects as k8s
-from compiler.emit.topology import workers_of
+from compiler.plan.topology import workers_of
 from compiler.ir.errors import BadInput
 
 if TYPE_CHECKING:
-    from compiler.emit.plan import Plan, Pool
+    from compiler.plan.schema import Plan, Pool
     from compiler.inputs.cluster import Cluster
     from compiler.ir.device_spec import DeviceSpec
 

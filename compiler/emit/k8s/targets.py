@@ -21,7 +21,7 @@ from compiler.emit.k8s import manifests as runtime_manifests
 from compiler.ir.errors import BadInput
 
 if TYPE_CHECKING:
-    from compiler.emit.plan import Plan
+    from compiler.plan.schema import Plan
     from compiler.inputs.cluster import Cluster
     from compiler.inputs.workload import Workload
 

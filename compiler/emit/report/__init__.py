@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from compiler.emit.plan import Plan
+from compiler.plan.schema import Plan
 from compiler.emit.report.power import PowerBreakdown, power_breakdown
 from compiler.emit.report.roofline import Ceiling, RooflinePoint, ceilings, roofline_points
 from compiler.emit.report.roofline import to_json as roofline_json

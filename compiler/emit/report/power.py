@@ -6,7 +6,7 @@ Provisioned watts are each device's rated power on that footing (catalog ``tdp_w
 times the PUE on facility; sourced) times devices, the quantity the placement holds under the budget; drawn
 watts are the plan's predictions (``Pool.predicted_power_w``).
 
->>> from compiler.emit.plan import Pool
+>>> from compiler.plan.schema import Pool
 >>> pool = Pool(name="pool0", role="colocated", device="nvidia-h100-sxm", devices_per_replica=2, replicas=3, tp=2,
 ...             pp=1, batch=8, phases=["prefill", "decode"], stages=[], option="x", predicted_requests_per_s=1.0,
 ...             predicted_power_w=2500.0)
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backends.registry import device
-from compiler.emit.plan import Plan, Pool
+from compiler.plan.schema import Plan, Pool
 from cost_models.power import device_basis_w
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from backends.registry import device
-from compiler.emit.plan import Plan, Pool
+from compiler.plan.schema import Plan, Pool
 from compiler.ir.block_graph import Block, BlockGraph
 from compiler.ir.calibration import load_calibration
 from compiler.ir.precision import Precision

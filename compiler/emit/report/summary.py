@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from compiler.emit.emit_plan import NEGLIGIBLE_REQUESTS_PER_S
-from compiler.emit.plan import Plan, Pool, looser_baselines
+from compiler.plan.schema import Plan, Pool, looser_baselines
 from compiler.emit.report.figures import DECODE_TTFT_NOTE, INTERVAL_NOTE, gain_text, meets_text, with_interval
 from compiler.emit.report.power import PowerBreakdown
 from compiler.emit.report.verdict import verdict_lines

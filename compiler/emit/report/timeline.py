@@ -17,7 +17,7 @@ transfers), ``tid`` one per pipeline stage; metadata events ``ph: "M"`` name the
 
 from __future__ import annotations
 
-from compiler.emit.plan import Plan, Pool
+from compiler.plan.schema import Plan, Pool
 from compiler.emit.report.roofline import POOL_ROLES, deployment_of, operating_point
 from compiler.ir.block_graph import BlockGraph
 from cost_models.roofline import block_time

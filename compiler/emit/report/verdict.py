@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.emit.plan import Baseline, Plan
+from compiler.plan.schema import Baseline, Plan
 from compiler.emit.report.figures import gain_text
 
 #: What each objective compares, in words (``Plan.solver.objective``).

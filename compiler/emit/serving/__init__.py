@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from compiler.emit.plan import KvConnector, Plan, Pool, RuntimeNeed
+from compiler.plan.schema import KvConnector, Plan, Pool, RuntimeNeed
 from compiler.emit.serving.connectors import Connector, choose
 from compiler.emit.serving.launch import LaunchInputs, launch, model_reference
 from compiler.emit.serving.router import router_for

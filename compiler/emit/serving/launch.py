@@ -32,7 +32,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from compiler.emit.plan import EngineLaunch, KvConnector, Pool
+from compiler.plan.schema import EngineLaunch, KvConnector, Pool
 from compiler.ir.engine_platform import EnginePlatform
 from cost_models.engines import engine as serving_engine
 from cost_models.serving import Buckets

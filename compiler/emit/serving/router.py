@@ -20,7 +20,7 @@ prompts skip disaggregation; the ``llm-d`` manifests set it).
 
 from __future__ import annotations
 
-from compiler.emit.plan import ClassRoute, Plan, Pool, Router
+from compiler.plan.schema import ClassRoute, Plan, Pool, Router
 from compiler.emit.serving.launch import PLAN_MOUNT, PORT
 
 INSTANCE = "gimletc"

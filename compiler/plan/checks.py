@@ -1,15 +1,15 @@
 """Loading ``plan.json`` (`load_plan`), and what a loaded plan must satisfy beyond its JSON Schema, checked
 before anything runs or deploys.
 
-The schema (`compiler.emit.plan.Plan`) fixes types; these checks fix meaning:
+The schema (`compiler.plan.schema.Plan`) fixes types; these checks fix meaning:
 catalog device ids, positive counts, a pipeline stage per ``pp`` numbered in
 order, devices per replica that split evenly over the workers
-(`compiler.emit.topology`), unique pool names, and transfers between pools the
+(`compiler.plan.topology`), unique pool names, and transfers between pools the
 plan has. A plan edited by hand (or tampered with) fails here with `BadInput`
 naming the file and field, instead of deep inside the runtime or the manifests.
 
 >>> import json, pathlib
->>> from compiler.emit.plan import Plan
+>>> from compiler.plan.schema import Plan
 >>> plan = Plan.model_validate_json(pathlib.Path("tests/emit/k8s_golden/plan.json").read_text())
 >>> check_plan(plan, "plan.json")
 """
@@ -24,7 +24,7 @@ from typing import Any, Iterable
 from pydantic import ValidationError
 
 from backends.registry import device
-from compiler.emit.plan import SCHEMA_VERSION, Plan, Pool
+from compiler.plan.schema import SCHEMA_VERSION, Plan, Pool
 from compiler.ir.errors import BadInput
 
 #: Far beyond any fleet; keeps the worker table (one entry per device) small enough to build.
@@ -100,7 +100,7 @@ def _check_pool(pool: Pool, at: str, fail) -> int:
 
 def load_plan(path: str | Path) -> Plan:
     """Read and validate ``plan.json`` (a file or the plan directory): its schema, then its meaning
-    (`compiler.emit.plan_checks`). Any problem is one `BadInput` naming the file and the field."""
+    (`compiler.plan.checks`). Any problem is one `BadInput` naming the file and the field."""
     path = Path(path)
     if path.is_dir():
         path = path / "plan.json"

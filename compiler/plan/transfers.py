@@ -31,7 +31,7 @@ caller allows it; otherwise `validate_transfers` refuses the plan.
 
 from __future__ import annotations
 
-from compiler.emit.plan import Conversion, HeadPair, Plan, Pool, Transfer, TransferDetail
+from compiler.plan.schema import Conversion, HeadPair, Plan, Pool, Transfer, TransferDetail
 from compiler.ir.errors import BadInput
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}

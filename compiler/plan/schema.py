@@ -247,7 +247,7 @@ class Transfer(_Frozen):
     predicted_requests_per_s: float
     predicted_bytes_per_s: float
     predicted_latency_ms: float
-    detail: TransferDetail | None = None  # set when stage programs were emitted (`compiler.emit.transfers`)
+    detail: TransferDetail | None = None  # set when stage programs were emitted (`compiler.plan.transfers`)
 
 
 class Predicted(_Frozen):

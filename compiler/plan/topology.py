@@ -21,7 +21,7 @@ The worker derives its global rank with `rank_of` (from `worker_table`); if
 is always the driver (``gimletc run`` / ``gimletc serve``). Ranks are numbered
 in plan order: pools as listed, then replicas, then stages, then tp ranks.
 
->>> from compiler.emit.plan import Pool, Stage
+>>> from compiler.plan.schema import Pool, Stage
 >>> pool = Pool(name="pool0", role="colocated", device="cpu-host", devices_per_replica=2, replicas=1, tp=2, pp=1,
 ...             batch=4, phases=["prefill", "decode"], stages=[Stage(index=0, device="cpu-host", blocks=[])],
 ...             option="x", predicted_requests_per_s=1.0, predicted_power_w=1.0)
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 from compiler.ir.errors import BadInput
 
 if TYPE_CHECKING:
-    from compiler.emit.plan import Plan, Pool
+    from compiler.plan.schema import Plan, Pool
 
 DRIVER_RANK = 0
 
@@ -103,7 +103,7 @@ def rank_from_env(plan: Plan, env: Mapping[str, str] = os.environ) -> int:
         replica, index = int(env["GIMLETC_REPLICA"]), int(env["GIMLETC_WORKER_INDEX"])
     except KeyError as e:
         raise BadInput(f"environment variable {e.args[0]} is not set; a worker needs GIMLETC_POOL, GIMLETC_REPLICA "
-                       f"and GIMLETC_WORKER_INDEX (see compiler/emit/topology.py)") from None
+                       f"and GIMLETC_WORKER_INDEX (see compiler/plan/topology.py)") from None
     except ValueError:
         raise BadInput("GIMLETC_REPLICA and GIMLETC_WORKER_INDEX must be integers") from None
     rank = rank_of(plan, pool, replica, index)
