@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     from compiler.cli.console import check_out_dir
     from compiler.ir.errors import BadInput
     from compiler.replan.metrics import load, merged
-    from compiler.replan.replan import Settings, replan
+    from compiler.replan.replan import replan
 
     if args.apply and not args.out:
         raise BadInput("--apply: give --out DIR2 too: the engines it starts run the plan written there")
@@ -133,10 +133,7 @@ def run(args: argparse.Namespace) -> int:
         inputs = dataclasses.replace(inputs, calibration=args.calibration)
     out = check_out_dir(args.out) if args.out else None
     snaps = _snapshots(args, load, merged)
-    settings = Settings(window_s=args.window, max_moves=args.max_moves, min_gain=args.min_gain,
-                        slack=args.move_slack, forecast=args.forecast, time_limit_s=args.time_limit,
-                        cooldown_windows=args.cooldown, cooldown_gain=args.cooldown_gain,
-                        forecast_weight=args.forecast_error_weight)
+    settings = settings_of(args)
     progress = (lambda m: print(f"gimletc: {m}", file=sys.stderr)) if not (args.quiet or args.json) else None
     with tempfile.TemporaryDirectory(prefix="gimletc-replan-") as scratch:
         if out is not None:
@@ -175,7 +172,6 @@ def run_services(args: argparse.Namespace) -> int:
     from compiler.cli.console import check_out_dir
     from compiler.ir.errors import BadInput
     from compiler.replan.metrics import load, merged
-    from compiler.replan.replan import Settings
     from compiler.replan.services import replan_services
 
     unsupported = [flag for flag, given in (("--apply", args.apply), ("--cluster", args.cluster),
@@ -188,8 +184,7 @@ def run_services(args: argparse.Namespace) -> int:
         raise BadInput(f"--out {args.out}: is the running plan's directory; give another one (DIR2)")
     out = check_out_dir(args.out) if args.out else None
     snaps = _snapshots(args, load, merged)
-    settings = Settings(window_s=args.window, max_moves=args.max_moves, min_gain=args.min_gain,
-                        slack=args.move_slack, forecast=args.forecast, time_limit_s=args.time_limit)
+    settings = settings_of(args)
     progress = (lambda m: print(f"gimletc: {m}", file=sys.stderr)) if not (args.quiet or args.json) else None
     with tempfile.TemporaryDirectory(prefix="gimletc-replan-") as scratch:
         r = replan_services(args.plan, snaps, settings, workload_dir=out or Path(scratch), progress=progress)
@@ -216,6 +211,15 @@ def run_services(args: argparse.Namespace) -> int:
         lines.append(f"wrote {out}/ (services.json, summary.md, a plan folder per service, replan.json)")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def settings_of(args: argparse.Namespace):
+    """What the flags say a replan may move and what it takes to move (`compiler.replan.replan.Settings`)."""
+    from compiler.replan.replan import Settings
+
+    return Settings(window_s=args.window, max_moves=args.max_moves, min_gain=args.min_gain, slack=args.move_slack,
+                    forecast=args.forecast, time_limit_s=args.time_limit, cooldown_windows=args.cooldown,
+                    cooldown_gain=args.cooldown_gain, forecast_weight=args.forecast_error_weight)
 
 
 def _devices_text(devices: dict) -> str:

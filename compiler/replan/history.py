@@ -28,9 +28,14 @@ class PastChange:
 def read_history(plan_dir: str | Path) -> tuple[PastChange, ...]:
     """The changes a plan directory's ``report/replan.json`` records ([Note: cool-down]); none for a compiled
     plan, or one written before the history was."""
+    return history_in(Path(plan_dir) / "report" / "replan.json")
+
+
+def history_in(path: Path) -> tuple[PastChange, ...]:
+    """The changes a replan's summary at `path` records (a services plan's ``replan.json``); none where there is
+    no such file."""
     import json
 
-    path = Path(plan_dir) / "report" / "replan.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -464,38 +464,10 @@ def decide(raw: Instance, factors: tuple[Factors, ...], objective: str, current:
     moves = moves_between(current, after)
     current_value = stay.objective.value if stay.feasible else None
     gain = sense_gain(objective, current_value, proposed.objective.value)
-    se = _gain_se(raw, factors, objective, current, after, classes, settings) if moves and gain is not None else 0.0
+    se = gain_se(gain_variants(raw, factors, classes, settings), objective, current, after, settings) \
+        if moves and gain is not None else 0.0
     back = moved_back(recent, current, after)
-    short = busiest >= MAX_UTILISATION  # [Note: cool-down]: the running plan, as routed, cannot carry the forecast
-    overload = (f"the running plan routed now would run a pool at {busiest:.0%} at the forecast rates (or a class's "
-                "forecast up by its replayed error)")
-    if not moves:
-        act, reason = False, "the running placement is still the best reachable: no move"
-    elif current_value is None:
-        act, reason = True, "the running placement cannot serve the forecast workload: moving is required"
-    elif gain < settings.min_gain:
-        act, reason = False, (f"held: the predicted gain {gain:+.1%} is below the threshold {settings.min_gain:.0%} "
-                              "(--min-gain)")
-    elif back and not short and gain < settings.min_gain + settings.cooldown_gain:
-        what = ", ".join(f"{c.shape} {c.before}->{c.after} {round((now_s - c.time_s) / settings.window_s)} window(s) "
-                         "ago" for c in back)
-        act, reason = False, (f"held: the proposal moves back a recent change ({what}; --cooldown "
-                              f"{settings.cooldown_windows} windows) and its predicted gain {gain:+.1%} is below the "
-                              f"threshold plus the cool-down margin ({settings.min_gain:.0%} + "
-                              f"{settings.cooldown_gain:.0%}, --cooldown-gain)")
-    elif gain <= GAIN_SIGMAS * se and not short:
-        act, reason = False, (f"held: the predicted gain {gain:+.1%} is within {GAIN_SIGMAS:g} standard errors "
-                              f"({se:.1%}) of the measurements' noise")
-    else:  # a move; within the noise only where short: staying is not the safe choice the noise rule assumes
-        noisy = gain <= GAIN_SIGMAS * se
-        act, reason = True, (f"move: the predicted gain {gain:+.1%} clears the threshold {settings.min_gain:.0%}"
-                             + (f"; it is within {GAIN_SIGMAS:g} standard errors ({se:.1%}) of the measurements' "
-                                f"noise, but {overload}" if noisy else
-                                f" and {GAIN_SIGMAS:g} standard errors ({se:.1%})"))
-        if back:
-            reason += f"; it moves back a change of the last {settings.cooldown_windows} windows" + (
-                "" if noisy else f", as {overload}" if short else
-                f" and clears the cool-down margin ({settings.min_gain:.0%} + {settings.cooldown_gain:.0%})")
+    act, reason = judged(moves, current_value, gain, se, back, busiest, settings, now_s)
     decision = Decision(objective, OBJECTIVE_QUANTITIES[objective], current_value, proposed.objective.value,
                         fresh.objective.value if fresh.feasible else math.nan, moves,
                         moves_between(current, shapes_of(fresh)) if fresh.feasible else 0, settings.max_moves, gain,
@@ -503,9 +475,48 @@ def decide(raw: Instance, factors: tuple[Factors, ...], objective: str, current:
     return decision, proposed, (stay if stay.feasible else None)
 
 
-def _gain_se(raw: Instance, factors: tuple[Factors, ...], objective: str, current, after,
-             classes: tuple[ClassPlan, ...], settings: Settings) -> float:
-    """The gain's standard error from the measurements ([Note: hysteresis])."""
+def judged(moves: int, current_value: float | None, gain: float | None, se: float, back: tuple[PastChange, ...],
+           busiest: float, settings: Settings, now_s: float) -> tuple[bool, str]:
+    """Whether to move from the running placement (valued `current_value`, None: it cannot serve the forecast) to
+    a proposal `moves` replicas away whose predicted `gain` has standard error `se`, and why ([Note: hysteresis],
+    [Note: cool-down]: `back` the recent changes it reverses as of `now_s`, `busiest` the running plan's busiest
+    pool's utilisation at the forecast rates as it routes them now)."""
+    short = busiest >= MAX_UTILISATION  # [Note: cool-down]: the running plan, as routed, cannot carry the forecast
+    overload = (f"the running plan routed now would run a pool at {busiest:.0%} at the forecast rates (or a class's "
+                "forecast up by its replayed error)")
+    if not moves:
+        return False, "the running placement is still the best reachable: no move"
+    if current_value is None:
+        return True, "the running placement cannot serve the forecast workload: moving is required"
+    if gain is None:
+        return False, "held: no gain to compare (a placement valued at zero)"
+    if gain < settings.min_gain:
+        return False, f"held: the predicted gain {gain:+.1%} is below the threshold {settings.min_gain:.0%} (--min-gain)"
+    if back and not short and gain < settings.min_gain + settings.cooldown_gain:
+        what = ", ".join(f"{c.shape} {c.before}->{c.after} {round((now_s - c.time_s) / settings.window_s)} window(s) "
+                         "ago" for c in back)
+        return False, (f"held: the proposal moves back a recent change ({what}; --cooldown {settings.cooldown_windows} "
+                       f"windows) and its predicted gain {gain:+.1%} is below the threshold plus the cool-down margin "
+                       f"({settings.min_gain:.0%} + {settings.cooldown_gain:.0%}, --cooldown-gain)")
+    if gain <= GAIN_SIGMAS * se and not short:
+        return False, (f"held: the predicted gain {gain:+.1%} is within {GAIN_SIGMAS:g} standard errors ({se:.1%}) of "
+                       "the measurements' noise")
+    # a move; within the noise only where short: staying is not the safe choice the noise rule assumes
+    noisy = gain <= GAIN_SIGMAS * se
+    reason = (f"move: the predicted gain {gain:+.1%} clears the threshold {settings.min_gain:.0%}"
+              + (f"; it is within {GAIN_SIGMAS:g} standard errors ({se:.1%}) of the measurements' noise, but "
+                 f"{overload}" if noisy else f" and {GAIN_SIGMAS:g} standard errors ({se:.1%})"))
+    if back:
+        reason += f"; it moves back a change of the last {settings.cooldown_windows} windows" + (
+            "" if noisy else f", as {overload}" if short else
+            f" and clears the cool-down margin ({settings.min_gain:.0%} + {settings.cooldown_gain:.0%})")
+    return True, reason
+
+
+def gain_variants(raw: Instance, factors: tuple[Factors, ...], classes: tuple[ClassPlan, ...], settings: Settings
+                  ) -> list[tuple[Instance, Instance]]:
+    """The measurements moved by one standard error each way, one at a time ([Note: hysteresis]): each measured
+    device type's factors, each class's share, each class's forecast (`forecast_mixes`); pairs of instances."""
     variants: list[tuple[Instance, Instance]] = []
     for f in factors:  # each measured device type, its shapes with it
         if not f.shape and (f.ttft_samples or f.tpot_samples):
@@ -522,7 +533,12 @@ def _gain_se(raw: Instance, factors: tuple[Factors, ...], objective: str, curren
             total = sum(shares.values())
             pair.append(replace(inst, classes=tuple(replace(t, share=shares[t.name] / total) for t in inst.classes)))
         variants.append(tuple(pair))
-    variants += _forecast_variants(inst, classes, settings)
+    return variants + _forecast_variants(inst, classes, settings)
+
+
+def gain_se(variants: list[tuple[Instance, Instance]], objective: str, current, after, settings: Settings) -> float:
+    """The gain's standard error ([Note: hysteresis]): the gain of `after` over `current` re-valued under each
+    pair of `variants`, half their difference, added in quadrature."""
     var = 0.0
     for up, down in variants:
         g = [sense_gain(objective, value_of(i, objective, current, settings.time_limit_s),

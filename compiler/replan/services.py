@@ -12,10 +12,13 @@ its classes, the measured efficiencies of its pools). The joint instance (`compi
 service at its forecast rate (its floor), with the services' weights, and is re-solved from the running
 placement (`compiler.place.moves`: at most ``max_moves`` replicas started or stopped, then the fewest within
 ``slack``): replicas a service no longer needs go to one whose demand grew. A move is made when the running
-placement cannot serve every service's forecast, or when its predicted gain reaches ``min_gain``. Not (yet)
-carried over from a single plan's replan: the gain's standard error, the cool-down and the forecast-error checks
-([Note: hysteresis], [Note: cool-down] in `compiler.replan.replan`). Every rate planned for is a forecast and
-every objective value a prediction of the corrected cost model.
+placement cannot serve every service's forecast, or when its predicted gain clears the rules a single plan's
+replan judges by (`compiler.replan.replan.judged`: ``min_gain``, two standard errors, the cool-down; [Note:
+hysteresis], [Note: forecast error], [Note: cool-down]), taken over every service: the gain's standard error adds
+each service's measurements and forecasts moved one at a time (the others kept) in quadrature; the changes a
+move would reverse are those the running services plan's ``replan.json`` records (shapes named
+``service/shape``); the overload check runs each service's running plan at its forecast rates as it routes them.
+Every rate planned for is a forecast and every objective value a prediction of the corrected cost model.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from pathlib import Path
 
 from compiler.compile_inputs import CompileInputs
 from compiler.ir.errors import BadInput, Infeasible
+from compiler.replan.history import PastChange, history_in, moved_back, recent_changes
 from compiler.replan.metrics import Snapshot, by_model
-from compiler.replan.replan import (Measured, Settings, sense_gain, current_replicas, measured, moves_between,
-                                    shapes_of)
+from compiler.replan.replan import (Measured, Settings, current_replicas, gain_se, gain_variants, judged, measured,
+                                    moves_between, sense_gain, shapes_of)
 
 
 @dataclass(frozen=True)
@@ -51,9 +55,11 @@ class ServicesDecision:
     proposed_value: float
     moves: int
     gain: float | None
+    gain_se: float
     min_gain: float
     act: bool
     reason: str
+    moved_back: tuple[str, ...] = ()  # ``service/shape``s the proposal moves back within the cool-down
 
 
 @dataclass
@@ -61,6 +67,8 @@ class ServicesReplan:
     root: str
     services: tuple[ServiceChange, ...]
     decision: ServicesDecision
+    #: the changes of the last cool-down windows, this one's included when it acts ([Note: cool-down])
+    history: tuple[PastChange, ...] = ()
     result: object = field(repr=False, default=None)  # the `compiler.services.Services` to run next
 
     def summary(self) -> dict:
@@ -116,18 +124,18 @@ def replan_services(root: str | Path, snaps: list[Snapshot], settings: Settings 
         limit = f" within --max-moves {settings.max_moves}" if settings.max_moves is not None else ""
         raise Infeasible(f"no placement{limit} serves every service's forecast rate on the corrected costs ("
                          + ", ".join(f"{n} {g.floor_per_s:.3g} req/s" for n, g in goals.items()) + ")")
-    moves = moves_between(current, shapes_of(proposed))
+    after = shapes_of(proposed)
+    moves = moves_between(current, after)
     current_value = stay.objective.value if stay.feasible else None
     gain = sense_gain(objective, current_value, proposed.objective.value)
-    if not moves:
-        act, reason = False, "the running placement is still the best reachable: no move"
-    elif current_value is None:
-        act, reason = True, "the running placement cannot serve every service's forecast: moving is required"
-    elif gain is None or gain < settings.min_gain:
-        act, reason = False, (f"held: the predicted gain {gain:+.1%} is below the threshold {settings.min_gain:.0%} "
-                              "(--min-gain)" if gain is not None else "held: no gain to compare")
-    else:
-        act, reason = True, f"move: the predicted gain {gain:+.1%} clears the threshold {settings.min_gain:.0%}"
+    if moves and gain is not None:
+        note("the gain's standard error: each service's measurements and forecasts moved in turn")
+    se = gain_se(_variants(found, goals, settings), objective, current, after, settings) \
+        if moves and gain is not None else 0.0
+    now_s = max(m.observation.start_s + m.observation.seconds for _i, m in found.values())
+    recent = recent_changes(history_in(root / "replan.json"), now_s, settings)
+    back = moved_back(recent, current, after)
+    act, reason = judged(moves, current_value, gain, se, back, _busiest(found, settings), settings, now_s)
     chosen = proposed if act or not stay.feasible else stay
     parts, plans, shares, changes = [], {}, {}, []
     for name, (inputs, m) in found.items():
@@ -142,8 +150,38 @@ def replan_services(root: str | Path, snaps: list[Snapshot], settings: Settings 
         changes.append(ServiceChange(name, round(m.observation.requests_per_s, 6),
                                      round(m.forecast_requests_per_s, 6), _devices(m.plan), shares[name].devices(),
                                      sum(p.replicas for p in m.plan.pools), sum(n for _k, n in shares[name].replicas)))
-    decision = ServicesDecision(objective, current_value, proposed.objective.value, moves, gain, settings.min_gain,
-                                act, reason)
+    decision = ServicesDecision(objective, current_value, proposed.objective.value, moves, gain, se,
+                                settings.min_gain, act, reason, tuple(sorted({c.shape for c in back})))
     result = Services(ServicesFile(name=doc["name"], services=tuple(p.spec for p in parts)), parts, inst, chosen,
                       objective, shares, plans)
-    return ServicesReplan(str(root), tuple(changes), decision, result)
+    made = tuple(PastChange(now_s, shape, n, m) for shape, n, m in _changed(current, after)) if act else ()
+    return ServicesReplan(str(root), tuple(changes), decision, recent + made, result)
+
+
+def _variants(found: dict, goals: dict, settings: Settings) -> list:
+    """The joint instance with one service's measurements or forecast moved by a standard error each way, the
+    other services as measured (`compiler.replan.replan.gain_variants`, service by service)."""
+    from compiler.services import joint
+
+    out = []
+    for name, (_i, m) in found.items():
+        for pair in gain_variants(m.raw, m.factors, m.classes, settings):
+            out.append(tuple(joint([(v if n == name else other.corrected, goals[n])
+                                    for n, (_j, other) in found.items()]) for v in pair))
+    return out
+
+
+def _busiest(found: dict, settings: Settings) -> float:
+    """The busiest pool of any service's running plan at its forecast rates (or a class's forecast up by its
+    replayed error), routed as it is now ([Note: cool-down])."""
+    from compiler.replan.forecast import checked_rates
+    from compiler.replan.routes import routed_utilisation
+
+    return max((u for _i, m in found.values() for rates in checked_rates(m.classes, settings)
+                for u in routed_utilisation(m.plan, m.corrected.options, rates).values()), default=0.0)
+
+
+def _changed(current: tuple[tuple[str, int], ...], after: tuple[tuple[str, int], ...]) -> list[tuple[str, int, int]]:
+    """Each shape whose replicas differ: (shape, before, after)."""
+    a, b = dict(current), dict(after)
+    return [(k, a.get(k, 0), b.get(k, 0)) for k in sorted(set(a) | set(b)) if a.get(k, 0) != b.get(k, 0)]
