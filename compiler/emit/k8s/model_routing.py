@@ -20,6 +20,11 @@ name their namespace themselves (the folder spans several).
   the service's name; one the gateway learnt another name for is removed again (``DELETE /workers/<url>``) until
   its router answers. Checking for good, not once, re-registers every service after the gateway restarts (it keeps
   its workers in memory). A service with no router (no pool on a public engine) is named in the gateway's note.
+  A service of SGLang pools is registered through its sglang-router like any other (measured 2026-12-07:
+  sglang-router 0.3.2 in front of a stand-in engine, registered with vllm-router 0.1.17, which learnt the model
+  from its ``/v1/models`` and routed requests naming it there). sglang-router has an ``--enable-igw`` mode too, but
+  0.3.2 in it panics at start where it cannot download the Harmony vocabulary (no network here), so the gateway
+  is vllm-router whatever the services' engines.
 - ``llm-d``: per service an HTTPRoute (``gateway.networking.k8s.io/v1``) in the service's namespace, as llm-d's
   multi-model routing guide (llm-d.ai/docs/dev/operations/traffic/multi-model-routing) does: its rule matches
   the header ``X-Gateway-Base-Model-Name: <service>``, which the cluster's Inference Payload Processor (body-based
