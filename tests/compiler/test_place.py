@@ -45,9 +45,49 @@ def random_instance(seed: int) -> Instance:
                     link_bw_bytes_per_s=((("a", "b"), rng.choice((5e6, 2e7, 1e9))),), handoff_s=handoff)
 
 
+def _bisected_cap(curve: tuple, ttft_s: float | None, tpot_s: float | None) -> float:
+    """The utilisation cap as `ClassService.max_utilisation`'s docstring states it, worked out here without its
+    code: the highest utilisation, from the first sample to the last, at which the percentile TTFT (column 2) and
+    TPOT (column 4), linear between samples, meet both targets; 0.0 where the first sample misses. The curves
+    rise, so meeting is a prefix: bisected to 1e-9."""
+    def meets(u: float) -> bool:
+        for lo, hi in zip(curve, curve[1:]):
+            if lo[0] <= u <= hi[0]:
+                w = (u - lo[0]) / (hi[0] - lo[0])
+                ttft, tpot = lo[2] + w * (hi[2] - lo[2]), lo[4] + w * (hi[4] - lo[4])
+                return (ttft_s is None or ttft <= ttft_s) and (tpot_s is None or tpot <= tpot_s)
+        raise AssertionError(u)
+
+    first, last = curve[0][0], curve[-1][0]
+    if not meets(first):
+        return 0.0
+    if meets(last):
+        return last
+    good, bad = first, last
+    while bad - good > 1e-9:
+        mid = (good + bad) / 2
+        good, bad = (mid, bad) if meets(mid) else (good, mid)
+    return good
+
+
+def test_a_class_caps_where_its_interpolated_percentiles_cross_the_targets():
+    """`ClassService.max_utilisation` (the cap every placement, greedy and brute force below read) against the
+    bisection above, on 300 random rising curves with targets below, inside and past their range: a cap read from
+    the mean columns, or not interpolated between samples, fails."""
+    rng = random.Random(7)
+    for _ in range(300):
+        kind = rng.choice(("colocated", "prefill", "decode"))
+        curve = _curve(rng, kind)
+        ttft = rng.choice((None, rng.uniform(0.5, 1.5) * max(curve[-1][2], 1e-3)))
+        tpot = rng.choice((None, rng.uniform(0.5, 1.5) * max(curve[-1][4], 1e-3)))
+        got = ClassService("c", 1.0, curve).max_utilisation(ttft_s=ttft, tpot_s=tpot)
+        assert got == pytest.approx(_bisected_cap(curve, ttft, tpot), abs=1e-6), (curve, ttft, tpot)
+
+
 def _capacity(inst: Instance, o: PoolOption, replicas: int) -> float:
     """The most requests/s `replicas` of `o` serve within the class's cap: rate x cap per replica (worked from
-    the curve by `Instance.cap`, a replica never past its capacity)."""
+    the curve by `Instance.cap`, a replica never past its capacity; the cap it reads off a curve is checked
+    against an independent bisection in `test_a_class_caps_where_its_interpolated_percentiles_cross_the_targets`)."""
     cap = inst.cap(o, inst.classes[0])
     return replicas * o.classes[0].rate_per_s * min(cap, 1.0) if cap > 0 else 0.0
 
