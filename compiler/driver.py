@@ -362,14 +362,13 @@ def check_lengths(model: str, input_len: int, output_len: int, flags: tuple[str,
     model, which engines run when told to (`LONG_CONTEXT_FLAGS`: the published Neuron runs of Llama-2 at 8,192
     tokens did), naming `flags`; `BadInput` for learned absolute positions, which no engine runs past. None within
     the context."""
-    config = resolve_model(model).config
-    limit = config.get("max_position_embeddings")
+    limit = context_len(model)
     total = input_len + output_len
-    if not limit or total <= limit:
+    if limit is None or total <= limit:
         return None
     head = (f"{flags[0]} {input_len} + {flags[1]} {output_len} = {total:,} tokens, beyond {model}'s context of "
             f"{int(limit):,} tokens (max_position_embeddings)")
-    if not rotary(config):
+    if not rotary(resolve_model(model).config):
         raise BadInput(f"{head}: its positions are a learned table of that many rows, which no engine runs past; give "
                        f"shorter lengths or {LONG_CONTEXT_HINT}")
     return (f"{head}: engines run it only when told to ({LONG_CONTEXT_FLAGS}), and the model was not trained past "
@@ -379,16 +378,16 @@ def check_lengths(model: str, input_len: int, output_len: int, flags: tuple[str,
 def check_context(model: str, workload: Workload, workload_path: str) -> None:
     """A request longer than the model's context (``max_position_embeddings``) is bad input, not a plan to cost:
     `BadInput` naming the class and both numbers. Long-context models are presets too (``qwen2.5-7b-instruct-1m``)."""
-    limit = resolve_model(model).config.get("max_position_embeddings")  # a callable's config is empty
-    if not limit:
+    limit = context_len(model)  # None for a callable, whose config is empty
+    if limit is None:
         return
     for c in workload.classes:
         longest = c.input_len.max + c.output_len.max
         if longest > limit:
             raise BadInput(f"workload {workload_path}: class {c.name}: its longest request reaches {longest} tokens "
                            f"({c.input_len.max} prompt + {c.output_len.max} output), beyond {model}'s context of "
-                           f"{limit} tokens (max_position_embeddings); shorten the requests or use a long-context "
-                           "model (e.g. qwen2.5-7b-instruct-1m, 1010000 tokens)")
+                           f"{limit} tokens (max_position_embeddings); shorten the requests or use "
+                           f"{LONG_CONTEXT_HINT}")
 
 
 @dataclass(frozen=True)
