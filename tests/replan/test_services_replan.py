@@ -19,10 +19,10 @@ from tests.conftest import REPO, assert_one_line_error, run_cli
 COUNT = 4  # H100s: the small model's 500 req/s take 3, the 8B's 10 req/s one
 
 
-@pytest.fixture(scope="module")
-def running(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("services-replan")
-    for name, rate in (("small", 500), ("big", 10)):
+def compiled(tmp, rates: dict[str, float], weight: float):
+    """A services plan in `tmp`/plan: the small and the big model, each one chat class at `rates` (service ->
+    req/s) with `weight`, on `COUNT` H100s."""
+    for name, rate in rates.items():
         (tmp / f"{name}.yaml").write_text(yaml.safe_dump({
             "name": f"{name}-chat", "arrival_rate_per_s": rate, "slo": {"ttft_ms": 2000, "tpot_ms": 50},
             "classes": [{"name": "chat", "share": 1, "input_len": {"mean": 512, "max": 2048},
@@ -30,13 +30,19 @@ def running(tmp_path_factory):
     (tmp / "cluster.yaml").write_text(yaml.safe_dump({"name": "h100s", "power_budget_kw": 20, "devices": [
         {"device": "nvidia-h100-sxm", "count": COUNT}]}))
     (tmp / "services.yaml").write_text(yaml.safe_dump({"name": "shift", "services": [
-        {"name": "small", "model": "llama-3.2-1b", "workload": "small.yaml", "weight": 0},
-        {"name": "big", "model": "llama-3.1-8b", "workload": "big.yaml", "weight": 0}]}))
+        {"name": "small", "model": "llama-3.2-1b", "workload": "small.yaml", "weight": weight},
+        {"name": "big", "model": "llama-3.1-8b", "workload": "big.yaml", "weight": weight}]}))
     plan = tmp / "plan"
     proc = run_cli("compile", "--services", str(tmp / "services.yaml"), "--cluster", str(tmp / "cluster.yaml"),
                    "--out", str(plan), "--no-onnx", "--json")
     assert proc.returncode == 0, proc.stderr
-    return tmp, plan
+    return plan
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("services-replan")
+    return tmp, compiled(tmp, {"small": 500, "big": 10}, weight=0)
 
 
 def scrapes(tmp, plan, name: str, rates: dict[str, float]) -> list[str]:
@@ -99,20 +105,7 @@ def weighted(tmp_path_factory):
     """A services plan whose services count their throughput (weight 1 each), compiled for the big model's 60
     req/s (two H100s each), and a replan once its demand fell to 10 req/s: a device goes back to the small model."""
     tmp = tmp_path_factory.mktemp("services-cooldown")
-    for name, rate in (("small", 100), ("big", 60)):
-        (tmp / f"{name}.yaml").write_text(yaml.safe_dump({
-            "name": f"{name}-chat", "arrival_rate_per_s": rate, "slo": {"ttft_ms": 2000, "tpot_ms": 50},
-            "classes": [{"name": "chat", "share": 1, "input_len": {"mean": 512, "max": 2048},
-                         "output_len": {"mean": 256, "max": 1024}}]}))
-    (tmp / "cluster.yaml").write_text(yaml.safe_dump({"name": "h100s", "power_budget_kw": 20, "devices": [
-        {"device": "nvidia-h100-sxm", "count": COUNT}]}))
-    (tmp / "services.yaml").write_text(yaml.safe_dump({"name": "weighted", "services": [
-        {"name": "small", "model": "llama-3.2-1b", "workload": "small.yaml", "weight": 1},
-        {"name": "big", "model": "llama-3.1-8b", "workload": "big.yaml", "weight": 1}]}))
-    plan = tmp / "plan"
-    proc = run_cli("compile", "--services", str(tmp / "services.yaml"), "--cluster", str(tmp / "cluster.yaml"),
-                   "--out", str(plan), "--no-onnx", "--json")
-    assert proc.returncode == 0, proc.stderr
+    plan = compiled(tmp, {"small": 100, "big": 60}, weight=1)
     metrics = scrapes(tmp, plan, "fell", {"small": 100.0, "big": 10.0})
     proc = run_cli("replan", str(plan), *metrics, "--json")
     assert proc.returncode == 0, proc.stderr
