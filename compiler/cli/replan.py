@@ -72,7 +72,7 @@ def register(sub) -> None:
     p.add_argument("--cooldown", type=options.nonneg_int, default=COOLDOWN_WINDOWS, metavar="N",
                    help=f"anti-flap: for N windows after a replan changed a shape, moving that shape back needs "
                         f"--min-gain plus --cooldown-gain (default {COOLDOWN_WINDOWS}; 0: off; the changes are read "
-                        "from DIR/report/replan.json)")
+                        "from DIR/report/replan.json, or a services plan's DIR/replan.json)")
     p.add_argument("--cooldown-gain", type=fraction, default=COOLDOWN_GAIN, metavar="FRACTION",
                    help=f"the extra predicted gain a move back within --cooldown needs (default {COOLDOWN_GAIN:g})")
     p.add_argument("--forecast-error-weight", type=options.nonneg_float, default=FORECAST_WEIGHT, metavar="W",
