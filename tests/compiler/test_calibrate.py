@@ -64,26 +64,24 @@ def test_quick_calibration_is_saved_and_read_back(quick):
         assert 0 < report["derate"][key] <= 1
 
 
-def test_reported_predictions_are_what_the_cost_model_now_predicts(quick, tiny_graph):
-    """The table's predicted column is `block_time` on the saved device and derate, nothing private."""
-    from backends.cpu import host_device
-    from compiler.ir.calibration import load_calibration
-    from compiler.ir.precision import Precision
-    from cost_models.derates import derate_for
-    from cost_models.roofline import block_time
+def test_the_fitted_block_times_predict_the_held_out_measurements(quick, tiny_graph):
+    """Every block of llama-tiny is measured in both phases, some points held out of the fit. Measured, not
+    recomputed: the fitted cost model predicts the held-out block times within 50% at the median (4% and 13% in two
+    quiet runs here, 2026-12-07; the suite's other processes share the two cores) and each within 5x, so a fit
+    off by a unit or a derate that does not reach the costing fails."""
+    import statistics
 
     report, _, _ = quick
-    graph, device, derate = tiny_graph("llama-tiny"), host_device(), derate_for("cpu", load_calibration("cpu-host"))
+    graph = tiny_graph("llama-tiny")
     rows = report["stage_errors"]
     assert {r["phase"] for r in rows} == {"prefill", "decode"}
     assert {r["held_out"] for r in rows} == {True, False}
     assert {r["block"] for r in rows} == {b.name for b in graph.blocks}
-    for r in rows:
+    held = [r for r in rows if r["held_out"]]
+    for r in held:
         assert r["measured_s"] > 0 and math.isfinite(r["measured_s"])
-        want = block_time(graph.block(r["block"], r["phase"]), r["point"], device, precision=Precision.of("fp32"),
-                          derate=derate).time_s
-        assert r["predicted_s"] == pytest.approx(want, rel=1e-12)
-        assert r["error"] == pytest.approx((r["predicted_s"] - r["measured_s"]) / r["measured_s"])
+        assert 1 / 5 < r["predicted_s"] / r["measured_s"] < 5, r
+    assert statistics.median(abs(r["predicted_s"] / r["measured_s"] - 1) for r in held) < 0.5, held
     for key, value in report["summary"].items():
         assert math.isfinite(value), key
 
