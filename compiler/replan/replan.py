@@ -305,10 +305,8 @@ def replan(plan_dir: str | Path, inputs: CompileInputs, snaps: list[Snapshot], s
     now_s = obs.start_s + obs.seconds
     recent = recent_changes(read_history(plan_dir), now_s, settings)
     inst = with_factors(raw, factors)
-    busiest = max((u for rates in checked_rates(classes, settings)
-                   for u in routed_utilisation(plan, inst.options, rates).values()), default=0.0)
     decision, proposed, stay = decide(raw, factors, inputs.objective, current, classes, settings, recent, now_s,
-                                      busiest)
+                                      busiest_utilisation(plan, inst.options, classes, settings))
     from compiler.emit.emit_plan import emit_plan
 
     draft = prep.draft.graph if prep.draft is not None else None
@@ -555,12 +553,21 @@ def _forecast_variants(inst: Instance, classes: tuple[ClassPlan, ...], settings:
                   for mix in pair) for pair in forecast_mixes(classes, settings)]
 
 
+def busiest_utilisation(plan, options, classes: tuple[ClassPlan, ...], settings: Settings) -> float:
+    """The busiest pool of the running `plan`, routed as it is now, at its classes' forecast rates or a class's
+    forecast up by its replayed error (`checked_rates`), on `options` ([Note: cool-down])."""
+    return max((u for rates in checked_rates(classes, settings)
+                for u in routed_utilisation(plan, options, rates).values()), default=0.0)
+
+
+def changed_shapes(current: tuple[tuple[str, int], ...], after: tuple[tuple[str, int], ...]
+                   ) -> list[tuple[str, int, int]]:
+    """Each shape whose replicas differ between two placements: (shape, before, after), by shape."""
+    a, b = dict(current), dict(after)
+    return [(k, a.get(k, 0), b.get(k, 0)) for k in sorted(set(a) | set(b)) if a.get(k, 0) != b.get(k, 0)]
+
+
 def pool_changes(current: tuple[tuple[str, int], ...], sol: Solution) -> tuple[PoolChange, ...]:
     """Every shape whose replicas differ between the running placement and `sol`."""
-    before, after = dict(current), dict(shapes_of(sol))
-    out = []
-    for shape in sorted(set(before) | set(after)):
-        if before.get(shape, 0) != after.get(shape, 0):
-            kind, device = shape.split(":")[:2]
-            out.append(PoolChange(shape, kind, device, before.get(shape, 0), after.get(shape, 0)))
-    return tuple(out)
+    return tuple(PoolChange(shape, *shape.split(":")[:2], n, m) for shape, n, m in changed_shapes(current,
+                                                                                                 shapes_of(sol)))

@@ -31,8 +31,8 @@ from compiler.compile_inputs import CompileInputs
 from compiler.ir.errors import BadInput, Infeasible
 from compiler.replan.history import PastChange, history_in, moved_back, recent_changes
 from compiler.replan.metrics import Snapshot, by_model
-from compiler.replan.replan import (Measured, Settings, current_replicas, gain_se, gain_variants, judged, measured,
-                                    moves_between, sense_gain, shapes_of)
+from compiler.replan.replan import (Measured, Settings, busiest_utilisation, changed_shapes, current_replicas,
+                                    gain_se, gain_variants, judged, measured, moves_between, sense_gain, shapes_of)
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,8 @@ def replan_services(root: str | Path, snaps: list[Snapshot], settings: Settings 
     now_s = max(m.observation.start_s + m.observation.seconds for _i, m in found.values())
     recent = recent_changes(history_in(root / "replan.json"), now_s, settings)
     back = moved_back(recent, current, after)
-    act, reason = judged(moves, current_value, gain, se, back, _busiest(found, settings), settings, now_s)
+    busy = max(busiest_utilisation(m.plan, m.corrected.options, m.classes, settings) for _i, m in found.values())
+    act, reason = judged(moves, current_value, gain, se, back, busy, settings, now_s)
     chosen = proposed if act or not stay.feasible else stay
     parts, plans, shares, changes = [], {}, {}, []
     for name, (inputs, m) in found.items():
@@ -154,7 +155,7 @@ def replan_services(root: str | Path, snaps: list[Snapshot], settings: Settings 
                                 settings.min_gain, act, reason, tuple(sorted({c.shape for c in back})))
     result = Services(ServicesFile(name=doc["name"], services=tuple(p.spec for p in parts)), parts, inst, chosen,
                       objective, shares, plans)
-    made = tuple(PastChange(now_s, shape, n, m) for shape, n, m in _changed(current, after)) if act else ()
+    made = tuple(PastChange(now_s, shape, n, m) for shape, n, m in changed_shapes(current, after)) if act else ()
     return ServicesReplan(str(root), tuple(changes), decision, recent + made, result)
 
 
@@ -169,19 +170,3 @@ def _variants(found: dict, goals: dict, settings: Settings) -> list:
             out.append(tuple(joint([(v if n == name else other.corrected, goals[n])
                                     for n, (_j, other) in found.items()]) for v in pair))
     return out
-
-
-def _busiest(found: dict, settings: Settings) -> float:
-    """The busiest pool of any service's running plan at its forecast rates (or a class's forecast up by its
-    replayed error), routed as it is now ([Note: cool-down])."""
-    from compiler.replan.forecast import checked_rates
-    from compiler.replan.routes import routed_utilisation
-
-    return max((u for _i, m in found.values() for rates in checked_rates(m.classes, settings)
-                for u in routed_utilisation(m.plan, m.corrected.options, rates).values()), default=0.0)
-
-
-def _changed(current: tuple[tuple[str, int], ...], after: tuple[tuple[str, int], ...]) -> list[tuple[str, int, int]]:
-    """Each shape whose replicas differ: (shape, before, after)."""
-    a, b = dict(current), dict(after)
-    return [(k, a.get(k, 0), b.get(k, 0)) for k in sorted(set(a) | set(b)) if a.get(k, 0) != b.get(k, 0)]
