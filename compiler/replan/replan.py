@@ -489,7 +489,8 @@ def judged(moves: int, current_value: float | None, gain: float | None, se: floa
     if gain is None:
         return False, "held: no gain to compare (a placement valued at zero)"
     if gain < settings.min_gain:
-        return False, f"held: the predicted gain {gain:+.1%} is below the threshold {settings.min_gain:.0%} (--min-gain)"
+        return False, (f"held: the predicted gain {gain:+.1%} is below the threshold {settings.min_gain:.0%} "
+                       "(--min-gain)")
     if back and not short and gain < settings.min_gain + settings.cooldown_gain:
         what = ", ".join(f"{c.shape} {c.before}->{c.after} {round((now_s - c.time_s) / settings.window_s)} window(s) "
                          "ago" for c in back)
