@@ -19,7 +19,8 @@ must scale it down.
 from __future__ import annotations
 
 from backends.base import Backend, hgx_node
-from backends.engines import ROCM_VLLM_DOCKER, SGLANG_DOCKER, SGLANG_RELEASE, VLLM_RELEASE
+from backends.engines.sglang import SGLANG_DOCKER, SGLANG_RELEASE
+from backends.engines.vllm import ROCM_VLLM_DOCKER, VLLM_RELEASE
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
 from compiler.ir.engine_platform import EnginePlatform
 

@@ -12,7 +12,7 @@ import os
 import platform
 
 from backends.base import Backend
-from backends.engines import VLLM_CPU, VLLM_RELEASE
+from backends.engines.vllm import VLLM_CPU, VLLM_RELEASE
 from compiler.ir.calibration import load_calibration
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
 from compiler.ir.engine_platform import EnginePlatform

@@ -12,7 +12,7 @@ both run over the chip's integrated RoCE ports: 21 of them go all-to-all to the
 from __future__ import annotations
 
 from backends.base import Backend, hgx_node
-from backends.engines import GAUDI_VLLM, VLLM_RELEASE
+from backends.engines.vllm import GAUDI_VLLM, VLLM_RELEASE
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
 from compiler.ir.engine_platform import EnginePlatform
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 from backends.base import (
     DGX_A100_SOURCE, DGX_A100_W, DGX_H100_SOURCE, DGX_H100_W, Backend, ReferencePrice, hgx_node, on_node, pcie_node,
 )
-from backends.engines import SGLANG_DOCKER, SGLANG_RELEASE, TRTLLM_DOCKER, TRTLLM_RELEASE, VLLM_DOCKER, VLLM_RELEASE
+from backends.engines.sglang import SGLANG_DOCKER, SGLANG_RELEASE
+from backends.engines.trtllm import TRTLLM_DOCKER, TRTLLM_RELEASE
+from backends.engines.vllm import VLLM_DOCKER, VLLM_RELEASE
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
 from compiler.ir.engine_platform import EnginePlatform
 

@@ -13,6 +13,7 @@ from functools import lru_cache
 from importlib import metadata
 
 from backends.base import Backend, ReferencePrice
+from backends.engines import serving_engines
 from compiler.ir.device_spec import DeviceSpec
 from compiler.ir.errors import BadInput
 
@@ -36,6 +37,12 @@ def backends() -> tuple[Backend, ...]:
     dupes = {f for f in families if families.count(f) > 1}
     if dupes:
         raise BadInput(f"backend families registered twice: {sorted(dupes)}; uninstall the duplicate plugin")
+    known = [e.name for e in serving_engines()]
+    for b in found:
+        for p in b.engines:
+            if p.engine not in known:
+                raise BadInput(f"backend {b.family} lists serving engine {p.engine!r}, which no module registers; "
+                               f"use one of {', '.join(known)}, or install the engine's plugin")
     return tuple(found)
 
 

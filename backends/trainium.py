@@ -13,7 +13,7 @@ both are labelled assumptions below, each saying what it rests on.
 from __future__ import annotations
 
 from backends.base import HGX_HOST_RULE, HGX_HOST_W_PER_DEVICE, Backend, on_node
-from backends.engines import NEURON_VLLM, VLLM_RELEASE
+from backends.engines.vllm import NEURON_VLLM, VLLM_RELEASE
 from compiler.ir.device_spec import DeviceSpec, Link, MemoryTier
 from compiler.ir.engine_platform import EnginePlatform
 

@@ -172,15 +172,11 @@ def stored_precision(model: str, precision: Precision) -> Precision:
     return checkpoint_precision(resolve_model(model), precision)
 
 
-#: Engines that split heads evenly over tp ranks, replicating KV heads where tp exceeds them: vLLM's
-#: QKVParallelLinear (``divide(total_num_heads, tp_size)``; ``num_kv_head_replicas = divide(tp_size,
-#: total_num_kv_heads)``), SGLang's copy of it, and TensorRT-LLM (assumption: the same rule).
-EVEN_HEAD_ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
-
-
 def _check_parallelism(graph: BlockGraph, config: dict, tp: int, pp: int, engine: str = "generic") -> None:
     """Refuse only the splits no engine runs: more pipeline stages than layers, more tp ranks than attention
-    heads (a rank with no query head), and, for `EVEN_HEAD_ENGINES`, tp not dividing the attention heads or
+    heads (a rank with no query head), and, for engines that split heads evenly (``even_heads``: vLLM's
+    QKVParallelLinear, ``divide(total_num_heads, tp_size)`` and ``num_kv_head_replicas = divide(tp_size,
+    total_num_kv_heads)``; SGLang's copy of it; TensorRT-LLM by assumption), tp not dividing the attention heads or
     not dividing / divided by the KV heads. tp above the KV heads replicates them ([Note: replicated KV heads]);
     a generic engine pads heads that tp does not divide (transformers-neuronx does)."""
     if pp > graph.num_layers:
@@ -193,9 +189,12 @@ def _check_parallelism(graph: BlockGraph, config: dict, tp: int, pp: int, engine
     if heads and tp > heads:
         raise BadInput(f"--tp {tp}: {graph.model} has {heads} attention heads and no engine gives a tensor-parallel "
                        f"rank no query head, so at most --tp {heads}; lower --tp (or raise --pp)")
-    name = EVEN_HEAD_ENGINES.get(engine)
-    if name is None or not heads:
+    from backends.engines import find
+
+    known = find(engine)
+    if known is None or not known.even_heads or not heads:
         return
+    name = known.display
     if heads % tp:
         raise BadInput(f"--tp {tp}: {name} splits attention heads evenly over tp ranks and {graph.model}'s {heads} "
                        f"do not divide by {tp}; use a --tp that divides {heads}")

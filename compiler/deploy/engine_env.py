@@ -24,8 +24,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from backends.engines import VLLM_RELEASE
-from compiler.emit.serving.router import VLLM_ROUTER_RELEASE
+from backends.engines.vllm import VLLM_RELEASE, VLLM_ROUTER_RELEASE
 from compiler.ir.errors import RuntimeFailure
 from compiler.ir.files import atomic_write_text
 

@@ -27,6 +27,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from backends.engines import serving_engine
 from compiler.deploy.router_handover import front_command
 from compiler.plan.schema import DECODE_ROLES, Plan, Pool
 from compiler.ir.errors import BadInput
@@ -110,10 +111,11 @@ class Addition:
 def local_command(pool: Pool, python: Path, root: Path, port: int, kv_dir: Path) -> tuple[list[str], list[Addition]]:
     """The local process of one replica of `pool` (see the module docstring), and what it adds to the plan's
     launch beyond this host's paths and ports."""
-    spec = pool.launch.command
-    if spec[:2] != ["vllm", "serve"]:
-        raise BadInput(f"pool {pool.name}: launch command {spec[:2]} is not `vllm serve`; recompile the plan")
-    argv = [str(python), "-m", ENGINE_MODULE, "--model", str(root / "model"), *spec[3:]]
+    flags = serving_engine(pool.launch.engine).local_flags(pool.launch.command)
+    if flags is None:
+        raise BadInput(f"pool {pool.name}: launch command {pool.launch.command[:2]} is not one deploy --local "
+                       "starts here (`vllm serve`); recompile the plan for cpu-host devices")
+    argv = [str(python), "-m", ENGINE_MODULE, "--model", str(root / "model"), *flags]
     argv = set_flag(set_flag(argv, "--host", HOST), "--port", str(port))
     if "--kv-transfer-config" in argv:
         i = argv.index("--kv-transfer-config") + 1

@@ -32,6 +32,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from backends.engines import serving_engine
 from compiler.deploy.engine_env import engine_python, outside_env, router_binary
 from compiler.deploy.launch import (FRONT, ROUTER, ROUTERS, Proc, core_shares, engine_proc, free_port,
                                     front_proc, router_command, set_flag)
@@ -62,7 +63,7 @@ def check_local(plan: Plan, root: Path) -> list[Pool]:
     other devices than this host's CPUs come first: no recompile with --deployable would run them here."""
     pools = [p for p in plan.pools if p.launch is not None]
     elsewhere = [f"{p.name} ({p.device}, {p.launch.platform if p.launch.platform != 'cpu' else p.launch.engine})"
-                 for p in pools if p.launch.engine != "vllm" or p.launch.platform != "cpu"]
+                 for p in pools if p.launch.platform not in serving_engine(p.launch.engine).local_platforms]
     if elsewhere:
         several = len(elsewhere) > 1
         raise BadInput(f"plan {root}: pool{'s' * several} {', '.join(elsewhere)} {'are' if several else 'is'} not vLLM "

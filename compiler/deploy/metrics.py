@@ -34,30 +34,16 @@ import re
 import time
 from dataclasses import dataclass
 
+from backends.engines import serving_engines
 from compiler.ir.errors import BadInput
 
 WHOLE = "*"  # samples of the whole deployment, no pool named
 
-#: Quantity -> metric names (without a ``_total``/``_bucket`` suffix), in the order they are tried.
+#: Quantity -> metric names (without a ``_total``/``_bucket`` suffix), in the order they are tried: each engine's
+#: own (`ServingEngine.metrics`), engines in registry order.
 NAMES: dict[str, tuple[str, ...]] = {
-    "ttft_s": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
-    "tpot_s": ("vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds",
-               "vllm:time_per_output_token_seconds", "sglang:inter_token_latency_seconds",
-               "sglang:time_per_output_token_seconds"),
-    #: Each request's own mean time per output token (one sample per request, as benchmarks count TPOT).
-    "request_tpot_s": ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds",
-                       "sglang:time_per_output_token_seconds"),
-    "queue_s": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),
-    "prefill_s": ("vllm:request_prefill_time_seconds",),
-    "requests": ("vllm:request_success", "sglang:num_requests"),
-    "prompt_tokens": ("vllm:prompt_tokens", "sglang:prompt_tokens"),
-    "generation_tokens": ("vllm:generation_tokens", "sglang:generation_tokens"),
-    "prompt_len": ("vllm:request_prompt_tokens", "sglang:prompt_tokens_histogram"),
-    "output_len": ("vllm:request_generation_tokens", "sglang:generation_tokens_histogram"),
-    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
-    "running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
-    "kv_usage": ("vllm:kv_cache_usage_perc", "sglang:token_usage"),
-}
+    key: tuple(n for e in serving_engines() for n in e.metrics.get(key, ()))
+    for key in dict.fromkeys(k for e in serving_engines() for k in e.metrics)}
 
 _POD = re.compile(r"gimletc-(pool[0-9a-z]+)")
 

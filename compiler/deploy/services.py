@@ -24,7 +24,7 @@ from pathlib import Path
 from compiler.deploy.engine_env import engine_python, outside_env, router_binary
 from compiler.deploy.launch import FRONT, HOST, Proc, free_port
 from compiler.deploy.local import Deployment, healthy, load_local, prepare, run_until_stopped
-from compiler.emit.serving.router import gateway_argv
+from backends.engines.vllm import gateway_argv
 from compiler.ir.errors import BadInput, RuntimeFailure
 from compiler.ir.files import atomic_write_text
 

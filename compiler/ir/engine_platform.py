@@ -9,28 +9,21 @@ OpenAI-compatible endpoint), the container image, the environment the engine
 needs on that platform, and where the engine registers its KV cache for a
 connector (``kv_buffer_device``: the accelerator's memory, or host memory).
 
->>> p = EnginePlatform(engine="vllm", platform="cuda", version="0.32.0", image="vllm/vllm-openai:v0.32.0",
-...                    kv_buffer_device="cuda", source="https://docs.vllm.ai/en/stable/deployment/docker/")
->>> p.launchable
-True
->>> EnginePlatform(engine="external", platform="external", version="", image=None, kv_buffer_device=None,
-...                source="vendor endpoint").launchable
-False
+The engine itself (its flags, router, connectors) is its module in
+`backends.engines`, found by ``engine``; `backends.registry` checks that every
+backend's platforms name a registered engine.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: Engines a launch spec can be written for; ``external`` is a system that serves an OpenAI-compatible API itself.
-ENGINE_NAMES = ("vllm", "sglang", "trtllm", "external")
-
 
 @dataclass(frozen=True, slots=True)
 class EnginePlatform:
     """One engine on one platform build. ``image`` None: no public image; the cluster entry must name one."""
 
-    engine: str  # one of ENGINE_NAMES
+    engine: str  # a `backends.engines` name (``external``: a system that serves an OpenAI-compatible API itself)
     platform: str  # cuda, rocm, neuron, gaudi, cpu, external
     version: str  # the release the launch flags are written for (and checked against, for vLLM on CPU)
     image: str | None
@@ -41,12 +34,3 @@ class EnginePlatform:
     kv_layout: str = "NHD"  # the KV page layout the engine's attention backend keeps on this platform
     kv_block_size: int = 16  # tokens per KV block the engine uses on this platform by default
     static_shapes: bool = False  # runs programs compiled per bucket of lengths, padded ([Note: buckets])
-
-    def __post_init__(self) -> None:
-        if self.engine not in ENGINE_NAMES:
-            raise ValueError(f"unknown engine {self.engine!r}; use one of {', '.join(ENGINE_NAMES)}")
-
-    @property
-    def launchable(self) -> bool:
-        """Whether gimletc writes a process to start (False for external endpoints)."""
-        return self.engine != "external"

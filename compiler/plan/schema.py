@@ -15,11 +15,25 @@ activations), the predicted totals, the solver report and the baselines.
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
+
+
+def _registered_engine(name: str) -> str:
+    """A serving engine's name as `backends.engines` registers it (plug-ins included)."""
+    from backends.engines import find, serving_engines
+
+    if find(name) is None:
+        raise ValueError(f"{name!r} is not a registered serving engine; use one of "
+                         f"{', '.join(e.name for e in serving_engines())} (or install the engine's plugin)")
+    return name
+
+
+#: A `backends.engines` name: vllm, sglang, trtllm, external, or a plug-in's.
+EngineName = Annotated[str, AfterValidator(_registered_engine)]
 
 
 class _Frozen(BaseModel):
@@ -154,7 +168,7 @@ class EngineLaunch(_Frozen):
     ``external`` pool runs no process of ours: its systems serve an OpenAI-compatible API at ``endpoints``.
     """
 
-    engine: Literal["vllm", "sglang", "trtllm", "external"]
+    engine: EngineName
     version: str
     platform: str  # cuda, rocm, neuron, gaudi, cpu, external
     plugin: str | None = None  # the platform plugin the image carries (vllm-neuron, vllm-gaudi)
@@ -192,7 +206,7 @@ class Router(_Frozen):
     """The front door: a public router's launch, the policy it runs, and what of the plan's routing it cannot
     express (`compiler.emit.serving.router`)."""
 
-    router: Literal["vllm-router", "sglang-router", "trtllm-disaggregated", "none"]
+    router: str  # the engine's router (vllm-router, sglang-router, trtllm-disaggregated, a plug-in's), or none
     version: str
     image: str | None
     command: list[str]

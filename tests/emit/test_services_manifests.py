@@ -230,7 +230,7 @@ def test_registrar_routes_each_model_to_its_router_through_a_real_gateway(tmp_pa
     both models end up routed to their own router, and again after the gateway restarts."""
     from compiler.deploy.engine_env import env_dir
     from compiler.deploy.launch import free_port
-    from compiler.emit.serving.router import gateway_argv
+    from backends.engines.vllm import gateway_argv
 
     binary = env_dir() / "bin" / "vllm-router"
     if not binary.exists():

@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from backends.engines import serving_engine
 from compiler.emit.k8s import objects as k8s
 from compiler.emit.k8s.pool_deployment import NOTE, by_file_name, check_name, labels, pool_deployments
 
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
 KEDA_API = "keda.sh/v1alpha1"
 #: Where KEDA reads Prometheus (kube-prometheus-stack's service); `scaled_objects` takes another.
 PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
-QUEUE_METRIC = {"vllm": "vllm:num_requests_waiting", "sglang": "sglang:num_queue_reqs"}
 POLLING_S = 15
 COOLDOWN_S = 300  # scale-down stabilisation: a replica's weights take minutes to load again
 
@@ -123,7 +123,8 @@ def scaled_objects(plan: Plan, cluster: Cluster | None, provisioned_w: dict[str,
     ranges."""
     check_name(name)
     deployed = [d for d in pool_deployments(plan, cluster)
-                if d.kind != "external" and d.pool.launch is not None and d.pool.launch.engine in QUEUE_METRIC]
+                if d.kind != "external" and d.pool.launch is not None
+                and serving_engine(d.pool.launch.engine).queue_metric() is not None]
     ranges = replica_ranges(plan, provisioned_w, pools=[d.pool.name for d in deployed])
     objs, out = [], []
     for d in deployed:
@@ -135,7 +136,7 @@ def scaled_objects(plan: Plan, cluster: Cluster | None, provisioned_w: dict[str,
         target = f"{name}-{d.key}"
         kind, api = ("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1") if d.kind == "leader-worker-set" \
             else ("StatefulSet", "apps/v1")
-        query = f'sum({QUEUE_METRIC[p.launch.engine]}{{pod=~"{target}-[0-9]+(-[0-9]+)?"}})'
+        query = f'sum({serving_engine(p.launch.engine).queue_metric()}{{pod=~"{target}-[0-9]+(-[0-9]+)?"}})'
         meta = k8s.metadata(target, labels(name, "autoscaler", p.name), {
             NOTE: (f"scales pool {p.name} ({p.role} on {p.device}) between {low} and {high} replicas (the plan runs "
                    f"{p.replicas}) on its engines' queue: {threshold} waiting per replica; the range keeps the "

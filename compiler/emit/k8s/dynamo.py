@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from backends.engines import displays, serving_engine, serving_engines
 from compiler.emit.k8s import objects as k8s
 from compiler.emit.k8s.engine_pod import base_env, limits_of, plan_volumes, runtime_needs, scheduling, served_pools
 from compiler.emit.k8s.pool_deployment import NOTE, PoolDeployment, by_file_name, check_name, labels
@@ -49,19 +50,12 @@ if TYPE_CHECKING:
 
 TARGET = "dynamo"
 DYNAMO_RELEASE = "1.3.1"
-FRAMEWORKS = ("vllm", "sglang", "trtllm")
-_IMAGE = {"vllm": "vllm-runtime", "sglang": "sglang-runtime", "trtllm": "tensorrtllm-runtime"}
 _TYPE = {"colocated": "worker", "prefill": "prefill", "decode": "decode"}
-#: trtllm-serve flag -> dynamo.trtllm flag (None: dropped).
-_TRTLLM_FLAGS = {"--tp_size": "--tensor-parallel-size", "--pp_size": "--pipeline-parallel-size",
-                 "--ep_size": "--expert-parallel-size", "--max_batch_size": "--max-batch-size",
-                 "--max_num_tokens": "--max-num-tokens", "--max_seq_len": "--max-seq-len",
-                 "--extra_llm_api_options": "--extra-engine-args", "--host": None, "--port": None,
-                 "--backend": None}
 
 
 def image(framework: str) -> str:
-    return f"nvcr.io/nvidia/ai-dynamo/{_IMAGE[framework]}:{DYNAMO_RELEASE}"
+    """Dynamo's runtime image of `framework` (an engine's ``dynamo_runtime``)."""
+    return f"nvcr.io/nvidia/ai-dynamo/{serving_engine(framework).dynamo_runtime}:{DYNAMO_RELEASE}"
 
 
 def manifests(plan: Plan, cluster: Cluster | None = None, *, name: str = "gimletc") -> dict[str, dict[str, Any]]:
@@ -78,43 +72,16 @@ def manifests(plan: Plan, cluster: Cluster | None = None, *, name: str = "gimlet
 def skip_reason(d: PoolDeployment) -> str:
     """Why Dynamo cannot run launched pool `d` ('' when it can)."""
     launch = d.pool.launch
-    if launch.engine not in FRAMEWORKS or launch.platform != "cuda":
-        return f"Dynamo runs vLLM, SGLang and TensorRT-LLM on CUDA only; this pool runs {launch.engine} on " \
-               f"{launch.platform}"
+    if serving_engine(launch.engine).dynamo_runtime is None or launch.platform != "cuda":
+        frameworks = displays([e for e in serving_engines() if e.dynamo_runtime is not None])
+        return f"Dynamo runs {frameworks} on CUDA only; this pool runs {launch.engine} on {launch.platform}"
     return ""
 
 
 def worker_args(d: PoolDeployment) -> list[str]:
     """The launch's engine flags in the Dynamo wrapper's form (see the module docstring)."""
-    launch, argv = d.pool.launch, list(d.pool.launch.command)
-    if launch.engine == "vllm":  # vllm serve MODEL --flags...
-        args = ["--model", argv[2]] + _drop(argv[3:], ("--host", "--port"))
-        if d.pool.role in ("prefill", "decode"):
-            args += ["--disaggregation-mode", d.pool.role]
-        return args
-    if launch.engine == "sglang":  # python3 -m sglang.launch_server --flags...
-        return _drop(argv[3:], ("--port",))
-    args = ["--model-path", argv[2], "--served-model-name", launch.served_model_name]  # trtllm-serve serve MODEL
-    rest = argv[3:]
-    for flag, value in zip(rest[::2], rest[1::2]):
-        if _TRTLLM_FLAGS.get(flag, flag) is not None:
-            args += [_TRTLLM_FLAGS.get(flag, flag), value]
-    if d.pool.role in ("prefill", "decode"):
-        args += ["--disaggregation-mode", d.pool.role]
-    return args
-
-
-def _drop(argv: list[str], flags: tuple[str, ...]) -> list[str]:
-    """`argv` without each of `flags` and the value after it."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in flags:
-            skip = True
-        else:
-            out.append(arg)
-    return out
+    launch = d.pool.launch
+    return serving_engine(launch.engine).dynamo_args(list(launch.command), d.pool.role, launch.served_model_name)
 
 
 def component(name: str, d: PoolDeployment) -> dict[str, Any]:

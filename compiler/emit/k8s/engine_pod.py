@@ -27,14 +27,14 @@ templates and objects as plain dicts (`compiler.emit.k8s.objects`).
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from backends.engines import displays, serving_engine, serving_engines
+from backends.engines.base import PLAN_MOUNT as PLAN_DIR
+from backends.engines.base import PORT as HTTP_PORT
 from compiler.emit.k8s import objects as k8s
 from compiler.emit.k8s.pool_deployment import NOTE, PLACEHOLDER_ADDRESS, PoolDeployment, labels, pool_deployments
-from compiler.emit.serving.launch import PLAN_MOUNT as PLAN_DIR
-from compiler.emit.serving.launch import PORT as HTTP_PORT
 
 if TYPE_CHECKING:
     from compiler.plan.schema import EngineLaunch, Plan
@@ -43,8 +43,15 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 HF_SECRET = "hf-token-secret"
 NEEDS = "gimletc/needs"
-RAY_PORT = 6379
-SGLANG_DIST_PORT = 20000
+
+
+def refusal(d: PoolDeployment, target: str, says: str) -> str:
+    """Why orchestrator `target` runs no engine for pool `d` ('' when its engine lists `target` among its
+    ``orchestrators``): "<says> vLLM; this pool runs sglang"."""
+    if target in serving_engine(d.pool.launch.engine).orchestrators:
+        return ""
+    return f"{says} {displays([e for e in serving_engines() if target in e.orchestrators])}; this pool runs " \
+           f"{d.pool.launch.engine}"
 
 
 def served_pools(plan: Plan, cluster: Cluster | None,
@@ -180,15 +187,8 @@ def runtime_needs(plan: Plan, name: str, skipped: dict[str, str], target: str) -
 
 
 def multi_node_commands(d: PoolDeployment, argv: list[str] | None = None) -> tuple[list[str], list[str]]:
-    """``(leader command, worker command)`` of a replica spanning nodes: Ray for vLLM, torch.distributed for
-    SGLang (see [Note: how the engines target deploys] in `compiler.emit.k8s.engines`)."""
-    argv = list(d.pool.launch.command if argv is None else argv)
-    if d.pool.launch.engine == "sglang":
-        dist = (f' --dist-init-addr "$LWS_LEADER_ADDRESS:{SGLANG_DIST_PORT}" --nnodes "$LWS_GROUP_SIZE"'
-                ' --node-rank "$LWS_WORKER_INDEX"')
-        both = ["sh", "-c", "exec " + shlex.join(argv) + dist]
-        return both, both
-    leader = f"ray start --head --port={RAY_PORT} && exec " + shlex.join(
-        argv + ["--distributed-executor-backend", "ray"])
-    worker = f'ray start --address="$LWS_LEADER_ADDRESS:{RAY_PORT}" --block'
-    return ["sh", "-c", leader], ["sh", "-c", worker]
+    """``(leader command, worker command)`` of a replica spanning nodes, as its engine starts one (Ray for vLLM,
+    torch.distributed for SGLang: `ServingEngine.multi_node_commands`; see [Note: how the engines target
+    deploys] in `compiler.emit.k8s.engines`)."""
+    return serving_engine(d.pool.launch.engine).multi_node_commands(
+        list(d.pool.launch.command if argv is None else argv))

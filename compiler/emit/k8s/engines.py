@@ -43,6 +43,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from backends.engines import serving_engine
 from compiler.emit.k8s import objects as k8s
 from compiler.emit.k8s.engine_pod import (HTTP_PORT, PLAN_DIR, engine_container, engine_pod, external_pool,
                                           multi_node_commands, pool_annotations, runtime_needs, served_pools)
@@ -67,7 +68,7 @@ def manifests(plan: Plan, cluster: Cluster | None = None, *, name: str = INSTANC
                        f"use the name {INSTANCE} (or recompile with another instance name)")
     objs, (serving, skipped) = [], served_pools(plan, cluster, skip_reason)
     for d in serving:
-        if d.pool.launch.engine == "external":
+        if not serving_engine(d.pool.launch.engine).launchable:
             objs += external_pool(name, d)
         else:
             check_url_name(d)
@@ -77,9 +78,8 @@ def manifests(plan: Plan, cluster: Cluster | None = None, *, name: str = INSTANC
 
 def skip_reason(d: PoolDeployment) -> str:
     """Why the engines target deploys no engine for launched pool `d` ('' when it does)."""
-    if d.pool.launch.engine == "trtllm" and d.spans_nodes:
-        return "TensorRT-LLM across nodes starts under MPI, which this target does not generate"
-    return ""
+    engine = serving_engine(d.pool.launch.engine)
+    return engine.multi_node_refusal if d.spans_nodes and engine.multi_node is None else ""
 
 
 def check_url_name(d: PoolDeployment) -> None:
@@ -106,7 +106,7 @@ def lws_pool(name: str, d: PoolDeployment) -> list[dict[str, Any]]:
     leader_cmd, worker_cmd = multi_node_commands(d)
     leader = engine_pod(name, d, pod_labels, [engine_container(name, d, leader_cmd)])
     worker = engine_pod(name, d, pod_labels, [engine_container(name, d, worker_cmd, ready=False)])
-    how = "Ray" if d.pool.launch.engine == "vllm" else "torch.distributed"
+    how = serving_engine(d.pool.launch.engine).multi_node
     note = (f"a replica spans nodes ({d.pool.devices_per_replica} > {d.node_size} devices per node): a group of "
             f"{d.pods_per_replica} pods over {how}; the leader serves at {svc}-r.{svc}:{d.pool.launch.port} "
             "(LWS's headless Service)")

@@ -32,8 +32,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from compiler.emit.k8s import objects as k8s
-from compiler.emit.k8s.engine_pod import (PLAN_DIR, engine_container, engine_volumes, runtime_needs, scheduling,
-                                          served_pools)
+from compiler.emit.k8s.engine_pod import (PLAN_DIR, engine_container, engine_volumes, refusal, runtime_needs,
+                                          scheduling, served_pools)
 from compiler.emit.k8s.pool_deployment import NOTE, PoolDeployment, by_file_name, check_name, labels
 
 if TYPE_CHECKING:
@@ -46,8 +46,7 @@ TARGET = "kserve"
 def manifests(plan: Plan, cluster: Cluster | None = None, *, name: str = "gimletc") -> dict[str, dict[str, Any]]:
     """One LLMInferenceService per decode or colocated vLLM pool (see [Note: how the kserve target deploys])."""
     check_name(name)
-    serving, skipped = served_pools(plan, cluster, lambda d: "" if d.pool.launch.engine == "vllm" else
-                                    f"KServe's LLMInferenceService runs vLLM; this pool runs {d.pool.launch.engine}")
+    serving, skipped = served_pools(plan, cluster, lambda d: refusal(d, TARGET, "KServe's LLMInferenceService runs"))
     pairs = prefill_of(plan, serving, skipped)
     objs = [service(name, d, pairs.get(d.pool.name)) for d in serving if d.pool.role in ("colocated", "decode")]
     return by_file_name(objs + runtime_needs(plan, name, skipped, TARGET))

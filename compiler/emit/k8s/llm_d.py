@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from compiler.emit.k8s import objects as k8s
 from compiler.emit.k8s.engine_pod import (engine_container, engine_pod, multi_node_commands, pool_annotations,
-                                          runtime_needs, served_pools)
+                                          refusal, runtime_needs, served_pools)
 from compiler.emit.k8s.pool_deployment import NOTE, PoolDeployment, by_file_name, check_name, labels, selector
 from compiler.emit.k8s.yaml_text import dump
 
@@ -76,8 +76,7 @@ def manifests(plan: Plan, cluster: Cluster | None = None, *, name: str = "gimlet
               workload: Workload | None = None) -> dict[str, dict[str, Any]]:
     """Engines, InferencePools and endpoint pickers (see [Note: how the llm-d target deploys])."""
     check_name(name)
-    serving, skipped = served_pools(plan, cluster, lambda d: "" if d.pool.launch.engine == "vllm" else
-                                    f"llm-d's guides serve vLLM; this pool runs {d.pool.launch.engine}")
+    serving, skipped = served_pools(plan, cluster, lambda d: refusal(d, TARGET, "llm-d's guides serve"))
     objs, threshold = [], prefill_threshold(plan, workload)
     for group_name, pools in serving_groups(name, serving).items():
         pd = any(d.pool.role == "prefill" for d in pools)

@@ -54,7 +54,8 @@ from compiler.emit.k8s.engines import ROUTER_IMAGE
 from compiler.emit.k8s.engine_pod import HTTP_PORT
 from compiler.emit.k8s.llm_d import GROUP, PORT, ROLE
 from compiler.emit.k8s.pool_deployment import NOTE, POOL_LABEL, dns_label, labels, selector
-from compiler.emit.serving.router import INSTANCE, VLLM_ROUTER_RELEASE, gateway_argv
+from backends.engines.vllm import VLLM_ROUTER_RELEASE, gateway_argv
+from compiler.emit.serving.router import INSTANCE
 from compiler.ir.errors import BadInput
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from compiler.plan.schema import KvConnector, Plan, Pool, RuntimeNeed
 from compiler.emit.serving.connectors import Connector, choose
-from compiler.emit.serving.launch import LaunchInputs, launch, model_reference
+from compiler.emit.serving.launch import LaunchInputs, budget, launch, model_reference
 from compiler.emit.serving.router import router_for
 from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
@@ -98,12 +98,12 @@ def serve(plan: Plan, cluster: Cluster, workload: Workload, *, moe: bool, model_
             max_len = max(c.input_len.max + c.output_len.max for c in classes)
             buckets = Buckets.for_classes(max_len, [c.input_len.mean for c in classes],
                                           [c.input_len.mean + c.output_len.mean for c in classes])
-            inputs = LaunchInputs(model=model, served_model_name=served_model_name or plan.model, dtype=plan.dtype,
+            inputs = LaunchInputs(pool=p.name, tp=p.tp, pp=p.pp, batch=p.batch, budget=budget(p), model=model,
+                                  served_model_name=served_model_name or plan.model, dtype=plan.dtype,
                                   kv_dtype=plan.kv_dtype, moe=moe, max_model_len=max_len,
                                   block_size=block_sizes[p.name], image=entry.image, endpoints=entry.endpoints,
                                   buckets=buckets if platforms[p.name].static_shapes else None)
-            pools.append(p.model_copy(update={"launch": launch(p, platforms[p.name], inputs,
-                                                                connectors.get(p.name))}))
+            pools.append(p.model_copy(update={"launch": launch(platforms[p.name], inputs, connectors.get(p.name))}))
         return plan.model_copy(update={"pools": pools, "needs_runtime": needs})
 
     served = launched(every_class=False)

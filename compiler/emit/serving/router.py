@@ -20,12 +20,11 @@ prompts skip disaggregation; the ``llm-d`` manifests set it).
 
 from __future__ import annotations
 
+from backends.engines import serving_engine
+from backends.engines.base import PORT, Upstreams
 from compiler.plan.schema import ClassRoute, Plan, Pool, Router
-from compiler.emit.serving.launch import PLAN_MOUNT, PORT
 
 INSTANCE = "gimletc"
-VLLM_ROUTER_RELEASE = "0.1.17"  # the vllm-router on PyPI that `gimletc deploy --local` installs
-SGLANG_ROUTER_RELEASE = "0.3.2"
 
 
 def replica_urls(pool: Pool, instance: str = INSTANCE) -> list[str]:
@@ -53,7 +52,7 @@ def _shares(rates: dict[str, float]) -> dict[str, float]:
 
 def router_for(plan: Plan) -> Router | None:
     """The router of `plan`'s engine pools (None when no pool runs on a public engine)."""
-    served = [p for p in plan.pools if p.launch is not None and p.launch.engine != "external"]
+    served = [p for p in plan.pools if p.launch is not None and serving_engine(p.launch.engine).launchable]
     # a prefill or decode pool whose every KV pair lacks a connector would recompute (or never hand over) the KV
     unjoined = [p.name for p in served if p.role in ("prefill", "decode") and p.launch.kv_connector is None]
     served = [p for p in served if p.name not in unjoined]
@@ -81,63 +80,12 @@ def router_for(plan: Plan) -> Router | None:
         notes.append("colocated pools beside a prefill/decode split: the router's P/D mode sends every request "
                      "through prefill, so the colocated pools are left out of this router")
         first = [p for p in first if p.role == "prefill"]
-    engine = engines[0]
-    if engine == "vllm":
-        argv = ["vllm-router", "--host", "0.0.0.0", "--port", str(PORT)]
-        if pd:
-            decoders = sum(p.replicas for p in decode)
-            # power_of_two needs two decode engines to choose between (vllm-router refuses it with one)
-            argv += ["--vllm-pd-disaggregation", "--prefill-policy", "cache_aware", "--decode-policy",
-                     "power_of_two" if decoders >= 2 else "round_robin"]
-            connector = next((p.launch.kv_connector for p in first if p.launch.kv_connector), None)
-            if connector is not None and connector.name == "NixlConnector":
-                argv += ["--kv-connector", "nixl"]
-            argv += _pd_urls(first, decode)
-        else:
-            argv += ["--policy", "cache_aware", "--worker-urls"] + [u for p in first for u in replica_urls(p)]
-        return Router(router="vllm-router", version=VLLM_ROUTER_RELEASE, image=None, command=argv, port=PORT,
-                      mode="pd" if pd else "aggregated", policy="cache_aware", routes=class_routes,
-                      expresses_plan=expresses, notes=notes + ["image: none published; pip install vllm-router in "
-                                                               "any Python image"])
-    if engine == "sglang":
-        argv = ["python3", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(PORT)]
-        if pd:
-            argv += ["--pd-disaggregation", *_pd_urls(first, decode)]
-        else:
-            argv += ["--worker-urls"] + [u for p in first for u in replica_urls(p)]
-        return Router(router="sglang-router", version=SGLANG_ROUTER_RELEASE, image=None, command=argv, port=PORT,
-                      mode="pd" if pd else "aggregated", policy="cache_aware", routes=class_routes,
-                      expresses_plan=expresses, notes=notes)
-    argv = ["trtllm-serve", "disaggregated", "-c", f"{PLAN_MOUNT}/engines/disaggregated.yaml"]
-    return Router(router="trtllm-disaggregated", version=served[0].launch.version, image=served[0].launch.image,
-                  command=argv, port=PORT, mode="pd" if pd else "aggregated", policy="round_robin",
-                  routes=class_routes, expresses_plan=expresses,
-                  files={"engines/disaggregated.yaml": _trtllm_disaggregated(first, decode)}, notes=notes)
-
-
-def gateway_argv(binary: str, host: str, port: int) -> list[str]:
-    """vllm-router in inference-gateway mode, in front of several services' routers: routes each request by its
-    model, with no retries and no circuit breaker, so an engine's answer (a 404 for an unknown model) passes
-    through as it gave it. ``deploy --local`` ([Note: one gateway for many services] in `compiler.deploy.services`)
-    and the engines target's services gateway (`compiler.emit.k8s.model_routing`) run it.
-
-    >>> gateway_argv("vllm-router", "0.0.0.0", 8000)[:2]
-    ['vllm-router', '--enable-igw']
-    """
-    return [binary, "--enable-igw", "--host", host, "--port", str(port), "--policy", "round_robin",
-            "--disable-retries", "--disable-circuit-breaker"]
-
-
-def _pd_urls(prefill: list[Pool], decode: list[Pool]) -> list[str]:
-    """``--prefill URL ... --decode URL ...``: every replica of each pool, in the plan's order (both routers)."""
-    return ([a for p in prefill for u in replica_urls(p) for a in ("--prefill", u)]
-            + [a for p in decode for u in replica_urls(p) for a in ("--decode", u)])
-
-
-def _trtllm_disaggregated(context: list[Pool], generation: list[Pool]) -> str:
-    """``trtllm-serve disaggregated``'s configuration: the context (prefill) and generation (decode) servers."""
-    lines = ["hostname: 0.0.0.0", f"port: {PORT}"]
-    for key, pools in (("context_servers", context), ("generation_servers", generation)):
-        urls = [u.removeprefix("http://") for p in pools for u in replica_urls(p)]
-        lines += [f"{key}:", f"  num_instances: {len(urls)}", "  urls:"] + [f"    - {u}" for u in urls]
-    return "\n".join(lines) + "\n"
+    urls = Upstreams(pd=pd, first=[u for p in first for u in replica_urls(p)],
+                     decode=[u for p in decode for u in replica_urls(p)],
+                     kv_connector=next((p.launch.kv_connector.name for p in first if p.launch.kv_connector), None))
+    made = serving_engine(engines[0]).router(urls, served[0].launch.image)
+    if made is None:
+        return None
+    return Router(router=made.router, version=made.version, image=made.image, command=made.command, port=PORT,
+                  mode="pd" if pd else "aggregated", policy=made.policy, routes=class_routes, expresses_plan=expresses,
+                  files=made.files, notes=notes + made.notes)
