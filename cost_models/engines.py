@@ -20,16 +20,16 @@ efficiencies are the device's, whichever engine runs on it
 ([Note: one efficiency per device] in `cost_models.derates`). Every number says
 where it came from in `provenance`.
 
->>> engine("vllm").prefill_budget_tokens
+Each engine's own numbers (its fitted times, documented budget and overlap,
+with their sources) are its module's ``costs`` in `backends.engines`, made
+with `fitted`; `backends.engines.engine_costs` finds them by name. This module
+is the arithmetic on them.
+
+>>> GENERIC.prefill_budget_tokens
 8192
->>> engine("vllm", "0.12.0").overlap
-False
->>> engine("optimum-habana").kv_memory_fraction
-1.0
->>> engine("tgi")
-Traceback (most recent call last):
-...
-ValueError: unknown serving engine 'tgi'; use one of generic, optimum-habana, sglang, trtllm, vllm
+>>> vllm = fitted("vllm", "budget source", "overlap source", "mixing source", overlap_since=(0, 14))
+>>> at_version(vllm, "0.12.0").overlap, at_version(vllm, "0.14.1").overlap
+(False, True)
 """
 
 from __future__ import annotations
@@ -43,33 +43,15 @@ from compiler.ir.device_spec import DeviceSpec
 from compiler.ir.prediction import Spread
 from cost_models.derates import Derate, derate_for
 
-TRTLLM_DEFAULTS = ("https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/"
-                   "tuning-max-batch-size-and-max-num-tokens.html (max_num_tokens 8192)")
-VLLM_DEFAULTS = ("https://docs.vllm.ai/en/stable/configuration/optimization.html (V1 API server on data-center GPUs: "
-                 "max_num_batched_tokens 8192 with chunked prefill)")
-SGLANG_DEFAULTS = ("https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py "
-                   "(chunked_prefill_size 8192 on 80+ GB GPUs; max_prefill_tokens 16384)")
-TRTLLM_OVERLAP = ("https://nvidia.github.io/TensorRT-LLM/torch/features/overlap_scheduler.html (PyTorch backend: "
-                  "overlap scheduler enabled by default, disable_overlap_scheduler=False)")
-SGLANG_OVERLAP = ("https://lmsys.org/blog/2024-12-04-sglang-v0-4/#zero-overhead-batch-scheduler (overlap scheduler on "
-                  "by default since v0.4; server_args disable_overlap_schedule=False)")
-VLLM_OVERLAP = ("https://github.com/vllm-project/vllm/pull/27614 (async scheduling on by default from v0.14; "
-                "v0.11 and v0.12 vllm/config/scheduler.py: async_scheduling: bool = False)")
-TRTLLM_MIXING = ("https://nvidia.github.io/TensorRT-LLM/features/paged-attention-ifb-scheduler.html (in-flight "
-                 "batching: sequences in the context phase are processed together with sequences in generation)")
-SGLANG_MIXING = ("https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py "
-                 "(enable_mixed_chunk: bool = False; managers/scheduler.py get_next_batch_to_run prefers a new "
-                 "prefill batch to the running decode batch)")
+#: The per-step token budget TensorRT-LLM, vLLM and SGLang all default to on data-center GPUs (each engine's own
+#: source is in its module): the generic engine's.
+SHARED_BUDGET_SOURCE = ("https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/"
+                        "tuning-max-batch-size-and-max-num-tokens.html (max_num_tokens 8192)")
 #: The KV cache's share of the memory that weights and the runtime reserve leave, for engines that size their cache from
 #: the free memory: vLLM's gpu_memory_utilization and TensorRT-LLM's kv_cache_free_gpu_mem_fraction both default to 0.9.
 KV_MEMORY_FRACTION = 0.9
 KV_MEMORY_SOURCE = ("vLLM's gpu_memory_utilization and TensorRT-LLM's kv_cache_free_gpu_mem_fraction both default to 0.9 "
                     "(the engines' documented defaults; [Note: KV memory] in cost_models/serving.py)")
-OPTIMUM_HABANA_KV = ("https://github.com/huggingface/optimum-habana/blob/1d8504c6c7666a19d71968dba50976dceaf7c6b6/optimum/"
-                     "habana/transformers/generation/utils.py#L1635-L1643 (with reuse_cache the KV cache is allocated for "
-                     "the batch x (input + max_new_tokens) tokens, calculated_max_length) and models/llama/"
-                     "modeling_llama.py#L528-L533 (cache_shape = (batch_size, kv_heads, max_seq_len, head_dim)): exactly "
-                     "what the static batch needs, no share of free memory held back")
 SWEEP_FIT = ("fitted by `tools/fidelity_sweeps.py --fit` on aiconfigurator's measured serving sweeps "
              "(systems/silicon_sample.csv of aiconfigurator-core 0.12.0 on PyPI, agg mode): {rows}")
 
@@ -91,6 +73,9 @@ class Engine:
     kv_memory_fraction: float = KV_MEMORY_FRACTION  # KV cache's share of the memory weights and reserve leave
     overlap: bool = False  # the host prepares step n+1 while the device runs step n ([Note: overlap scheduling])
     mixes_prefill: bool = True  # prompt work shares steps with running decodes ([Note: waves], `wave_share`)
+    #: The first release whose default is overlap scheduling, for engines whose older releases step synchronously
+    #: (`at_version`; the source under "overlap" in `provenance`).
+    overlap_since: tuple[int, ...] | None = None
     # Set only by an engine record (`gimletc calibrate --engine`): its kernels' efficiencies as measured on the
     # device `calibrated_on`, which `served_derate` applies on that device alone ([Note: engine records]).
     compute_eff: float | None = None
@@ -194,8 +179,11 @@ _UNSEEN_SOURCE = ("not fitted: none of the {name} rows launched as gimletc launc
                   "tools/fidelity_sweeps.py); the fit's lower bound, none, an assumption")
 
 
-def _fitted(name: str, budget_source: str, overlap_source: str, mixing_source: str, *, mixes_prefill: bool = True,
-            unseen: tuple[str, ...] = (), **own: float) -> Engine:
+def fitted(name: str, budget_source: str, overlap_source: str, mixing_source: str, *, mixes_prefill: bool = True,
+           unseen: tuple[str, ...] = (), overlap_since: tuple[int, ...] | None = None, **own: float) -> Engine:
+    """An engine whose step costs the sweep fit pins: the costs it shares with the others (`_SHARED`), its `own`
+    fitted ones (those in `unseen` no row could move: their lower bound), overlap scheduling by default (off
+    before `overlap_since`), the budget, overlap and mixing rules with their sources."""
     sources = {k: _SHARED_SOURCE for k in _SHARED}
     sources.update({k: (_UNSEEN_SOURCE if k in unseen else SWEEP_FIT).format(name=name, rows=f"the {name} rows")
                     for k in own})
@@ -205,36 +193,14 @@ def _fitted(name: str, budget_source: str, overlap_source: str, mixing_source: s
     sources["kv_memory_fraction"] = KV_MEMORY_SOURCE
     own = {**own, "sync_fraction": MIXED_WAVE_SHARE}  # read only where the engine mixes (launched so, or by default)
     sources["sync_fraction"] = _MIXED_WAVE_SOURCE
-    return Engine(name, **_SHARED, **own, overlap=True, mixes_prefill=mixes_prefill,
+    return Engine(name, **_SHARED, **own, overlap=True, mixes_prefill=mixes_prefill, overlap_since=overlap_since,
                   provenance=tuple(sorted(sources.items())))
 
 
-ENGINES: dict[str, Engine] = {
-    "generic": Engine("generic", provenance=(
-        ("kv_memory_fraction", KV_MEMORY_SOURCE), ("step_overhead_s", "the device family's derate (cost_models/derates.py)"),
-        ("seq_overhead_s", _GENERIC_SOURCE), ("request_overhead_s", _GENERIC_SOURCE), ("overlap", _GENERIC_SOURCE),
-        ("prefill_budget_tokens", "the default all three measured engines share: " + TRTLLM_DEFAULTS))),
-    # Intel's Gaudi model-performance tables (cost_models/data/measurements_gaudi.csv): static batches through
-    # optimum-habana's text-generation example. Its scheduling costs are the Gaudi family's (fitted on those rows);
-    # what it adds is its memory rule: a static KV cache of exactly the batch's tokens ([Note: KV memory]).
-    "optimum-habana": Engine("optimum-habana", kv_memory_fraction=1.0, mixes_prefill=False, provenance=(
-        ("kv_memory_fraction", OPTIMUM_HABANA_KV),
-        ("step_overhead_s", "the device family's derate (cost_models/derates.py, fitted on the Gaudi tables)"),
-        ("prefill_budget_tokens", "not modelled: optimum-habana prefills a static batch in one pass; the budget is "
-                                  "the generic default"))),
-    "trtllm": _fitted("trtllm", TRTLLM_DEFAULTS, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1115,
-                      admission_fraction=0.0001),
-    "vllm": _fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.03515,
-                    admission_fraction=0.0001),
-    "sglang": _fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, SGLANG_MIXING, mixes_prefill=False,
-                      request_overhead_s=0.08853, admission_fraction=0.0001,
-                      unseen=("admission_fraction",)),  # its default keeps waves whole: no request waits for one
-}
-GENERIC = ENGINES["generic"]
-
-#: The first release of an engine whose default is overlap scheduling, for engines whose older releases step
-#: synchronously (`at_version`; sources in each engine's provenance under "overlap").
-OVERLAP_SINCE = {"vllm": (0, 14)}
+GENERIC = Engine("generic", provenance=(
+    ("kv_memory_fraction", KV_MEMORY_SOURCE), ("step_overhead_s", "the device family's derate (cost_models/derates.py)"),
+    ("seq_overhead_s", _GENERIC_SOURCE), ("request_overhead_s", _GENERIC_SOURCE), ("overlap", _GENERIC_SOURCE),
+    ("prefill_budget_tokens", "the default all three measured engines share: " + SHARED_BUDGET_SOURCE)))
 
 
 def served_derate(family: str, calibration: Calibration | None, served_by: Engine, device_id: str | None = None) -> Derate:
@@ -257,15 +223,6 @@ def with_measured_kernels(engine: Engine, derate: Derate) -> Derate:
                                               f"as measured on {engine.calibrated_on}")
 
 
-def engine(name: str, version: str | None = None) -> Engine:
-    """The engine `name`; with `version`, as that release runs by default (`OVERLAP_SINCE`)."""
-    try:
-        found = ENGINES[name]
-    except KeyError:
-        raise ValueError(f"unknown serving engine {name!r}; use one of {', '.join(sorted(ENGINES))}") from None
-    return found if version is None else at_version(found, version)
-
-
 def release(version: str) -> tuple[int, ...]:
     """A release's numbers, to compare with others: "0.5.6.post2" -> (0, 5, 6, 2); () when it has none.
 
@@ -277,7 +234,7 @@ def release(version: str) -> tuple[int, ...]:
 
 def at_version(found: Engine, version: str) -> Engine:
     """`found` as release `version` (e.g. "0.12.0") runs by default; unparsable versions are the current one."""
-    since = OVERLAP_SINCE.get(found.name)
+    since = found.overlap_since
     numbers = release(version)[:2]
     if since is None or len(numbers) < 2 or numbers >= since:
         return found
@@ -307,9 +264,9 @@ def engine_record(fitted: Engine, device: DeviceSpec, base: Derate) -> dict[str,
             "fields": {k: getattr(fitted, k) for k in RECORD_FIELDS}, "provenance": dict(fitted.provenance)}
 
 
-def calibrated_engine(name: str, record: dict[str, Any] | None, device: DeviceSpec,
+def calibrated_engine(base: Engine, record: dict[str, Any] | None, device: DeviceSpec,
                       calibration: Calibration | None, refresh: str | None = None) -> Engine | None:
-    """The engine `name` as `gimletc calibrate --device D --engine name` measured it on `device` (its `record`, as
+    """Engine `base` as `gimletc calibrate --device D --engine NAME` measured it on `device` (its `record`, as
     `compiler.ir.calibration.load_engine_record` reads it), or None where there is none or it is unreadable.
     Raises `ValueError` where the device changed under it.
 
@@ -336,6 +293,7 @@ def calibrated_engine(name: str, record: dict[str, Any] | None, device: DeviceSp
         spreads = tuple(sorted((m, Spread.from_json(v)) for m, v in (record.get("spreads") or {}).items()))
     except (ValueError, KeyError, TypeError):
         return None
+    name = base.name
     path = f"the {name} record of {device.id}"
     now = fitted_against(device, derate_for(device.family, calibration))
     if against != now:
@@ -344,14 +302,5 @@ def calibrated_engine(name: str, record: dict[str, Any] | None, device: DeviceSp
         raise ValueError(f"{path}: engine {name} was calibrated on {device.id} against other device numbers "
                          f"({changed} changed since); rerun `{refresh}` (or delete {path} to use the shipped {name} "
                          f"costs)")
-    base = ENGINES[name] if name in ENGINES else Engine(name)
     return replace(base, **values, fp8_compute_eff=fp8, calibrated_on=device.id, spreads=spreads,
                    provenance=tuple(sorted({**dict(base.provenance), **sources}.items())))
-
-
-def engine_on(name: str, device: DeviceSpec, calibration: Calibration | None = None,
-              record: dict[str, Any] | None = None) -> Engine:
-    """The engine `name` serving on `device`: as calibrated there (`calibrated_engine` of its `record`), else
-    `engine(name)`."""
-    found = engine(name)
-    return calibrated_engine(name, record, device, calibration) or found

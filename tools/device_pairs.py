@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--rows", action="store_true", help="print every pair")
     args = parser.parse_args()
     from cost_models.derates import DEVICE_EFFS, derate_for
-    from cost_models.engines import ENGINES
+    from backends.engines import all_costs
 
     first, second = args.devices.split(",")
     rows = fs.load_rows(args.csv)
@@ -51,7 +51,7 @@ def main() -> None:
     own = derate_for("nvidia", device_id=first) if first in DEVICE_EFFS else derate_for("nvidia")
     kernels = (own.compute_eff, own.mem_eff, own.fp8_compute_eff or own.compute_eff)
     predicted = dict(zip(used, fs.errors([rows[i] for i in used], fs.physics([rows[i] for i in used], kernels),
-                                         ENGINES)))
+                                         all_costs())))
     measured_ratio = [float(rows[a]["tpot_ms"]) / float(rows[b]["tpot_ms"]) for a, b in found]
     model_ratio = [predicted[a]["tpot_pred_ms"] / predicted[b]["tpot_pred_ms"] for a, b in found]
     if args.rows:

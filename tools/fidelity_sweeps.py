@@ -205,9 +205,9 @@ def row_engine(row: dict, engines: dict):
 
 def mixes(row: dict) -> bool:
     """Whether the row's engine mixes prompt chunks into decode steps as it ran ([Note: sweep launch flags])."""
-    from cost_models.engines import ENGINES
+    from backends.engines import all_costs
 
-    return row_engine(row, ENGINES).mixes_prefill
+    return row_engine(row, all_costs()).mixes_prefill
 
 
 def mixing_engines(rows: list[dict]) -> list[str]:
@@ -216,11 +216,11 @@ def mixing_engines(rows: list[dict]) -> list[str]:
 
 
 def as_launched(row: dict) -> bool:
-    """Whether the row ran its engine as gimletc launches it (mixing as `cost_models.engines.ENGINES` has it): only
+    """Whether the row ran its engine as gimletc launches it (mixing as its module's ``costs`` in `backends.engines` has it): only
     such rows fit the engine's own constants ([Note: sweep launch flags])."""
-    from cost_models.engines import ENGINES
+    from backends.engines import all_costs
 
-    return mixes(row) == ENGINES[ENGINE_OF[row["backend"]]].mixes_prefill
+    return mixes(row) == all_costs()[ENGINE_OF[row["backend"]]].mixes_prefill
 
 
 def predict(steps, family, engine) -> tuple[float, float]:
@@ -385,11 +385,11 @@ def _forked_fold(train: list[int], test: list[int]) -> list[dict]:
 
 def _fold(rows: list[dict], grid: dict, train: list[int], test: list[int]) -> list[dict]:
     """The `test` rows predicted with everything fitted on the `train` rows alone."""
-    from cost_models.engines import ENGINES
+    from backends.engines import all_costs
 
     _disjoint(rows, train, test)
     fitted, kernels = fit([rows[i] for i in train], {k: [p[i] for i in train] for k, p in grid.items()},
-                          dict(ENGINES))
+                          dict(all_costs()))
     for d in sorted({rows[i]["device"] for i in test} - set(kernels)):
         kernels[d] = _nearest(grid, family_kernels(d, kernels))
     seen = sorted({ENGINE_OF[rows[i]["backend"]] for i in train if as_launched(rows[i])})
@@ -478,7 +478,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="held-out folds fitted at once (processes; default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from cost_models.engines import ENGINES
+    from backends.engines import all_costs
 
     rows = load_rows(args.csv)
     if args.answered:
@@ -490,7 +490,7 @@ def main() -> None:
     if bad := [k for k in keys if k not in HOLD_OUT]:
         parser.error(f"--loo-by: {', '.join(bad)} is not one of {', '.join(HOLD_OUT)}")
     phys = physics(rows)
-    engines = dict(ENGINES)
+    engines = dict(all_costs())
     report: dict = {"pinned_by": pinned_by(rows)}
     grid = {k: physics(rows, k) for k in KERNEL_EFFS} if args.fit or args.loo or keys else {}
     if args.fit:

@@ -3,10 +3,10 @@
 A serving engine is a public program that serves a model over an OpenAI-compatible API (vLLM, SGLang,
 TensorRT-LLM, Optimum-Habana), or ``external``: a vendor's system that serves one itself. Its module holds
 everything gimletc knows about it: the release the launch flags are written for and where its images are
-documented, its command line (`ServingEngine.launch`), the KV connectors it speaks (`connectors`), the router
+documented, its step costs (``costs``: fitted times, budget, overlap and mixing rules, with sources; the
+arithmetic on them is `cost_models.engines`'), its command line (`ServingEngine.launch`), the KV connectors it speaks (`connectors`), the router
 in front of its pools (`router`), its Prometheus metric names (`metrics`), how a replica spans nodes, what
-the Kubernetes targets run it with, and whether `gimletc deploy --local` starts it here. Step-cost constants
-are the cost model's (`cost_models.engines`, keyed by `name`).
+the Kubernetes targets run it with, and whether `gimletc deploy --local` starts it here.
 
 To add an engine: subclass `ServingEngine` in one module that sets ``ENGINE``, and add the module to
 `backends.engines.BUILTIN` or expose the instance through the ``gimletc.engines`` entry-point group
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from cost_models.engines import Engine
     from cost_models.serving import Buckets
 
 PORT = 8000
@@ -120,6 +121,9 @@ class ServingEngine:
     display: str = ""  # how people write it: vLLM, SGLang, TensorRT-LLM
     release: str = ""  # the release the launch flags are written for
     launchable: bool = True  # gimletc writes a process to start (False: an external system serves itself)
+    #: What its scheduler adds to a step's device time, with sources (`cost_models.engines.Engine`, the arithmetic
+    #: on it there); None where nothing is costed under this engine's name (an external system's own figures).
+    costs: Engine | None = None
     connectors: tuple[Connector, ...] = ()
     #: Splits attention heads evenly over tensor-parallel ranks, replicating KV heads where tp exceeds them
     #: (`compiler.driver` refuses the splits it cannot run).

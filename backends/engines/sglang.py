@@ -11,11 +11,20 @@ import shlex
 
 from backends.engines.base import (PORT, TORCH_DTYPE, Connector, KvEnd, LaunchInputs, RouterCommand, ServingEngine,
                                    Upstreams, drop_flags)
+from cost_models.engines import fitted
 
 SGLANG_RELEASE = "0.5.23"
 SGLANG_ROUTER_RELEASE = "0.3.2"
 SGLANG_DOCKER = "https://docs.sglang.ai/get_started/install.html (lmsysorg/sglang images, CUDA and ROCm tags)"
 SGLANG_PD_DOC = "https://docs.sglang.ai/advanced_features/pd_disaggregation.html"
+
+SGLANG_DEFAULTS = ("https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py "
+                   "(chunked_prefill_size 8192 on 80+ GB GPUs; max_prefill_tokens 16384)")
+SGLANG_OVERLAP = ("https://lmsys.org/blog/2024-12-04-sglang-v0-4/#zero-overhead-batch-scheduler (overlap scheduler on "
+                  "by default since v0.4; server_args disable_overlap_schedule=False)")
+SGLANG_MIXING = ("https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py "
+                 "(enable_mixed_chunk: bool = False; managers/scheduler.py get_next_batch_to_run prefers a new "
+                 "prefill batch to the running decode batch)")
 
 _KV_DTYPE = {"bf16": "auto", "fp16": "auto", "fp8": "fp8_e4m3", "fp4": "fp8_e4m3"}
 DIST_PORT = 20000
@@ -25,6 +34,10 @@ class Sglang(ServingEngine):
     name = "sglang"
     display = "SGLang"
     release = SGLANG_RELEASE
+    # step costs fitted on the sweeps' SGLang rows; by default it keeps prefill apart from decodes, so a wave stays
+    # whole and no request waits for one (admission not fitted)
+    costs = fitted("sglang", SGLANG_DEFAULTS, SGLANG_OVERLAP, SGLANG_MIXING, mixes_prefill=False,
+                   request_overhead_s=0.08853, admission_fraction=0.0001, unseen=("admission_fraction",))
     even_heads = True  # its copy of vLLM's QKVParallelLinear
     connectors = (
         Connector("sglang", "cuda", "cuda", "nixl", "cuda", SGLANG_PD_DOC),

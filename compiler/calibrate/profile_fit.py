@@ -43,7 +43,7 @@ def cases_of(points: Sequence[MeasuredPoint], graphs: dict) -> list[Case]:
     from compiler.cost.deployment import deployment
     from compiler.driver import block_graph, stored_precision
     from compiler.ir.precision import Precision
-    from cost_models.engines import ENGINES, at_version
+    from backends.engines import engine_costs
 
     out = []
     for p in points:
@@ -54,7 +54,7 @@ def cases_of(points: Sequence[MeasuredPoint], graphs: dict) -> list[Case]:
             dep = deployment(p.device, p.count, p.tp, p.pp, precision, "generic")
         except BadInput as e:
             raise BadInput(f"{p.source}: {e}") from None
-        engine = ENGINES[p.engine] if p.engine_version is None else at_version(ENGINES[p.engine], p.engine_version)
+        engine = engine_costs(p.engine, p.engine_version)
         if dep.device.family == "cpu":  # vllm/platforms/cpu.py: "async scheduling is not required on CPU"
             engine = replace(engine, overlap=False)
         point = Point(p.concurrency, max(1, round(p.input_len)), max(1, round(p.output_len)), p.requests)

@@ -2,7 +2,7 @@
 
 The deployment carries the device's sourced specs (`backends`), its derate
 (`cost_models.derates`, or the device's measured `Calibration` when
-``gimletc calibrate`` saved one), its engine (`cost_models.engines`, as
+``gimletc calibrate`` saved one), its engine (`backends.engines.engine_costs`, as
 ``gimletc calibrate --engine`` measured it on that device where it did) and
 the precision its weights and KV are stored at. Bad shapes and unsupported dtypes are `BadInput` naming the fix.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from backends.engines import engine_costs
 from backends.registry import backend_of, device
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.calibration import Profile, cached_profile, load_calibration, load_engine_record
@@ -47,15 +48,16 @@ def deployment(device_id: str, count: int, tp: int, pp: int, precision: Precisio
     host = load_calibration(spec.id)
     entry = profile(calibration).entry(spec.id, engine) if calibration else None
     try:  # as the profile or `gimletc calibrate --engine` measured it on this device ([Note: engine records])
+        base = engine_costs(engine)
         if entry is not None:
-            served_by = engines.calibrated_engine(engine, entry.to_json(), spec, host,
+            served_by = engines.calibrated_engine(base, entry.to_json(), spec, host,
                                                   refresh=f"gimletc calibrate --from ... --name {calibration}")
         else:
-            served_by = engines.engine_on(engine, spec, host, load_engine_record(spec.id, engine))
+            served_by = engines.calibrated_engine(base, load_engine_record(spec.id, engine), spec, host) or base
             if engine == "generic" and host is not None and host.spreads and served_by.calibrated_on is None:
                 # the reference runtime on a calibrated host: bounded by the calibration's held-out steps
                 served_by = replace(served_by, calibrated_on=spec.id, spreads=host.spreads)
-    except ValueError as e:
+    except (ValueError, BadInput) as e:
         raise BadInput(f"engine: {e}") from None
     derate = engines.served_derate(spec.family, host, served_by, spec.id)
     derate = adjust(derate) if adjust is not None else derate

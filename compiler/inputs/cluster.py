@@ -113,12 +113,12 @@ class Inventory(Frozen):
     @field_validator("engine")
     @classmethod
     def _known_engine(cls, name: str) -> str:
-        from cost_models.engines import ENGINES
+        from backends.engines import costed_names
 
-        if name not in ENGINES:
-            close = difflib.get_close_matches(name, list(ENGINES), n=1)
+        if name not in costed_names():
+            close = difflib.get_close_matches(name, costed_names(), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ValueError(f"{name!r} is not a known serving engine; {hint}use one of {', '.join(sorted(ENGINES))}")
+            raise ValueError(f"{name!r} is not a known serving engine; {hint}use one of {', '.join(costed_names())}")
         return name
 
     @model_validator(mode="after")

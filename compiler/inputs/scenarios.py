@@ -178,9 +178,9 @@ def _lengths(row: dict[str | None, Any]) -> str:
 
 
 def _engine(row: dict[str | None, Any]) -> str:
-    from cost_models.engines import ENGINES
+    from backends.engines import costed_names
 
     name = (row.get("engine") or "generic").strip()
-    if name not in ENGINES:
-        raise BadInput(f"column 'engine': {name!r} is not a serving engine; use one of {', '.join(sorted(ENGINES))}")
+    if name not in costed_names():
+        raise BadInput(f"column 'engine': {name!r} is not a serving engine; use one of {', '.join(costed_names())}")
     return name

@@ -407,11 +407,11 @@ def test_a_clean_stop_leaves_no_log_folder_and_a_failure_keeps_it(tmp_path):
 def test_derate_provenance_cites_no_file_a_user_lacks():
     """The estimate footer cited ../shared/reference/measurements.csv, which is not in the repository."""
     from backends import registry
-    from cost_models import engines
+    from backends.engines import all_costs
     from cost_models.derates import derate_for
 
     texts = [derate_for(d.family, device_id=d.id).provenance for d in registry.all_devices()]
-    texts += [source for engine in engines.ENGINES.values() for _, source in engine.provenance]
+    texts += [source for engine in all_costs().values() for _, source in engine.provenance]
     assert texts and not [t for t in texts if "../" in t or "shared/reference" in t]
 
 

@@ -59,8 +59,9 @@ def test_what_pins_each_constant_down_names_the_groups():
 def test_sglang_rows_launched_with_mixed_chunks_mix_and_share_the_wave_fit():
     """[Note: sweep launch flags]: aiconfigurator launched SGLang 0.5.6.post2 and later with --enable-mixed-chunk,
     0.5.1.post1 without; the mixing rows pin the shared wave share, not SGLang's own constants."""
-    from cost_models.engines import ENGINES
+    from backends.engines import all_costs
 
+    ENGINES = all_costs()
     old, new, later = (dict(_row(i, "nvidia-h200-sxm"), backend="sglang", backend_version=v)
                        for i, v in enumerate(("0.5.1.post1", "0.5.6.post2", "0.5.8.post1")))
     assert [fs.mixes(r) for r in (old, new, later)] == [False, True, True]
@@ -103,8 +104,9 @@ def test_an_engine_constant_no_row_can_move_stays_at_none():
     for a completion, so its admission share cannot move their predictions, and the fit leaves it where it starts,
     at "none" (fitted, it landed wherever the search stopped, and reached held-out rows whose lengths vary). Its
     front end, which those rows do see, is fitted."""
-    from cost_models.engines import ENGINES
+    from backends.engines import all_costs
 
+    ENGINES = all_costs()
     if not fs.DEFAULT_CSV.is_file():
         pytest.skip("../shared/reference is not beside this checkout")
     rows = [r for r in fs.load_rows(fs.DEFAULT_CSV) if r["backend_version"] == "0.5.1.post1"][:6]

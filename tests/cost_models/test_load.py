@@ -305,7 +305,7 @@ def test_the_closed_loop_pays_the_per_call_launch_floor_of_the_step_model(graph)
 
 
 def test_releases_before_an_engines_overlap_default_step_synchronously():
-    from cost_models.engines import engine
+    from backends.engines import engine_costs as engine
 
     assert not engine("vllm", "0.12.0").overlap and engine("vllm", "0.18.0").overlap and engine("vllm").overlap
     assert engine("trtllm", "1.0.0rc3").overlap and engine("trtllm", "gpt-oss-dev").overlap

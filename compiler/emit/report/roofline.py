@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from backends.engines import engine_costs
 from backends.registry import device
 from compiler.plan.schema import Plan, Pool
 from compiler.ir.block_graph import Block, BlockGraph
 from compiler.ir.calibration import load_calibration
 from compiler.ir.precision import Precision
-from cost_models.engines import engine, served_derate
+from cost_models.engines import served_derate
 from cost_models.roofline import block_time, compute_peak
 from cost_models.serving import Deployment, memory_plan
 
@@ -78,7 +79,7 @@ def operating_point(plan: Plan, pool: Pool, phase: str) -> dict[str, float]:
 def deployment_of(plan: Plan, pool: Pool) -> Deployment:
     """One replica of `pool` as the cost models see it: its engine on its device (`served_derate`), or this host's
     calibration."""
-    spec, served_by = device(pool.device), engine(pool.engine)
+    spec, served_by = device(pool.device), engine_costs(pool.engine)
     derate = served_derate(spec.family, load_calibration(spec.id), served_by, spec.id)
     return Deployment(spec, pool.tp * pool.pp, derate,
                       pool.tp, pool.pp, Precision(plan.dtype, plan.kv_dtype, dense=plan.dense_dtype), served_by)

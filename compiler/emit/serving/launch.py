@@ -32,11 +32,10 @@ from __future__ import annotations
 
 import re
 
-from backends.engines import serving_engine
+from backends.engines import engine_costs, serving_engine
 from backends.engines.base import PLAN_MOUNT, PORT, LaunchInputs
 from compiler.ir.engine_platform import EnginePlatform
 from compiler.plan.schema import EngineLaunch, KvConnector, Pool
-from cost_models.engines import engine as engine_costs
 
 __all__ = ["PLAN_MOUNT", "PORT", "LaunchInputs", "budget", "launch", "model_reference"]
 
