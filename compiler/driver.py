@@ -122,8 +122,9 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
 
     Tensor parallelism above the KV heads replicates them ([Note: replicated KV heads]); closed-loop clients
     beyond what the KV cache holds wait for a slot ([Note: clients beyond the slots]). A static batch must fit."""
-    from compiler.cost.deployment import deployment, kv_heads_of, runs_static_shapes
+    from compiler.cost.deployment import deployment, kv_heads_of
     from compiler.cost.estimate import estimate as estimate_deployment
+    from compiler.inputs.served import runs_static_shapes, served
     from cost_models.load import LENGTHS
     from cost_models.serving import RUNTIME_RESERVE_FRACTION
 
@@ -146,8 +147,8 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
         from cost_models.serving import Buckets
 
         buckets = Buckets.for_classes(input_len + output_len, [input_len], [input_len + output_len])
-    dep = deployment(device, count, tp, pp, checkpoint_precision(spec, precision), engine,
-                     kv_heads=kv_heads_of(spec.config), buckets=buckets, calibration=calibration)
+    dep = deployment(served(device, engine, calibration), count, tp, pp, checkpoint_precision(spec, precision),
+                     kv_heads=kv_heads_of(spec.config), buckets=buckets)
     result = estimate_deployment(graphs[model], dep, input_len=input_len, output_len=output_len, batch=batch,
                                  concurrency=concurrency, lockstep=lengths != "vary")
     if warning:
@@ -241,7 +242,7 @@ def prepare(model: str, cluster_path: str, workload_path: str, *, power_budget_w
                                                           cost_budget_per_hour=cost_budget_per_hour,
                                                           calibration=calibration)
         if cluster.calibration is not None:  # a profile that is missing or unreadable fails before any tracing
-            from compiler.cost.deployment import profile
+            from compiler.inputs.served import profile
 
             profile(cluster.calibration)
         cluster.inventory()  # a `count: any` that no budget bounds is bad input, named before any tracing
@@ -308,7 +309,6 @@ def _dtype_hint(cluster: Cluster, precision: Precision, reason: str | None = Non
     one they can (fp8 where it is one); where they cannot hold the weights (`memory`, or a reason that says so),
     the next smaller dtype they store, else more of them. A wider dtype never answers a lack of memory (Cerebras
     stores fp8 and computes at 16 bits: "--dtype fp16" there would need twice the memory)."""
-    from compiler.cost.costing import unsupported
     from compiler.ir.precision import DTYPE_BYTES, WEIGHT_DTYPES
 
     memory = memory or (reason is not None and "cannot hold" in reason)
@@ -317,7 +317,7 @@ def _dtype_hint(cluster: Cluster, precision: Precision, reason: str | None = Non
     for device_id in sorted(cluster.inventory()):
         if reason is not None and device_id not in reason:
             continue
-        stores = [d for d in WEIGHT_DTYPES if not unsupported(device_id, Precision.of(d))]
+        stores = [d for d in WEIGHT_DTYPES if not cluster.served(device_id).unsupported_reasons(d)]
         if memory:
             less = [d for d in stores if DTYPE_BYTES[d] < DTYPE_BYTES[precision.weights]]
             if less:

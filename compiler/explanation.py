@@ -348,8 +348,7 @@ def block_costs(plan: Plan, prep: Prepared, pool: Pool, block: str, cands: list[
                 (dev, shards), pp = (o.devices[0] if b.role == "attn" else o.devices[-1]), 1
             else:
                 dev, shards, pp = o.devices[0][0], o.tp, o.pp
-            dep = deployment(dev, shards * pp, shards, pp, prep.precision, prep.cluster.engine(dev),
-                             calibration=prep.cluster.calibration)
+            dep = deployment(prep.cluster.served(dev), shards * pp, shards, pp, prep.precision)
             point = ({"B": 1.0, "S": float(round(plan.mean_input_len))} if phase == "prefill" else
                      {"B": float(o.batch), "L": float(round(plan.mean_input_len + plan.mean_output_len / 2))})
             kv = prep.graph.kv_bytes_per_sequence(point.get("L", point.get("S")), prep.precision) * point["B"]

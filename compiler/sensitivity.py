@@ -334,7 +334,7 @@ def options_at(prep: Prepared, move: Move) -> list:
         from compiler.cost.costing import with_node_power
 
         cluster = prep.cluster
-        return [with_node_power(o, set(move.devices), move.change, cluster.power_basis, cluster.pue_factor)
+        return [with_node_power(o, set(move.devices), move.change, cluster)
                 for o in prep.options]
     name = move.name
     reading = hypothesis(name)

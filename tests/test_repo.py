@@ -56,7 +56,8 @@ _ALLOWED = {
     "backends": ("compiler.ir", "cost_models", "backends"),
     "compiler/inputs": ("compiler.ir", "cost_models", "backends", "compiler.inputs"),
     "compiler/trace": ("compiler.ir", "cost_models", "compiler.inputs", "compiler.trace"),
-    "compiler/cost": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.cost"),
+    # the pool options compute from values the inputs resolved (`compiler.inputs.served`): no registry of backends
+    "compiler/cost": ("compiler.ir", "cost_models", "compiler.inputs", "compiler.cost"),
     "compiler/place": ("compiler.ir", "compiler.place"),
     # the plan contract (plan.json's schema, its checks, the directory's manifest): below every stage that reads it
     "compiler/plan": ("compiler.ir", "backends", "compiler.plan"),
@@ -149,15 +150,30 @@ def test_forbidden_third_party_imports():
                 f"{path.relative_to(REPO)} ({layer}) imports {name}"
 
 
-def test_cost_models_read_no_files():
-    """Cost models are arithmetic on values handed to them: no open(), no Path reads, no json/yaml loads."""
+def test_costing_looks_nothing_up_and_reads_no_files():
+    """[Note: values flow down] The cost models and the pool options (compiler/cost) are arithmetic on values
+    handed to them: a device id is resolved to its spec, its engine's costs and its calibration once, at the
+    boundary (`compiler.inputs.served`). So neither imports a registry (`backends.registry`,
+    `backends.engines`), the calibration store's readers or the cache paths, nor calls open(), a Path read or
+    a json/yaml load."""
     banned_calls = {"open", "read_text", "read_bytes", "load", "loads", "safe_load"}
-    for path in (REPO / "cost_models").rglob("*.py"):
+    paths = [*(REPO / "cost_models").rglob("*.py"), *(REPO / "compiler" / "cost").rglob("*.py")]
+    for path in paths:
+        where = path.relative_to(REPO)
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call):
                 func = node.func
                 name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-                assert name not in banned_calls, f"{path.name} calls {name}() (line {node.lineno})"
+                assert name not in banned_calls, f"{where} calls {name}() (line {node.lineno})"
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [a.name for a in node.names]
+                assert not node.module.startswith(("backends.registry", "backends.engines", "compiler.ir.files")), \
+                    f"{where} imports {node.module}"
+                if node.module == "compiler.ir.calibration":
+                    readers = [n for n in names if n.startswith(("load", "save", "cached", "profile"))]
+                    assert not readers, f"{where} imports the calibration store's {readers}"
+            if isinstance(node, ast.Import):
+                assert not [a.name for a in node.names if a.name.startswith(("backends.", "compiler.ir.files"))], where
 
 
 def test_no_module_imports_another_modules_private_names():

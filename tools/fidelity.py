@@ -158,6 +158,7 @@ def predict(row: dict, graphs: dict, derates: dict | None = None, exclude: froze
     engine release's speed (`row_derate`); a row that decodes speculatively (``drafter``) through the speculative
     model (`speculative`)."""
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
     from compiler.cost.estimate import estimate
     from compiler.driver import block_graph
     from compiler.inputs.scenarios import batch
@@ -166,8 +167,8 @@ def predict(row: dict, graphs: dict, derates: dict | None = None, exclude: froze
     model = row["model"]
     if model not in graphs:
         graphs[model] = block_graph(model)
-    dep = deployment(row["device"], int(row["count"]), int(row["tp"]), int(row["pp"]), Precision.of(row["dtype"]),
-                     engine_of(row), buckets=row_buckets(row))
+    dep = deployment(served(row["device"], engine_of(row)), int(row["count"]), int(row["tp"]), int(row["pp"]),
+                     Precision.of(row["dtype"]), buckets=row_buckets(row))
     dep = replace(dep, derate=row_derate(row, dep, derates, exclude))
     concurrency = row.get("concurrency") or None
     r = estimate(graphs[model], dep, input_len=int(row["input_len"]), output_len=int(row["output_len"]),
@@ -186,6 +187,7 @@ def speculative(row: dict, graphs: dict, dep, plain) -> float:
     ([Note: fused speculation] in cost_models/speculative.py): its draft steps and prefill pay no host time of their
     own; any other runs each draft step as an engine step."""
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
     from compiler.driver import block_graph
     from compiler.ir.precision import Precision
     from cost_models.speculative import Drafting, drafter_prefill, speculative_round
@@ -193,8 +195,8 @@ def speculative(row: dict, graphs: dict, dep, plain) -> float:
     drafter = row["drafter"]
     if drafter not in graphs:
         graphs[drafter] = block_graph(drafter)
-    drafter_dep = replace(deployment(row["device"], int(row["count"]), int(row["tp"]), int(row["pp"]),
-                                     Precision.of(row["dtype"]), engine_of(row), buckets=row_buckets(row)),
+    drafter_dep = replace(deployment(served(row["device"], engine_of(row)), int(row["count"]), int(row["tp"]),
+                                     int(row["pp"]), Precision.of(row["dtype"]), buckets=row_buckets(row)),
                           derate=dep.derate)
     drafting = Drafting(graphs[drafter], drafter_dep, float(row["acceptance"]), int(row["draft_tokens"]),
                         link_bw_bytes_per_s=math.inf, link_latency_s=0.0, fused=fused(row))

@@ -145,6 +145,7 @@ def physics(rows: list[dict], kernels: tuple[float, float, float] | None = None)
     """Each row's engine-independent `LoopSteps` (the step times on the device): costed once per row, with the
     device's kernel efficiencies, or `kernels` (compute_eff, mem_eff, fp8_compute_eff) instead."""
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
     from compiler.driver import block_graph, stored_precision
     from compiler.ir.precision import Precision
     from cost_models.derates import derate_for
@@ -162,7 +163,7 @@ def physics(rows: list[dict], kernels: tuple[float, float, float] | None = None)
         if key not in precisions:
             precisions[key] = replace(stored_precision(r["model"], Precision.of(r["dtype"])), kv=ENGINE_KV_DTYPE)
         tp = devices(r)
-        dep = deployment(r["device"], tp, tp, 1, precisions[key], ENGINE_OF[r["backend"]], adjust)
+        dep = deployment(served(r["device"], ENGINE_OF[r["backend"]]), tp, tp, 1, precisions[key], adjust)
         shape = RequestShape(int(r["input_len"]), int(r["output_len"]))
         family = derate_for(dep.device.family)  # the engine's own overheads are what the fit varies
         out.append((loop_steps(graphs[r["model"]], dep, clients(r), shape), family))

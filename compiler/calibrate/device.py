@@ -245,6 +245,7 @@ def fit(device_id: str, model: str, measured: dict[str, Any]) -> dict[str, Any]:
     [Note: device calibration]."""
     from backends.registry import device
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
     from compiler.driver import block_graph, stored_precision
     from compiler.ir.precision import Precision
     from cost_models.comm import allreduce_s
@@ -260,7 +261,7 @@ def fit(device_id: str, model: str, measured: dict[str, Any]) -> dict[str, Any]:
     base = replace(derate_for(spec.family), compute_eff=compute_eff, mem_eff=mem_eff, fp8_compute_eff=None,
                    step_overhead_s=0.0, block_overhead_s=0.0, op_overhead_s=0.0)
     graph = block_graph(model)
-    dep = deployment(device_id, 1, 1, 1, stored_precision(model, Precision.of("bf16")), "generic",
+    dep = deployment(served(device_id), 1, 1, 1, stored_precision(model, Precision.of("bf16")),
                      adjust=lambda _d: base)
     dispatches = sum(n * (b.dispatches or sum(op.count for op in b.ops))
                      for b, n in _groups(graph))
@@ -268,7 +269,7 @@ def fit(device_id: str, model: str, measured: dict[str, Any]) -> dict[str, Any]:
     left = [r["time_s"] - decode_step(graph, dep, r["batch"], r["context"]).time_s - op_s * dispatches
             for r in rows["decode"] if not r["held_out"]]
     derate = replace(base, step_overhead_s=max(0.0, statistics.median(left)), op_overhead_s=op_s)
-    fitted = deployment(device_id, 1, 1, 1, stored_precision(model, Precision.of("bf16")), "generic",
+    fitted = deployment(served(device_id), 1, 1, 1, stored_precision(model, Precision.of("bf16")),
                         adjust=lambda _d: derate)
     decode = [{**r, "predicted_s": decode_step(graph, fitted, r["batch"], r["context"]).time_s} for r in rows["decode"]]
     linear = [{**r, "predicted_s": max(r["flops"] / (peak * compute_eff), r["bytes"] / (bw * mem_eff))}

@@ -41,6 +41,7 @@ def cases_of(points: Sequence[MeasuredPoint], graphs: dict) -> list[Case]:
     """Each point as the fit costs it: its model traced (cached in `graphs`), its deployment at the shipped derate
     and the engine as that release runs by default, on this platform ([Note: overlap scheduling])."""
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
     from compiler.driver import block_graph, stored_precision
     from compiler.ir.precision import Precision
     from backends.engines import engine_costs
@@ -51,7 +52,7 @@ def cases_of(points: Sequence[MeasuredPoint], graphs: dict) -> list[Case]:
             graphs[p.model] = block_graph(p.model)
         try:
             precision = stored_precision(p.model, Precision.of(p.dtype, kv=p.kv_dtype))
-            dep = deployment(p.device, p.count, p.tp, p.pp, precision, "generic")
+            dep = deployment(served(p.device), p.count, p.tp, p.pp, precision)
         except BadInput as e:
             raise BadInput(f"{p.source}: {e}") from None
         engine = engine_costs(p.engine, p.engine_version)

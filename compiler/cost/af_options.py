@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from backends.registry import device
-from compiler.cost.costing import BATCHES, ClassDemand, pool_buckets, tiers_text, unsupported, usable_services
+from compiler.cost.costing import BATCHES, ClassDemand, pool_buckets, tiers_text, usable_services
 from compiler.cost.deployment import deployment, group_shape
 from compiler.inputs.cluster import Cluster
 from compiler.ir.block_graph import BlockGraph
@@ -35,7 +34,7 @@ AF_MICRO_BATCHES = (1, 2, 3, 4)
 def af_options(graph: BlockGraph, cluster: Cluster, precision: Precision, classes: list[ClassDemand],
                 only: set[str] | None = None, adjust: Callable[[Derate], Derate] | None = None) -> list[PoolOption]:
     """Attention on one type, FFN/MoE on the same or another: per batch, the best M:N shape per provisioned watt."""
-    usable = [d for d in sorted(cluster.inventory()) if not unsupported(d, precision)]
+    usable = [d for d in sorted(cluster.inventory()) if not cluster.served(d).unsupported_reasons(precision.weights)]
     buckets = pool_buckets(classes)
     out = []
     for ta in usable:
@@ -94,11 +93,11 @@ def _af_group(graph: BlockGraph, device_id: str, roles: tuple[str, ...], groups:
     weights = sum(b.weight_bytes(precision) * n for b, n in block_groups(graph, "decode", roles))
     expert = sum(b.weight_bytes(precision) * n for b, n in block_groups(graph, "decode", ("moe",)))
     per_group = weights - expert * (1 - 1 / groups)
-    tp, pp = group_shape(device_id, devices_to_hold(per_group, device(device_id)))
+    served = cluster.served(device_id)
+    tp, pp = group_shape(served.spec, devices_to_hold(per_group, served.spec))
     if pp > 1:
         return None
-    return deployment(device_id, tp, tp, 1, precision, cluster.engine(device_id), adjust, buckets=buckets,
-                      calibration=cluster.calibration)
+    return deployment(served, tp, tp, 1, precision, adjust, buckets=buckets)
 
 
 def _af_fits(inventory: dict[str, int], shape: AFShape) -> bool:

@@ -1,5 +1,5 @@
 """What every pool-option generator shares: request classes as the numbers they are costed at, the batch
-grids, a replica's power, where an option reads its weights, and which device types can run a precision.
+grids, a replica's power, an option's watts on the budget's footing, and where an option reads its weights.
 
 [Note: request classes] A mix is never collapsed to a mean request. A class's
 prompt length, decode context (its input plus half its output) and output
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from backends.registry import backend_of, device
+from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
 from compiler.ir.block_graph import BlockGraph
 from compiler.ir.pool_option import ClassService, PoolOption
@@ -63,35 +63,31 @@ def pool_buckets(classes: list[ClassDemand]) -> Buckets:
                                [c.shape.input_len + c.shape.output_len for c in classes])
 
 
-def unsupported(device_id: str, precision: Precision) -> list[str]:
-    """Why `device_id` cannot store weights at `precision` (empty when it can)."""
-    spec = device(device_id)
-    return backend_of(spec).unsupported_reasons(spec, precision.weights)
-
-
 def replica_power(dep: Deployment, step: StepTime) -> float:
     """Mean draw of one replica's devices over `step`."""
     return dep.group * step_power_w(dep.device, time_s=step.time_s, compute_s=step.compute_s, memory_s=step.memory_s)
 
 
-def on_basis(option: PoolOption, basis: str, pue: float = 1.0) -> PoolOption:
-    """`option` with its watts on the budget's footing ([Note: power basis] in `cost_models.power`): what it
+def on_basis(option: PoolOption, cluster: Cluster) -> PoolOption:
+    """`option` with its watts on `cluster`'s budget footing ([Note: power basis] in `cost_models.power`): what it
     provisions (its devices' rated power there), its full-load draw and its idle draw. Options are costed on
     the chip footing (``power_w`` from the step, ``provisioned_w`` the devices' TDP); this is the one place
     they move to another, so every generator (plain, attention/FFN, drafted) agrees."""
-    specs = [(device(d), k) for d, k in option.devices]
+    basis, pue = cluster.power_basis, cluster.pue_factor
+    specs = [(cluster.served(d).spec, k) for d, k in option.devices]
     provisioned, idle = _rated_w(specs, basis, pue)
     return replace(option, power_w=draw_on_basis_w(option.power_w, specs, basis, pue), provisioned_w=provisioned,
                    idle_w=idle)
 
 
-def with_node_power(option: PoolOption, devices: set[str], change: float, basis: str, pue: float = 1.0) -> PoolOption:
-    """`option` (already on `basis`) with the rated power of its `devices` moved by `change` (+0.2: 20% more):
+def with_node_power(option: PoolOption, devices: set[str], change: float, cluster: Cluster) -> PoolOption:
+    """`option` (already on `cluster`'s basis) with the rated power of its `devices` moved by `change` (+0.2: 20% more):
     what a sensitivity move of an assumed node power does to what it provisions and draws. On ``chip`` a node
     power is not counted, so nothing moves."""
+    basis, pue = cluster.power_basis, cluster.pue_factor
     if basis == "chip":
         return option
-    moved = [(device(d), k) for d, k in option.devices if d in devices]
+    moved = [(cluster.served(d).spec, k) for d, k in option.devices if d in devices]
     if not moved:
         return option
     full, idle = (w * change for w in _rated_w(moved, basis, pue))

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backends.registry import device
-from compiler.cost.costing import BATCHES, ClassDemand, tiers_text, unsupported, usable_services
+from compiler.cost.costing import BATCHES, ClassDemand, tiers_text, usable_services
 from compiler.cost.deployment import deployment, group_shape
 from compiler.inputs.cluster import Cluster
 from compiler.ir.block_graph import BlockGraph
@@ -46,14 +45,14 @@ def drafters(draft: DraftModel, cluster: Cluster, precision: Precision, buckets:
     target pool's `buckets` ([Note: buckets])."""
     out = []
     for dev_id in sorted(cluster.inventory()):
-        p = next((q for q in (precision, Precision.of("fp8")) if not unsupported(dev_id, q)), None)
+        served = cluster.served(dev_id)
+        p = next((q for q in (precision, Precision.of("fp8")) if not served.unsupported_reasons(q.weights)), None)
         if p is None:
             continue
-        need = devices_to_hold(draft.graph.weight_bytes(p) * (1 + DRAFT_KV_HEADROOM), device(dev_id))
-        tp, pp = group_shape(dev_id, need)
+        need = devices_to_hold(draft.graph.weight_bytes(p) * (1 + DRAFT_KV_HEADROOM), served.spec)
+        tp, pp = group_shape(served.spec, need)
         if pp == 1:
-            out.append(deployment(dev_id, tp, tp, 1, p, cluster.engine(dev_id), buckets=buckets,
-                                  calibration=cluster.calibration))
+            out.append(deployment(served, tp, tp, 1, p, buckets=buckets))
     return out
 
 

@@ -141,7 +141,7 @@ def _check_fits(graph: BlockGraph, dep: Deployment) -> MemoryPlan:
     plan = memory_plan(graph, dep)
     if not plan.fits:
         need = devices_needed(graph, dep)
-        tp, pp = group_shape(dep.device.id, need)
+        tp, pp = group_shape(dep.device, need)
         flags = " ".join(f"--{k} {v}" for k, v in (("tp", tp), ("pp", pp)) if v > 1) + f" --count {tp * pp}"
         raise BadInput(
             f"{graph.model} ({graph.weight_bytes(dep.precision) / 1e9:.1f} GB at {dep.precision.weights}) does not fit "

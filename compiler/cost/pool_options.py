@@ -33,17 +33,17 @@ from __future__ import annotations
 import logging
 from typing import Callable, Sequence
 
-from backends.registry import device
 from compiler.cost.af_options import af_options, worth_placing
 from compiler.cost.costing import (
     BATCHES, PREFILL_BATCHES, ClassDemand, class_demands, on_basis, pool_buckets, replica_power, tiers_text,
-    unsupported, usable_services,
+    usable_services,
 )
 from compiler.cost.deployment import deployment, group_shape
 from compiler.cost.drafted import DraftModel, drafted_options, drafters
 from compiler.inputs.cluster import Cluster
 from compiler.inputs.workload import Workload
 from compiler.ir.block_graph import BlockGraph
+from compiler.ir.device_spec import DeviceSpec
 from compiler.ir.errors import BadInput
 from compiler.ir.pool_option import ClassService, PoolOption
 from compiler.ir.precision import Precision
@@ -77,19 +77,19 @@ def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload, p
     for dev_id, count in sorted(cluster.inventory().items()):
         if only is not None and dev_id not in only:
             continue
-        reasons = unsupported(dev_id, precision)
+        served = cluster.served(dev_id)
+        reasons = served.unsupported_reasons(precision.weights)
         if reasons:
             skipped.append("; ".join(reasons))
             continue
-        shapes = _shapes(graph, dev_id, count, precision)
+        shapes = _shapes(graph, served.spec, count, precision)
         if not shapes:
             skipped.append(f"{dev_id}: {count} devices cannot hold {graph.model} weights at {precision.weights}")
             continue
         for tp, pp in shapes:
-            dep = deployment(dev_id, tp * pp, tp, pp, precision, cluster.engine(dev_id), adjust, buckets=buckets,
-                             calibration=cluster.calibration)
+            dep = deployment(served, tp * pp, tp, pp, precision, adjust, buckets=buckets)
             options += _replica_options(graph, dep, classes, draft, pool, cluster)
-    basis = lambda o: on_basis(o, cluster.power_basis, cluster.pue_factor)  # noqa: E731
+    basis = lambda o: on_basis(o, cluster)  # noqa: E731
     options = [basis(o) for o in options]  # attention/FFN options are judged on the budget's footing too
     options += worth_placing([basis(o) for o in af_options(graph, cluster, precision, classes, only, adjust)],
                              [*options, *rivals])
@@ -100,18 +100,17 @@ def enumerate_options(graph: BlockGraph, cluster: Cluster, workload: Workload, p
     return options, skipped
 
 
-def _shapes(graph: BlockGraph, device_id: str, count: int, precision: Precision,
+def _shapes(graph: BlockGraph, spec: DeviceSpec, count: int, precision: Precision,
             weight_fraction: float = 1.0) -> list[tuple[int, int]]:
     """(tp, pp) shapes worth trying: the smallest group that holds the weights, twice and four times it, and
     the smallest that holds them in the fastest tier alone (dozens of Corsair cards' SRAM) and twice that."""
-    spec = device(device_id)
     weights = graph.weight_bytes(precision) * weight_fraction
     need = devices_to_hold(weights, spec)
     resident = devices_to_hold(weights, spec, resident=True)
     targets = (need, 2 * need, 4 * need) + ((resident, 2 * resident) if resident > need else ())
     shapes = []
     for target in targets:
-        tp, pp = group_shape(device_id, target)
+        tp, pp = group_shape(spec, target)
         if tp * pp <= count and (tp, pp) not in shapes:
             shapes.append((tp, pp))
     return shapes

@@ -37,6 +37,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from backends import registry
+from compiler.inputs.served import ServedDevice, served
 from compiler.inputs.yaml_file import Frozen
 from compiler.ir.device_spec import DeviceSpec
 from compiler.ir.errors import BadInput
@@ -353,6 +354,11 @@ class Cluster(Frozen):
     def engine(self, device_id: str) -> str:
         """The serving engine a pool of `device_id` runs (``generic`` unless the file names one)."""
         return self._pool(device_id).engine
+
+    def served(self, device_id: str) -> ServedDevice:
+        """A pool's device type as the cost code reads it: its spec, its engine's costs as measured there and its
+        calibration (`compiler.inputs.served`)."""
+        return served(device_id, self.engine(device_id), self.calibration)
 
     def node_size(self, device_id: str) -> int:
         """Devices per node for a pool: the file's ``node_size``, else the catalog's."""

@@ -56,18 +56,19 @@ def test_options_move_onto_the_footing():
     """One replica of 8 H100 costed on chip (TDP 5.6 kW, draws 4 kW at full load, idle 8 x 70 W)."""
     o = PoolOption("decode:nvidia-h100-sxm:tp8:pp1:b64", "decode", (("nvidia-h100-sxm", 8),), power_w=4000.0,
                    provisioned_w=5600.0, kv_device="nvidia-h100-sxm", tp=8, pp=1, batch=64)
-    chip = on_basis(o, "chip")
+    on_chip, on_node = _cluster(power_basis="chip"), _cluster(power_basis="node")
+    chip = on_basis(o, on_chip)
     assert (chip.provisioned_w, chip.power_w, chip.idle_w) == (5600.0, 4000.0, 560.0)
-    node = on_basis(o, "node")
+    node = on_basis(o, on_node)
     assert node.provisioned_w == 10_200.0  # one DGX H100
     assert node.power_w == 4000.0 + 8 * 575  # the host share draws in full at full load
     assert node.idle_w == 560.0 + 8 * 575 / 2  # and half of it at idle
-    facility = on_basis(o, "facility", 1.2)
+    facility = on_basis(o, _cluster(power_basis="facility", pue=1.2))
     assert facility.provisioned_w == pytest.approx(1.2 * 10_200.0)
     # A sensitivity move of the node power by +20% moves what the replica provisions and draws by 2,040 W.
-    moved = with_node_power(node, {"nvidia-h100-sxm"}, 0.2, "node")
+    moved = with_node_power(node, {"nvidia-h100-sxm"}, 0.2, on_node)
     assert moved.provisioned_w == pytest.approx(12_240.0) and moved.power_w == pytest.approx(node.power_w + 2040.0)
-    assert with_node_power(chip, {"nvidia-h100-sxm"}, 0.2, "chip") == chip
+    assert with_node_power(chip, {"nvidia-h100-sxm"}, 0.2, on_chip) == chip
 
 
 def _instance(tpot_slo_s: float | None, budget_w: float) -> Instance:

@@ -247,6 +247,8 @@ def test_cerebras_launch_speed_reading_meets_the_launch_row_and_is_a_move():
     from dataclasses import replace
 
     from compiler.cost.deployment import deployment
+
+    from compiler.inputs.served import served
     from compiler.cost.estimate import estimate
     from compiler.driver import block_graph, prepare
     from compiler.ir.precision import Precision
@@ -254,7 +256,7 @@ def test_cerebras_launch_speed_reading_meets_the_launch_row_and_is_a_move():
 
     reading = hypothesis("launch_speed")
     graph = block_graph("llama-3.1-70b")
-    dep = deployment("cerebras-cs3", 4, 1, 4, Precision.of("bf16"))
+    dep = deployment(served("cerebras-cs3"), 4, 1, 4, Precision.of("bf16"))
     fitted = estimate(graph, dep, input_len=1024, output_len=1024, batch=1)
     launch = estimate(graph, replace(dep, derate=replace(dep.derate, **dict(reading.fields))), input_len=1024,
                       output_len=1024, batch=1)

@@ -49,12 +49,13 @@ def test_tp_above_the_kv_heads_holds_one_head_per_rank(graphs):
 def test_replicated_heads_double_the_kv_read_per_rank():
     """A decode attention block at tp 16: each rank reads its whole head, twice the 1/16 an even split would."""
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
     from compiler.driver import block_graph
     from cost_models.derates import Derate
     from cost_models.roofline import block_time
 
     graph = block_graph(MODEL)
-    dep = deployment("nvidia-h100-sxm", 16, 16, 1, Precision.of("bf16"), kv_heads=KV_HEADS)
+    dep = deployment(served("nvidia-h100-sxm"), 16, 16, 1, Precision.of("bf16"), kv_heads=KV_HEADS)
     attn = next(b for b in graph.phase_blocks("decode") if b.role == "attn")
     ideal = Derate.ideal()
     point = {"B": 4, "L": 4096}
@@ -119,9 +120,10 @@ def test_twice_the_clients_the_kv_holds_queue_for_one_life(graphs):
 def test_the_closed_loop_rate_counts_the_waiting_clients(graphs):
     """`requests_per_s` is C / R: with 3B clients it equals B / S, the rate at B."""
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
     from cost_models.load import RequestShape, closed_loop
 
-    dep = deployment("nvidia-h100-sxm", 1, 1, 1, Precision.of("bf16"), "vllm")
+    dep = deployment(served("nvidia-h100-sxm", "vllm"), 1, 1, 1, Precision.of("bf16"))
     shape = RequestShape(1024, 256)
     at_b = closed_loop(graphs[MODEL], dep, 16, shape, slots=16)
     at_3b = closed_loop(graphs[MODEL], dep, 48, shape, slots=16)

@@ -38,8 +38,9 @@ def graph():
 
 def _dep(device="nvidia-h100-sxm", engine="generic"):
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
 
-    return deployment(device, 1, 1, 1, Precision.of("bf16"), engine)
+    return deployment(served(device, engine), 1, 1, 1, Precision.of("bf16"))
 
 
 @pytest.mark.parametrize("engine", ["generic", "vllm"])
@@ -319,12 +320,13 @@ def test_prompts_reach_a_step_whole_so_a_moe_step_reads_only_its_own_tokens_expe
     24 ms per output token where TensorRT-LLM on 4 H100 measures 13.3 ms (../shared/reference/serving_sweeps.csv,
     c4 512 x 128 tp4)."""
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
     from compiler.driver import block_graph
     from cost_models.load import RequestShape, closed_loop, loop_steps
     from cost_models.serving import Batch, memory_plan, step
 
     graph = block_graph("qwen3-235b-a22b")
-    dep = deployment("nvidia-h100-sxm", 4, 4, 1, Precision.of("fp8"), "trtllm")
+    dep = deployment(served("nvidia-h100-sxm", "trtllm"), 4, 4, 1, Precision.of("fp8"))
     shape = RequestShape(512, 128)
     assert closed_loop(graph, dep, 4, shape).tpot_s == pytest.approx(13.3e-3, rel=0.25)
     steps = loop_steps(graph, dep, 4, shape)
@@ -348,42 +350,44 @@ def test_a_device_streams_at_one_efficiency_whichever_engine_serves_it(graph):
     share of its 3.35 TB/s datasheet peak; a B200, with no serving rows of its own, at the NVIDIA family's share; an
     MI300X at AMD's, whatever engine is named."""
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
     from cost_models.derates import DERATES, DEVICE_EFFS
     from cost_models.serving import Batch, memory_plan, step
 
     bf16 = Precision.of("bf16")
 
     def memory_s(device_id: str, engine: str) -> float:
-        dep = deployment(device_id, 1, 1, 1, bf16, engine)
+        dep = deployment(served(device_id, engine), 1, 1, 1, bf16)
         return step(graph, dep, Batch(decodes=1, context=512), memory_plan(graph, dep)).memory_s
 
     h100 = {e: memory_s("nvidia-h100-sxm", e) for e in ("generic", "vllm", "trtllm", "sglang")}
     assert max(h100.values()) == pytest.approx(min(h100.values()), rel=1e-12)
     # the same bytes at another share of the same peak: the time scales by the ratio of the shares
-    at_family = replace(deployment("nvidia-h100-sxm", 1, 1, 1, bf16), derate=DERATES["nvidia"])
+    at_family = replace(deployment(served("nvidia-h100-sxm"), 1, 1, 1, bf16), derate=DERATES["nvidia"])
     family_s = step(graph, at_family, Batch(decodes=1, context=512), memory_plan(graph, at_family)).memory_s
     assert h100["vllm"] == pytest.approx(family_s * DERATES["nvidia"].mem_eff / DEVICE_EFFS["nvidia-h100-sxm"]["mem_eff"],
                                          rel=1e-9)
     assert "nvidia-b200" not in DEVICE_EFFS
     for device_id, family in (("nvidia-b200", "nvidia"), ("amd-mi300x", "amd")):
         for e in ("generic", "vllm"):
-            assert deployment(device_id, 1, 1, 1, bf16, e).derate.mem_eff == DERATES[family].mem_eff
+            assert deployment(served(device_id, e), 1, 1, 1, bf16).derate.mem_eff == DERATES[family].mem_eff
 
 
 def test_fp8_matmuls_run_at_their_own_share_of_the_fp8_peak(graph):
     """An H100's FP8 peak is twice its BF16 one: at half BF16's efficiency an FP8 prompt's matmuls take as long as
     BF16's (the step is compute-bound), at the same efficiency half as long (`Derate.matmul_eff`)."""
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
     from cost_models.serving import Batch, memory_plan, step
 
     def compute_s(dtype: str, fp8_eff: float | None) -> float:
-        dep = deployment("nvidia-h100-sxm", 1, 1, 1, Precision.of(dtype))
+        dep = deployment(served("nvidia-h100-sxm"), 1, 1, 1, Precision.of(dtype))
         dep = replace(dep, derate=replace(dep.derate, fp8_compute_eff=fp8_eff))
         return step(graph, dep, Batch(prefill_tokens=8192, prefill_requests=1), memory_plan(graph, dep)).compute_s
 
     bf16 = compute_s("bf16", 0.1)  # a BF16 step never reads the FP8 share
     assert bf16 == pytest.approx(compute_s("bf16", None), rel=1e-12)
-    half = deployment("nvidia-h100-sxm", 1, 1, 1, Precision.of("fp8")).derate.compute_eff / 2
+    half = deployment(served("nvidia-h100-sxm"), 1, 1, 1, Precision.of("fp8")).derate.compute_eff / 2
     assert compute_s("fp8", half) == pytest.approx(bf16, rel=0.05)
     assert compute_s("fp8", None) == pytest.approx(bf16 / 2, rel=0.05)
 

@@ -329,7 +329,7 @@ def test_each_neuron_launchs_buckets_belong_to_a_neuron_row_they_can_hold():
     """cost_models/data/neuron_buckets.csv: each id is a row of a measurement file, on a device that runs static
     shapes, whose prompt fits the largest context bucket and whose prompt and output fit the largest token bucket
     (NxD Inference refuses a longer request), with the launch's source."""
-    from compiler.cost.deployment import runs_static_shapes
+    from compiler.inputs.served import runs_static_shapes
 
     fidelity = _fidelity()
     files = [*fidelity.data_files(), *sorted(fidelity.HELDOUT_DIR.glob("measurements_*.csv"))]

@@ -22,8 +22,9 @@ def graphs():
 
 def _dep(device_id, count, tp, dtype="bf16", pp=1, buckets=None):
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
 
-    return deployment(device_id, count, tp, pp, Precision.of(dtype), buckets=buckets)
+    return deployment(served(device_id), count, tp, pp, Precision.of(dtype), buckets=buckets)
 
 
 # Llama-3.1-70B from its Hugging Face config.json: hidden 8192, 80 layers, 64 query heads and 8 KV heads of 128,

@@ -27,8 +27,9 @@ def g70():
 
 def _dep(device_id, count, tp, pp=1, precision=BF16):
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
 
-    return deployment(device_id, count, tp, pp, precision)
+    return deployment(served(device_id), count, tp, pp, precision)
 
 
 def _estimate(g, dep, **kw):

@@ -23,8 +23,9 @@ def graphs():
 
 def _dep(step_overhead_s: float, seq_overhead_s: float = 0.0, device_id: str = "aws-trn2"):
     from compiler.cost.deployment import deployment
+    from compiler.inputs.served import served
 
-    dep = deployment(device_id, 1, 1, 1, Precision.of("bf16"))
+    dep = deployment(served(device_id), 1, 1, 1, Precision.of("bf16"))
     return replace(dep, derate=replace(dep.derate, step_overhead_s=step_overhead_s),
                    engine=replace(dep.engine, seq_overhead_s=seq_overhead_s))
 
