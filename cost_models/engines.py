@@ -175,8 +175,8 @@ _MIXED_WAVE_SOURCE = SWEEP_FIT.format(rows="the rows of engines that mix prefill
                                            "and sglang where launched with mixed chunks)")
 
 
-_UNSEEN_SOURCE = ("not fitted: none of the {name} rows launched as gimletc launches it can move it (`_pins` in "
-                  "tools/fidelity_sweeps.py); the fit's lower bound, none, an assumption")
+_UNSEEN_SOURCE = ("not fitted: none of the {name} rows launched as gimletc launches it can move it (`pins` in "
+                  "compiler/fidelity/sweeps.py); the fit's lower bound, none, an assumption")
 
 
 def fitted(name: str, budget_source: str, overlap_source: str, mixing_source: str, *, mixes_prefill: bool = True,

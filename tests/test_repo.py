@@ -96,6 +96,9 @@ _ALLOWED = {
     # many models on one fleet: each service prepared as a compile prepares it, placed together, emitted each
     "compiler/services.py": ("compiler.ir", "compiler.plan", "compiler.inputs", "compiler.cost", "compiler.place", "compiler.emit",
                              "compiler.driver", "compiler.compile_inputs", "compiler.services"),
+    # the fitter that makes the shipped constants: it costs measured rows as estimate does, with calibrate's fitter
+    "compiler/fidelity": ("compiler.ir", "cost_models", "backends", "compiler.inputs", "compiler.cost",
+                          "compiler.calibrate", "compiler.driver", "compiler.fidelity"),
     "compiler/__init__.py": (),
 }
 #: Third-party packages a layer must not import (the rest of its imports are free).
@@ -123,6 +126,48 @@ def test_layers_point_one_way():
             if name.split(".")[0] in _OURS and name != "compiler":
                 assert name.startswith(allowed), f"{path.relative_to(REPO)} ({layer}) imports {name}"
             assert not name.startswith("compiler.cli"), f"{path.relative_to(REPO)} imports the CLI ({name})"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Each module of ours (and each script of tools/, by its bare name as the scripts import each other) -> the
+    modules of ours it imports at any depth; ``from pkg import sub`` counts as importing ``pkg.sub``."""
+    paths = {}
+    for top in _OURS:
+        for path in (REPO / top).rglob("*.py"):
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            paths[name.removesuffix(".__init__")] = path
+    paths |= {path.stem: path for path in (REPO / "tools").glob("*.py")}
+    graph = {}
+    for name, path in paths.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & paths.keys()
+                found |= subs | ({node.module} if len(subs) < len(node.names) else set())
+        graph[name] = (found & paths.keys()) - {name}
+    return graph
+
+
+def test_no_import_circles_anywhere_including_tools():
+    """No module reaches itself through what it imports (type-checking and function-level imports count too):
+    a circle means two modules are one concept split, or one reaches up for what belongs lower."""
+    graph = _module_graph()
+    circles = []
+    for start in sorted(graph):
+        seen, stack = set(), [(start, (start,))]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    circles.append(" -> ".join(path + (start,)))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + (nxt,)))
+        if circles:
+            break
+    assert not circles, circles[0]
 
 
 def test_placement_imports_only_ir_and_ortools():

@@ -19,8 +19,8 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fidelity_sweeps as fs  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from compiler.fidelity import sweeps as fs  # noqa: E402
 
 
 def pairs(rows: list[dict], first: str, second: str) -> list[tuple[int, int]]:

@@ -39,7 +39,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tools"))
 
 RESIDUALS_CSV = REPO / "cost_models" / "data" / "loo_residuals.csv"
 SPREADS_PY = REPO / "cost_models" / "spreads.py"
@@ -84,7 +83,7 @@ def family_of(device_id: str) -> str:
 
 def published_residuals(jobs: int) -> list:
     """Published rows: each left out of its family's fit; each device left out; every family at the generic derate."""
-    import fidelity
+    from compiler.fidelity import measurements as fidelity
     from cost_models.derates import GENERIC
 
     rows = fidelity.load_rows([fidelity.DEFAULT_CSV, *fidelity.data_files()])
@@ -128,7 +127,7 @@ def _ok(x: float) -> bool:
 
 def sweep_residuals(jobs: int) -> list:
     """Sweep rows: each model x device x engine group left out, and each device left out."""
-    import fidelity_sweeps as fs
+    from compiler.fidelity import sweeps as fs
     from cost_models.spreads import Residual
 
     rows = fs.load_rows(fs.DEFAULT_CSV)
@@ -219,7 +218,7 @@ def main() -> None:
     if args.from_csv:
         residuals = read_csv(RESIDUALS_CSV)
     elif args.only:
-        import fidelity_sweeps as fs
+        from compiler.fidelity import sweeps as fs
 
         sweep_ids = {r["id"] for r in fs.load_rows(fs.DEFAULT_CSV)}
         kept = [r for r in read_csv(RESIDUALS_CSV) if (r.row in sweep_ids) != (args.only == "sweeps")]
@@ -275,7 +274,7 @@ def held_out_coverage(spreads: dict) -> list[dict]:
     """The held-out published rows (cost_models/data/heldout/, never fitted) against the shipped-style spreads of
     their basis (`cost_models.spreads.spread_for` on `spreads`): each row predicted by its family's fit on the
     fitting rows alone (`fidelity.held_out`)."""
-    import fidelity
+    from compiler.fidelity import measurements as fidelity
     from backends.registry import device
     import cost_models.spreads as sp
 

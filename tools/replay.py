@@ -175,7 +175,8 @@ def simulate(plan_dir: Path, requests: list[Request], window_s: float, *, replan
     from compiler.ir.files import atomic_write_text
     from compiler.place.moves import base_key
     from compiler.deploy.metrics import parse
-    from compiler.replan.replan import COOLDOWN_WINDOWS, FORECAST_WEIGHT, Settings, replan
+    from compiler.replan.replan import replan
+    from compiler.replan.settings import COOLDOWN_WINDOWS, FORECAST_WEIGHT, Settings
     from compiler.replan.simulate import Deployment, SimClass
     from compiler.replan.write import REPLAN_FILE, summary_json
 

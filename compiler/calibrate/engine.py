@@ -61,7 +61,7 @@ from backends.engines import serving_engines
 from backends.engines.vllm import VLLM_RELEASE
 from compiler.calibrate.bench_results import engine_quartiles
 from compiler.calibrate.engine_fit import FIT_PARAMS, Point, Row, fit_engine, predict
-from compiler.calibrate.profile_fit import spreads as held_out_spreads
+from compiler.calibrate.engine_fit import spreads as held_out_spreads
 from compiler.calibrate.vllm_bench import ATTEMPTS, stalled
 from compiler.ir.errors import BadInput, RuntimeFailure
 from compiler.ir.files import cache_dir

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, Sequence
 
 from compiler.calibrate.fit import Param, fit_fields, refuse_held_out
 from compiler.ir.block_graph import BlockGraph
+from compiler.ir.prediction import Spread
 from cost_models.engines import Engine, with_measured_kernels
 from cost_models.load import ClosedLoop, LoopSteps, RequestShape, assemble, closed_loop, loop_steps
 from cost_models.serving import Deployment
@@ -188,3 +189,15 @@ def predict(graph: BlockGraph, dep: Deployment, engine: Engine, point: Point, lo
     served = replace(dep, engine=engine, derate=with_measured_kernels(engine, engine.applied_to(dep.derate)))
     return closed_loop(graph, served, point.concurrency, _shape(point), slots=_slots(point, engine),
                        lockstep=lockstep)
+
+
+def spreads(cases: Sequence[Any], predicted: Sequence[tuple[float, float]], basis: str) -> dict[str, Spread]:
+    """The 80% spread of each metric from held-out predictions (TTFT, TPOT) of `cases` (anything with the
+    ``point``, ``ttft_s`` and ``tpot_s`` measured: a `Case`, an engine sweep's `Row`)."""
+    logs: dict[str, list[float]] = {"ttft": [], "tpot": [], "e2e": []}
+    for c, (ttft, tpot) in zip(cases, predicted):
+        out = c.point.output_len
+        logs["ttft"].append(math.log(c.ttft_s / ttft))
+        logs["tpot"].append(math.log(c.tpot_s / tpot))
+        logs["e2e"].append(math.log((c.ttft_s + (out - 1) * c.tpot_s) / (ttft + (out - 1) * tpot)))
+    return {m: Spread.from_log_residuals(v, basis) for m, v in logs.items()}

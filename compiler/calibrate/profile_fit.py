@@ -18,16 +18,15 @@ that device and engine ([Note: prediction intervals] in compiler/ir/prediction.p
 from __future__ import annotations
 
 import datetime as dt
-import math
 import statistics
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from compiler.calibrate.bench_results import MeasuredPoint
-from compiler.calibrate.engine_fit import FIT_PARAMS, Case, Point, fit_cases, kernel_grid, loss, physics, predict
+from compiler.calibrate.engine_fit import (FIT_PARAMS, Case, Point, fit_cases, kernel_grid, loss, physics, predict,
+                                           spreads)
 from compiler.ir.calibration import ProfileEntry
 from compiler.ir.errors import BadInput
-from compiler.ir.prediction import Spread
 
 #: A field goes back to its shipped value when that predicts the points within this share of the fit's loss.
 PIN_TOLERANCE = 0.03
@@ -142,18 +141,6 @@ def held_out(cases: Sequence[Case], progress: Callable[[str], None] = lambda _m:
             loop = predict(c.graph, c.dep, engine, c.point, lockstep=c.lockstep)
             out[j] = (loop.ttft_median_s, loop.tpot_median_s)  # a benchmark's medians
     return [out[j] for j in range(len(cases))]
-
-
-def spreads(cases: Sequence[Any], predicted: Sequence[tuple[float, float]], basis: str) -> dict[str, Spread]:
-    """The 80% spread of each metric from held-out predictions (TTFT, TPOT) of `cases` (anything with the
-    ``point``, ``ttft_s`` and ``tpot_s`` measured: a `Case`, an engine sweep's `Row`)."""
-    logs: dict[str, list[float]] = {"ttft": [], "tpot": [], "e2e": []}
-    for c, (ttft, tpot) in zip(cases, predicted):
-        out = c.point.output_len
-        logs["ttft"].append(math.log(c.ttft_s / ttft))
-        logs["tpot"].append(math.log(c.tpot_s / tpot))
-        logs["e2e"].append(math.log((c.ttft_s + (out - 1) * c.tpot_s) / (ttft + (out - 1) * tpot)))
-    return {m: Spread.from_log_residuals(v, basis) for m, v in logs.items()}
 
 
 def calibrate_points(points: Sequence[MeasuredPoint], progress: Callable[[str], None] | None = None,

@@ -10,6 +10,7 @@ import sys
 import time
 
 from compiler.cli import options
+from compiler.replan.settings import COOLDOWN_GAIN, COOLDOWN_WINDOWS, FORECAST_WEIGHT, MIN_GAIN, SLACK
 
 DESCRIPTION = (
     "Read the running plan DIR and its engines' Prometheus metrics (vllm:/sglang: request counts, TTFT and TPOT "
@@ -49,9 +50,6 @@ def fraction(text: str) -> float:
     return value
 
 
-#: The flags' defaults, `compiler.replan.replan`'s (repeated so building the parser loads none of replan's modules,
-#: 60-120 ms of every command's start; tests/compiler/test_cli.py checks they agree).
-MIN_GAIN, SLACK, COOLDOWN_WINDOWS, COOLDOWN_GAIN, FORECAST_WEIGHT = 0.10, 0.02, 3, 0.10, 1.0
 
 
 def register(sub) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from compiler.replan.replan import ClassPlan, Settings
+    from compiler.replan.settings import ClassPlan, Settings
 
 ALPHA = 0.5
 BETA = 0.3
@@ -124,7 +124,7 @@ def checked_rates(classes: tuple[ClassPlan, ...], settings: Settings) -> list[di
     errors, the others kept. The larger: with a few windows replayed, the error of the forecast chosen (the lower of
     two noisy estimates) is biased low, and a false alarm here costs only the cool-down's margin.
 
-    >>> from compiler.replan.replan import ClassPlan, Settings
+    >>> from compiler.replan.settings import ClassPlan, Settings
     >>> chat = ClassPlan("chat", 30.0, 30.0, 0.75, 0.01, 512, 256, 5, 0.3, 0.2, 3)   # Holt 30%, last value 20% off
     >>> docs = ClassPlan("docs", 10.0, 10.0, 0.25, 0.01, 6000, 128, 5, 0.5, 0.6, 3)  # Holt 50%, last value 60% off
     >>> checked_rates((chat, docs), Settings())
@@ -143,7 +143,7 @@ def forecast_mixes(classes: tuple[ClassPlan, ...], settings: Settings) -> list[t
     """Pairs of class shares: each class's forecast rate moved up and down by ``forecast_weight`` times its
     replayed error ([Note: forecast error]), the others kept: the mixes the next window may bring instead.
 
-    >>> from compiler.replan.replan import ClassPlan, Settings
+    >>> from compiler.replan.settings import ClassPlan, Settings
     >>> chat = ClassPlan("chat", 30.0, 30.0, 0.75, 0.01, 512, 256, 5, 0.3, 0.2, 3)   # last value: 20% off
     >>> docs = ClassPlan("docs", 10.0, 10.0, 0.25, 0.01, 6000, 128, 5, 0.5, 0.6, 3)  # Holt: 50% off
     >>> [[round(m["chat"], 4) for m in pair] for pair in forecast_mixes((chat, docs), Settings())]

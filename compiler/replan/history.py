@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from compiler.replan.replan import Settings
+    from compiler.replan.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ def recent_changes(history: tuple[PastChange, ...], now_s: float, settings: "Set
     """The changes made within the last ``cooldown_windows`` windows before `now_s` (half a window's slack: a
     scrape's time wanders by milliseconds around the window's end).
 
-    >>> from compiler.replan.replan import Settings
+    >>> from compiler.replan.settings import Settings
     >>> h = (PastChange(0.0, "a", 0, 1), PastChange(30.0, "b", 1, 0))
     >>> [c.shape for c in recent_changes(h, 60.0, Settings(window_s=15.0, cooldown_windows=3))]
     ['b']

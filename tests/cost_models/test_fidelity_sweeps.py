@@ -1,17 +1,13 @@
-"""tools/fidelity_sweeps.py's held-out folds: what a fold may fit on, and how a device it never saw is costed."""
+"""The sweep fitter's (compiler/fidelity/sweeps.py) held-out folds: what a fold may fit on, and how a device it never saw is costed."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-
-import fidelity_sweeps as fs  # noqa: E402
-import fidelity_sweeps_report as report  # noqa: E402
+from compiler.fidelity import sweeps as fs
+from compiler.fidelity import sweeps_report as report
 
 
 def _row(i: int, device: str = "nvidia-h100-sxm") -> dict:
@@ -23,9 +19,9 @@ def test_a_fold_refuses_to_predict_a_row_it_fits_on():
     """The fitter refuses a row it is asked to predict: by index, and by id where a file repeats a row."""
     rows = [_row(0), _row(1), _row(2), dict(_row(1), device="nvidia-h200-sxm")]
     with pytest.raises(ValueError, match="held-out row is among the fitting rows"):
-        fs._fold(rows, {}, [0, 1], [1, 2])
+        fs.fold(rows, {}, [0, 1], [1, 2])
     with pytest.raises(ValueError, match="held-out row is among the fitting rows"):
-        fs._fold(rows, {}, [0, 1], [3])  # the same id under another device
+        fs.fold(rows, {}, [0, 1], [3])  # the same id under another device
 
 
 def test_a_device_the_fit_never_saw_runs_at_its_family_mates_efficiencies():
@@ -41,8 +37,8 @@ def test_a_device_the_fit_never_saw_runs_at_its_family_mates_efficiencies():
     assert fs.family_kernels("amd-mi355x", {"nvidia-h100-sxm": h100}) == (amd.compute_eff, amd.mem_eff, amd.compute_eff)
     # the held-out device's set is the nearest of the sets the grid costed
     grid = {k: None for k in fs.KERNEL_EFFS}
-    assert fs._nearest(grid, (0.8, 0.8, 0.6)) == (0.8, 0.8, 0.6)
-    assert fs._nearest(grid, (0.3, 0.48, 0.3)) == (0.7, 0.7, 0.4)
+    assert fs.nearest(grid, (0.8, 0.8, 0.6)) == (0.8, 0.8, 0.6)
+    assert fs.nearest(grid, (0.3, 0.48, 0.3)) == (0.7, 0.7, 0.4)
 
 
 def test_what_pins_each_constant_down_names_the_groups():
@@ -114,8 +110,8 @@ def test_an_engine_constant_no_row_can_move_stays_at_none():
     none = {p.name: p.lo for p in fs.engine_params()}
     at = {k: fs.errors(rows, phys, {"sglang": replace(ENGINES["sglang"], admission_fraction=k)}) for k in (1e-4, 0.5)}
     assert [e["ttft_pred_ms"] for e in at[1e-4]] == [e["ttft_pred_ms"] for e in at[0.5]]
-    assert not any(fs._pins(r, "admission_fraction") for r in rows) and all(fs._pins(r, "request_overhead_s")
+    assert not any(fs.pins(r, "admission_fraction") for r in rows) and all(fs.pins(r, "request_overhead_s")
                                                                               for r in rows)
-    fitted = fs._fit_costs(rows, phys, dict(ENGINES), rounds=1, restarts=1)["sglang"]
+    fitted = fs.fit_costs(rows, phys, dict(ENGINES), rounds=1, restarts=1)["sglang"]
     assert fitted.admission_fraction == none["admission_fraction"]
     assert fitted.request_overhead_s > 10 * none["request_overhead_s"]

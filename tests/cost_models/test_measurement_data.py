@@ -142,10 +142,9 @@ def test_fidelity_tool_fits_and_reports_leave_one_out_as_json(tmp_path):
 
 
 def _fidelity():
-    sys.path.insert(0, str(REPO / "tools"))
-    import fidelity
+    from compiler.fidelity import measurements
 
-    return fidelity
+    return measurements
 
 
 def test_the_fitter_refuses_held_out_rows_and_the_row_it_predicts():
@@ -264,7 +263,7 @@ def test_each_familys_derate_is_what_its_fit_gives_today(family):
             if fidelity.family_of(r["device"]) == family]
     fitted = fidelity.fit_family(family, rows, {})
     fields = fidelity.FITTED_FIELDS.get(family, fidelity.FITTED)
-    line = fidelity._derate_line
+    line = fidelity.derate_line
     assert line(family, {k: getattr(DERATES[family], k) for k in fidelity.FITTED}) == line(
         family, {k: getattr(fitted if k in fields else DERATES[family], k) for k in fidelity.FITTED})
 

@@ -101,7 +101,7 @@ def test_the_anti_flap_rules_stop_moves_undone_at_once_on_the_simulated_day(day)
     that clears the margin (one formulation of the same model undid nothing with the rules on; an equivalent
     one, without the rows the SLO rows imply, undid a window-14 move at window 15 for +40.7%, as the rule
     allows)."""
-    from compiler.replan.replan import COOLDOWN_GAIN, COOLDOWN_WINDOWS, MIN_GAIN
+    from compiler.replan.settings import COOLDOWN_GAIN, COOLDOWN_WINDOWS, MIN_GAIN
 
     plan_dir, _compiled = day
     requests = replay.read_trace(REPO / "examples" / "replan" / "day_trace.csv")

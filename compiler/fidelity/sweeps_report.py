@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fidelity_sweeps import BREAKDOWN, HOLD_OUT
+from compiler.fidelity.sweeps import BREAKDOWN, HOLD_OUT
 
 VIEWS = ("in_sample", *(f"leave_one_{k}_out" for k in HOLD_OUT))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from fidelity import family_of
+from compiler.fidelity.measurements import family_of
 
 def device_table(results: list[dict], key: str) -> list[dict]:
     """Per device id: its family, rows, median APE of `key` and median signed error, worst rows."""
