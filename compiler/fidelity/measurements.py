@@ -111,10 +111,11 @@ def engine_release(row: dict) -> tuple[str, str | None]:
     """The serving engine a measurement row names and its version where the row states one: ("vllm", "0.10.2") for
     "vLLM 0.10.2 (rocm/vllm:...)", ("vllm", None) where the version is not stated ([Note: engine releases] in
     cost_models/derates.py)."""
-    found = re.search(r"\bvLLM\s+(\d+(?:\.\d+)+)", row.get("engine", ""))
+    text = row.get("engine", "")
+    found = re.search(r"\bvLLM\s+(\d+(?:\.\d+)+)", text)
     if found:
         return "vllm", found[1]
-    return ("vllm" if "vllm" in row.get("engine", "").lower() else engine_of(row)), None
+    return ("vllm" if re.search("vllm", text, re.IGNORECASE) else engine_of(row)), None
 
 
 def row_derate(row: dict, dep, derates: dict | None = None, exclude: frozenset[str] = frozenset()):
