@@ -34,7 +34,7 @@ from compiler.cost.prepared import Prepared
 from compiler.place.bounds import infeasible_by_bounds
 
 if TYPE_CHECKING:  # typing only: importing them would load pydantic, which `import compiler` must not
-    from cost_models.serving import Buckets
+    from cost_models.buckets import Buckets
     from compiler.cost.drafted import DraftModel
     from compiler.plan.schema import Plan
     from compiler.inputs import Cluster, Workload
@@ -144,7 +144,7 @@ def estimate(model: str, *, device: str, count: int, tp: int | None, pp: int, pr
         raise BadInput(f"--context-buckets/--token-buckets: {device}'s engine compiles no program per length "
                        "(bucketing is Neuron's), so nothing pads to them; drop them")
     if buckets is None:
-        from cost_models.serving import Buckets
+        from cost_models.buckets import Buckets
 
         buckets = Buckets.for_classes(input_len + output_len, [input_len], [input_len + output_len])
     dep = deployment(served(device, engine, calibration), count, tp, pp, checkpoint_precision(spec, precision),

@@ -32,7 +32,8 @@ from dataclasses import dataclass, replace
 from compiler.ir.block_graph import BlockGraph
 from cost_models.comm import allreduce_s, p2p_s
 from cost_models.roofline import BlockTime
-from cost_models.serving import Deployment, MemoryPlan, block_groups, blocks_time, memory_plan
+from cost_models.serving import Deployment, MemoryPlan, block_groups, memory_plan
+from cost_models.steps import blocks_time
 
 ATTN_ROLES = ("attn",)
 FFN_ROLES = ("ffn", "moe")

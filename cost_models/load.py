@@ -1,6 +1,6 @@
 """Serving under load: what a request of one class sees on one replica at an operating point.
 
-Two kinds of load, one step model (`cost_models.serving.step`, weights read once per step):
+Two kinds of load, one step model (`cost_models.steps.step`, weights read once per step):
 
 - **Closed loop** (`closed_loop`): C clients, each sending its next request as
   soon as the previous one finishes: what serving benchmarks measure and
@@ -51,8 +51,8 @@ from compiler.ir.block_graph import BlockGraph
 from cost_models.derates import Derate
 from cost_models.engines import Engine
 from cost_models.queueing import MAX_UTILISATION, mdc_mean_wait_s, wait_percentile_s
-from cost_models.serving import (Batch, Deployment, MemoryPlan, StepTime, block_groups, memory_plan,
-                                 sequences_that_fit, step)
+from cost_models.serving import Deployment, MemoryPlan, block_groups, memory_plan, sequences_that_fit
+from cost_models.steps import Batch, StepTime, step
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,9 +37,8 @@ from dataclasses import dataclass, replace
 
 from compiler.ir.block_graph import BlockGraph
 from cost_models.comm import p2p_s
-from cost_models.serving import (
-    Batch, Deployment, MemoryPlan, StepTime, decode_step, memory_plan, prefill_time, step,
-)
+from cost_models.serving import Deployment, MemoryPlan, memory_plan
+from cost_models.steps import Batch, StepTime, decode_step, prefill_time, step
 
 #: Bytes of one token id on the wire (int64, what the runtime sends: compiler/runtime/speculative.py).
 TOKEN_BYTES = 8

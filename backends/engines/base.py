@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from cost_models.engines import Engine
-    from cost_models.serving import Buckets
+    from cost_models.buckets import Buckets
 
 PORT = 8000
 #: Where the plan directory is mounted in a container (`compiler.emit.k8s`) and so where ``model/`` is found.

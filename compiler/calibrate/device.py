@@ -250,7 +250,7 @@ def fit(device_id: str, model: str, measured: dict[str, Any]) -> dict[str, Any]:
     from compiler.ir.precision import Precision
     from cost_models.comm import allreduce_s
     from cost_models.derates import derate_for
-    from cost_models.serving import decode_step
+    from cost_models.steps import decode_step
 
     spec = device(device_id)
     peak = spec.peak("bf16") or max(v for _k, v in spec.peak_flops_per_s)

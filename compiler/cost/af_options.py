@@ -20,7 +20,8 @@ from cost_models.af import ATTN_ROLES, EDGE_ROLES, FFN_ROLES, AFShape, af_decode
 from cost_models.derates import Derate
 from cost_models.load import StepTable, decode_curve
 from cost_models.power import step_power_w
-from cost_models.serving import Buckets, Deployment, block_groups, devices_to_hold
+from cost_models.buckets import Buckets
+from cost_models.serving import Deployment, block_groups, devices_to_hold
 from cost_models.spreads import deployment_spreads, widest
 
 #: Attention groups, FFN groups and micro-batches tried for one attention/FFN replica. MegaScale-Infer runs

@@ -22,7 +22,9 @@ from compiler.ir.precision import Precision
 from cost_models.load import RequestShape
 from cost_models.power import device_basis_w, draw_on_basis_w, step_power_w
 from cost_models.roofline import TierSplit
-from cost_models.serving import Buckets, Deployment, StepTime
+from cost_models.buckets import Buckets
+from cost_models.serving import Deployment
+from cost_models.steps import StepTime
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 PREFILL_BATCHES = (1, 2, 4, 8)

@@ -22,7 +22,8 @@ from typing import Any, Callable, Mapping
 
 from cost_models import engines
 from cost_models.derates import Derate
-from cost_models.serving import Buckets, Deployment, devices_to_hold
+from cost_models.buckets import Buckets
+from cost_models.serving import Deployment, devices_to_hold
 
 
 def deployment(served: ServedDevice, count: int, tp: int, pp: int, precision: Precision,

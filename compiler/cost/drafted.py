@@ -21,7 +21,8 @@ from compiler.ir.pool_option import ClassService, PoolOption
 from compiler.ir.precision import Precision
 from cost_models.load import StepTable, decode_curve
 from cost_models.power import step_power_w
-from cost_models.serving import Buckets, Deployment, MemoryPlan, devices_to_hold, memory_plan
+from cost_models.buckets import Buckets
+from cost_models.serving import Deployment, MemoryPlan, devices_to_hold, memory_plan
 from cost_models.spreads import deployment_spreads, widest
 from cost_models.speculative import TOKEN_BYTES, Drafting, expected_tokens, speculative_round
 

@@ -33,8 +33,8 @@ from compiler.cost.deployment import devices_needed, group_shape
 from cost_models.power import energy_per_token_j, step_power_w
 from cost_models.load import RequestShape, closed_loop
 from cost_models.spreads import deployment_spreads
-from cost_models.serving import (Deployment, MemoryPlan, StepTime, decode_step, memory_plan, prefill_time,
-                                 sequences_that_fit)
+from cost_models.serving import Deployment, MemoryPlan, memory_plan, sequences_that_fit
+from cost_models.steps import StepTime, decode_step, prefill_time
 
 #: Most sequences one replica schedules at once (TensorRT-LLM's default max batch size is 2048).
 MAX_BATCH_CAP = 2048

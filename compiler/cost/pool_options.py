@@ -50,10 +50,9 @@ from compiler.ir.precision import Precision
 from cost_models.derates import Derate
 from cost_models.spreads import deployment_spreads
 from cost_models.load import colocated_curve, decode_curve, decode_table, prefill_curve, prefill_table
-from cost_models.serving import (
-    Batch, Deployment, MemoryPlan, StepTime, decode_step, devices_to_hold, max_batch, memory_plan, prefill_time,
-)
-from cost_models.serving import step as engine_step
+from cost_models.serving import Deployment, MemoryPlan, devices_to_hold, max_batch, memory_plan
+from cost_models.steps import Batch, StepTime, decode_step, prefill_time
+from cost_models.steps import step as engine_step
 
 log = logging.getLogger(__name__)
 

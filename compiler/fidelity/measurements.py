@@ -136,14 +136,14 @@ def row_derate(row: dict, dep, derates: dict | None = None, exclude: frozenset[s
 
 def row_buckets(row: dict):
     """The buckets the launch behind `row` compiled (cost_models/data/neuron_buckets.csv: the Neuron rows whose source
-    states them, [Note: buckets] in cost_models/serving.py); None for any other row (not padded)."""
+    states them, [Note: buckets] in cost_models/buckets.py); None for any other row (not padded)."""
     return _launch_buckets().get(row["id"])
 
 
 @functools.cache
 def _launch_buckets() -> dict:
     """cost_models/data/neuron_buckets.csv by row id, read once."""
-    from cost_models.serving import Buckets
+    from cost_models.buckets import Buckets
 
     with open(DATA_DIR / "neuron_buckets.csv", newline="") as f:
         return {r["id"]: Buckets(*(tuple(int(v) for v in r[k].split()) for k in ("context_buckets", "token_buckets")))

@@ -27,7 +27,7 @@ from compiler.ir.errors import BadInput
 from compiler.ir.precision import Precision
 
 if TYPE_CHECKING:
-    from cost_models.serving import Buckets
+    from cost_models.buckets import Buckets
 
 INPUT_COLUMNS = ("id", "model", "device", "count", "tp", "pp", "dtype", "kv_dtype", "input_len", "output_len",
                  "batch", "concurrency", "engine", "lengths", "context_buckets", "token_buckets", "calibration")
@@ -128,7 +128,7 @@ def launch_buckets(context: str | None, token: str | None, input_len: int, outpu
     ``--token-buckets``; `names` say where they came from), either missing one as gimletc's own launch writes it
     for this request (`Buckets.for_classes`: not padded); None where neither is given. A list whose largest bucket cannot hold the request is
     refused, as NxD Inference refuses the request ([Note: buckets])."""
-    from cost_models.serving import Buckets
+    from cost_models.buckets import Buckets
 
     context, token = (v if v and v.strip() else None for v in (context, token))
     if context is None and token is None:

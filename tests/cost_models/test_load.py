@@ -47,7 +47,7 @@ def _dep(device="nvidia-h100-sxm", engine="generic"):
 def test_colocated_tpot_at_concurrency_one_is_the_decode_only_batch_one_tpot(graph, engine):
     """A colocated step reads the weights once: one client's TPOT is a batch-1 decode step, not two weight reads."""
     from cost_models.load import RequestShape, closed_loop
-    from cost_models.serving import decode_step
+    from cost_models.steps import decode_step
 
     dep = _dep(engine=engine)
     shape = RequestShape(1024, 256)
@@ -63,7 +63,7 @@ def test_one_clients_chunked_prompt_costs_its_tokens_not_whole_steps(graph, prom
     aside. Charging the last chunk as a full step made 8,192 tokens cost two 8,191-token steps (2.0x), 10,000 tokens
     1.6x and 20,000 1.2x."""
     from cost_models.load import RequestShape, closed_loop
-    from cost_models.serving import decode_step, prefill_time
+    from cost_models.steps import decode_step, prefill_time
 
     dep = replace(_dep(), engine=_quiet_engine())
     shape = RequestShape(prompt, 256)
@@ -281,7 +281,7 @@ def test_a_wave_engines_ttft_and_tpot_are_the_simulated_schedulers(clients, prom
 def test_a_step_whose_host_time_exceeds_its_device_time_costs_the_host_time_under_overlap(graph, overlap):
     """The step model and the closed loop agree: behind overlap the host hides the device, else they add."""
     from cost_models.load import RequestShape, closed_loop
-    from cost_models.serving import decode_step
+    from cost_models.steps import decode_step
 
     bare = _engine_costs(_dep(engine="trtllm"), overlap=overlap, step_overhead_s=0.0, seq_overhead_s=0.0)
     device = decode_step(graph, bare, 1, 1152).time_s
@@ -294,7 +294,7 @@ def test_a_step_whose_host_time_exceeds_its_device_time_costs_the_host_time_unde
 def test_the_closed_loop_pays_the_per_call_launch_floor_of_the_step_model(graph):
     """`assemble` adds the per-call overhead in closed form; `step` pays it per block through the roofline."""
     from cost_models.load import RequestShape, closed_loop
-    from cost_models.serving import decode_step
+    from cost_models.steps import decode_step
 
     dep = _dep(engine="vllm")
     shape = RequestShape(1024, 256)
@@ -323,7 +323,8 @@ def test_prompts_reach_a_step_whole_so_a_moe_step_reads_only_its_own_tokens_expe
     from compiler.inputs.served import served
     from compiler.driver import block_graph
     from cost_models.load import RequestShape, closed_loop, loop_steps
-    from cost_models.serving import Batch, memory_plan, step
+    from cost_models.serving import memory_plan
+    from cost_models.steps import Batch, step
 
     graph = block_graph("qwen3-235b-a22b")
     dep = deployment(served("nvidia-h100-sxm", "trtllm"), 4, 4, 1, Precision.of("fp8"))
@@ -352,7 +353,8 @@ def test_a_device_streams_at_one_efficiency_whichever_engine_serves_it(graph):
     from compiler.cost.deployment import deployment
     from compiler.inputs.served import served
     from cost_models.derates import DERATES, DEVICE_EFFS
-    from cost_models.serving import Batch, memory_plan, step
+    from cost_models.serving import memory_plan
+    from cost_models.steps import Batch, step
 
     bf16 = Precision.of("bf16")
 
@@ -378,7 +380,8 @@ def test_fp8_matmuls_run_at_their_own_share_of_the_fp8_peak(graph):
     BF16's (the step is compute-bound), at the same efficiency half as long (`Derate.matmul_eff`)."""
     from compiler.cost.deployment import deployment
     from compiler.inputs.served import served
-    from cost_models.serving import Batch, memory_plan, step
+    from cost_models.serving import memory_plan
+    from cost_models.steps import Batch, step
 
     def compute_s(dtype: str, fp8_eff: float | None) -> float:
         dep = deployment(served("nvidia-h100-sxm"), 1, 1, 1, Precision.of(dtype))

@@ -7,7 +7,7 @@ import pytest
 from cost_models.comm import all_to_all_s, allreduce_s, kv_handoff_s, p2p_s
 from cost_models.power import device_power_w, energy_per_token_j
 from compiler.ir.precision import Precision
-from cost_models.serving import max_batch, prefix_cached_tokens
+from cost_models.serving import max_batch
 from cost_models.speculative import expected_tokens
 
 BF16 = Precision.of("bf16")
@@ -40,7 +40,7 @@ def test_claim_a_decode_is_memory_bound_and_long_prefill_compute_bound(graphs):
     FLOPs per weight for the same bytes. The step model's memory and compute times must be those, at the
     derate's efficiencies (embedding rows are gathered, not streamed: 1.5% of the bytes; attention adds ~2% of
     the FLOPs at 2,048 tokens)."""
-    from cost_models.serving import decode_step, prefill_time
+    from cost_models.steps import decode_step, prefill_time
 
     g, dep = graphs["llama-3.1-70b"], _dep("nvidia-h100-sxm", 8, 8)
     assert g.params_total == LLAMA_70B_PARAMS == 70_553_706_496
@@ -59,7 +59,7 @@ def test_claim_a_decode_is_memory_bound_and_long_prefill_compute_bound(graphs):
 
 
 def test_claim_b_four_times_the_silicon_buys_about_twice_the_speed(graphs):
-    from cost_models.serving import decode_step
+    from cost_models.steps import decode_step
 
     g = graphs["llama-3.1-8b"]
     one = decode_step(g, _dep("nvidia-h100-sxm", 1, 1), 1, 1024).time_s
@@ -117,9 +117,7 @@ def test_power_and_energy():
     assert energy_per_token_j(500, 2.0, 100) == 10
 
 
-def test_prefix_cache_and_speculative_decoding():
-    assert prefix_cached_tokens(4096, 3000, 0.5) == 4096 - 1500
-    assert prefix_cached_tokens(1000, 3000, 1.0) == 0
+def test_speculative_decoding_tokens_per_round():
     # acceptance 0: each round yields only the target's own token
     assert expected_tokens(0.0, 4) == 1.0
     # acceptance 0.8, k=4: 1 + 0.8 + 0.8^2 + 0.8^3 + 0.8^4 = 3.3616 tokens per round
@@ -128,7 +126,7 @@ def test_prefix_cache_and_speculative_decoding():
 
 def test_moe_expert_parallelism_splits_expert_work():
     from compiler.driver import block_graph
-    from cost_models.serving import moe_expert_parallel_step
+    from cost_models.steps import moe_expert_parallel_step
 
     g = block_graph("mixtral-8x7b")
     moe = next(b for b in g.phase_blocks("decode") if b.role == "moe")
@@ -149,7 +147,8 @@ def test_a_prompt_gets_logits_at_its_last_position_only(graphs):
     """Engines project only each prompt's last hidden state onto the vocabulary; speculative verification needs
     every position's. Llama-3.1-8B's head on 8,192 positions is 2 x 8192 x 4096 x 128,256 FLOPs, 6% of the prompt;
     on one position it is nothing, and the difference is the prefill's."""
-    from cost_models.serving import Batch, memory_plan, step
+    from cost_models.serving import memory_plan
+    from cost_models.steps import Batch, step
 
     g = graphs["llama-3.1-8b"]
     dep = _dep("nvidia-h100-sxm", 1, 1)
@@ -198,7 +197,8 @@ def test_a_prefill_attends_causally_as_engines_compute_it(tiny_graph):
     ([Note: causal prefill]): two matmuls (scores, then values) of 2 FLOPs per multiply-add over head_dim, per
     head and layer, from the model's config."""
     from cost_models.derates import Derate
-    from cost_models.serving import Batch, Deployment, memory_plan, step
+    from cost_models.serving import Deployment, memory_plan
+    from cost_models.steps import Batch, step
 
     import json
     from pathlib import Path
@@ -224,7 +224,8 @@ def test_a_chunk_attends_to_the_tokens_cached_before_it(tiny_graph):
     from compiler.ir.precision import Precision
     from cost_models.derates import Derate
     from cost_models.roofline import compute_peak
-    from cost_models.serving import Batch, Deployment, memory_plan, step
+    from cost_models.serving import Deployment, memory_plan
+    from cost_models.steps import Batch, step
 
     g = tiny_graph("llama-tiny")
     dep = Deployment(device("nvidia-h100-sxm"), 1, Derate.ideal())
@@ -240,7 +241,7 @@ def test_a_chunk_attends_to_the_tokens_cached_before_it(tiny_graph):
 def test_automatic_buckets_are_nxds_powers_of_two_up_to_the_longest_sequence():
     """NxD Inference's feature guide, "Automatic Bucketing": powers of two from 128 up to the max context length
     (and that length); the 70B tutorial's launch of 2025-02-04 (--max-context-length 12288 --seq-len 12800)."""
-    from cost_models.serving import Buckets
+    from cost_models.buckets import Buckets
 
     assert Buckets.automatic(12288).context == (128, 256, 512, 1024, 2048, 4096, 8192, 12288)
     assert Buckets.automatic(12800).token == (128, 256, 512, 1024, 2048, 4096, 8192, 12800)
@@ -257,7 +258,7 @@ def test_a_prompt_on_neuron_costs_the_flops_of_its_bucket(graphs):
     host time and the all-reduces' latency not growing with tokens. A model that pads to nothing gives 1.0, one
     padding to the automatic bucket of a 11,501-token --max-model-len 1.15."""
     from compiler.cost.estimate import estimate
-    from cost_models.serving import Buckets
+    from cost_models.buckets import Buckets
 
     launch = Buckets(Buckets.automatic(12288).context, Buckets.automatic(12800).token)
     padded = estimate(graphs["llama-3.1-70b"], _dep("aws-trn2", 16, 16, buckets=launch), input_len=10000,
@@ -273,7 +274,7 @@ def test_a_prompt_on_neuron_costs_the_flops_of_its_bucket(graphs):
 def test_a_gpu_runs_no_buckets(graphs):
     """Only a platform that compiles static shapes pads: buckets given to an H100 deployment change nothing."""
     from compiler.cost.estimate import estimate
-    from cost_models.serving import Buckets
+    from cost_models.buckets import Buckets
 
     dep = _dep("nvidia-h100-sxm", 4, 4, buckets=Buckets((12288,), (12800,)))
     assert dep.buckets is None

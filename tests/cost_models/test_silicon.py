@@ -103,7 +103,7 @@ def test_compile_generates_the_sram_resident_corsair_option(g70):
 
 
 def test_pipelined_prefill_of_a_batch_nears_pp_times_stage_after_stage(g70):
-    from cost_models.serving import prefill_time
+    from cost_models.steps import prefill_time
 
     dep = _dep("nvidia-h100-sxm", 4, 1, pp=4)
     k, pp = 16, 4
@@ -114,7 +114,7 @@ def test_pipelined_prefill_of_a_batch_nears_pp_times_stage_after_stage(g70):
 
 
 def test_weight_bound_decode_is_not_faster_with_micro_batches_but_holds_pp_times_the_sequences(g70):
-    from cost_models.serving import decode_step
+    from cost_models.steps import decode_step
 
     dep = _dep("nvidia-h100-sxm", 4, 1, pp=4)
     context = 256  # short: the KV read is a few percent of the weights, so the step streams weights
@@ -128,7 +128,7 @@ def test_weight_bound_decode_is_not_faster_with_micro_batches_but_holds_pp_times
 
 def test_pipeline_hops_between_wafers_cross_ethernet(g70):
     from backends.registry import device
-    from cost_models.serving import decode_step
+    from cost_models.steps import decode_step
 
     dep = _dep("cerebras-cs3", 4, 1, pp=4)
     hops = decode_step(g70, dep, 1, 1024).comm_s  # per device: a quarter of the 3 hops
@@ -157,7 +157,8 @@ def _af_shape(m_groups, n_groups, micro, bw, latency):
 
 def _best_plain_per_device(g, context, kv_tokens):
     """Best decode output tokens/s per device of one tensor-parallel group on H100s, at every batch that fits."""
-    from cost_models.serving import decode_step, max_batch, memory_plan
+    from cost_models.serving import max_batch, memory_plan
+    from cost_models.steps import decode_step
 
     best = 0.0
     for tp in (4, 8):
@@ -256,7 +257,8 @@ def _drafting_fleet(tmp_path, acceptance):
 
 def test_round_time_counts_drafts_verify_and_transfers(g70):
     from compiler.driver import block_graph
-    from cost_models.serving import Batch, decode_step, memory_plan, prefill_time, step
+    from cost_models.serving import memory_plan
+    from cost_models.steps import Batch, decode_step, prefill_time, step
     from cost_models.speculative import Drafting, speculative_round
 
     draft_graph = block_graph("llama-3.2-1b")

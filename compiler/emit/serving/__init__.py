@@ -30,7 +30,7 @@ from compiler.ir.engine_platform import EnginePlatform
 from compiler.ir.errors import BadInput
 from compiler.ir.placement import Instance
 from compiler.ir.pool_option import PoolOption
-from cost_models.serving import Buckets
+from cost_models.buckets import Buckets
 
 #: Pool roles no public engine serves as a pool of its own ([Note: attention/FFN ping-pong] in cost_models.af).
 _AF_ROLES = ("decode-attention", "decode-ffn")

@@ -19,7 +19,7 @@ its own spelling):
 | ``--max-num-seqs`` / ``--max-running-requests`` / ``--max_batch_size`` | the pool's batch |
 | ``--max-num-batched-tokens`` / ``--chunked-prefill-size`` / ``--max_num_tokens`` | the engine's per-step token budget the cost model assumed (`cost_models.engines`) |
 | ``--max-model-len`` / ``--context-length`` / ``--max_seq_len`` | the longest prompt + output of the classes routed to the pool (of every class where the router cannot route by class) |
-| vLLM on Neuron: ``--additional-config`` ``override-neuron-config`` buckets | the buckets the cost model padded to: automatic ones and each class's mean lengths ([Note: buckets] in `cost_models.serving`); ``--max-num-batched-tokens`` then runs the largest prompt whole |
+| vLLM on Neuron: ``--additional-config`` ``override-neuron-config`` buckets | the buckets the cost model padded to: automatic ones and each class's mean lengths ([Note: buckets] in `cost_models.buckets`); ``--max-num-batched-tokens`` then runs the largest prompt whole |
 | ``--dtype``, ``--quantization``, ``--kv-cache-dtype`` | the plan's dtype and KV dtype |
 | ``--block-size`` / ``--page-size`` | the connector's common block size, else the platform's |
 | ``--kv-transfer-config`` / ``--disaggregation-mode`` + transfer backend / cache transceiver | the `KvConnector` |
