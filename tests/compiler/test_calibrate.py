@@ -12,6 +12,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -208,13 +209,20 @@ def test_gate_reruns_segments_measured_before_the_host_was_seen_at_full_speed(mo
     assert out == {"a": [4.0], "b": [1.0]} and gate.rerun == 1
 
 
-def test_saved_measurements_fit_again_to_the_same_derate(quick):
-    """A report holds its measurements: fitting them again (tools/bench_calibrate.py --from) changes nothing."""
+def test_a_saved_report_fits_again_and_follows_its_measurements(quick):
+    """A report holds its measurements, and `tools/bench_calibrate.py --from` fits them again. Oracle: the
+    measurements themselves, made twice as slow: every block time doubled (the microbenchmarks, and so the
+    peaks, kept), the refitted derate predicts the held-out blocks about twice as slow as the first fit did
+    (1.6-2.5x at the median; the fit's bounds and its start leave it short of exactly 2). A fitter that ignored
+    what it read, or read other fields than the measured times, predicts them unchanged."""
     from compiler.calibrate.host import fit_report
     from compiler.calibrate.measure import Measurements
 
     report, _, _ = quick
-    again = fit_report(Measurements.from_report(json.loads(json.dumps(report))), lambda _m: None, quick=True)
-    assert again["derate"] == pytest.approx(report["derate"])
-    assert [r["measured_s"] for r in again["stage_errors"]] == [r["measured_s"] for r in report["stage_errors"]]
-    assert again["summary"] == pytest.approx(report["summary"])
+    slower = json.loads(json.dumps(report))
+    for row in slower["stage_errors"]:
+        row["measured_s"] *= 2
+    again = fit_report(Measurements.from_report(slower), lambda _m: None, quick=True)
+    ratios = [a["predicted_s"] / b["predicted_s"] for a, b in zip(again["stage_errors"], report["stage_errors"])
+              if b["held_out"]]
+    assert ratios and 1.6 <= statistics.median(ratios) <= 2.5, sorted(ratios)

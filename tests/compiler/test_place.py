@@ -192,9 +192,20 @@ def test_infeasible_names_the_power_budget():
 
 
 def test_greedy_is_feasible_and_never_beats_the_optimum():
+    """The greedy start (what the solver is handed first) fits the fleet, checked from the instance alone: no
+    device type past its inventory, no more provisioned watts than the budget; and it never serves more than
+    the proven optimum."""
     for seed in range(20):
         inst = random_instance(seed)
         hint = greedy(inst)
+        by_key = {o.key: o for o in inst.options}
+        used: dict[str, int] = {}
+        for key, n in hint.items():
+            for dev, per in by_key[key].devices:
+                used[dev] = used.get(dev, 0) + per * n
+        assert all(n <= dict(inst.inventory)[dev] for dev, n in used.items()), (seed, hint, inst.inventory)
+        watts = sum(by_key[key].provisioned_w * n for key, n in hint.items())
+        assert inst.power_budget_w is None or watts <= inst.power_budget_w + 1e-6, (seed, watts)
         sol = solve(inst, time_limit_s=20)
         if sol.status == "optimal":  # nothing is rounded: greedy may tie the optimum, within its tolerance only
             assert greedy_rate(inst, hint) <= sol.requests_per_s * (1 + 1e-6)
