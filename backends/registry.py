@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import logging
 from functools import lru_cache
-from importlib import metadata
 
 from backends.base import Backend, ReferencePrice
 from backends.engines import serving_engines
+from backends.plugins import with_plugins
 from compiler.ir.device_spec import DeviceSpec
 from compiler.ir.errors import BadInput
-
-log = logging.getLogger(__name__)
 
 BUILTIN = ("nvidia", "amd", "trainium", "cerebras", "dmatrix", "gaudi", "cpu")
 ENTRY_POINT_GROUP = "gimletc.backends"
@@ -25,18 +22,8 @@ ENTRY_POINT_GROUP = "gimletc.backends"
 
 @lru_cache(maxsize=1)
 def backends() -> tuple[Backend, ...]:
-    found: list[Backend] = [importlib.import_module(f"backends.{name}").BACKEND for name in BUILTIN]
-    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        try:
-            plugin = ep.load()
-        except Exception as e:  # a broken plugin must not take the catalog down
-            log.warning("skipping backend plugin %s (%s: %s)", ep.name, type(e).__name__, e)
-            continue
-        found.append(plugin() if isinstance(plugin, type) else plugin)
-    families = [b.family for b in found]
-    dupes = {f for f in families if families.count(f) > 1}
-    if dupes:
-        raise BadInput(f"backend families registered twice: {sorted(dupes)}; uninstall the duplicate plugin")
+    found = with_plugins([importlib.import_module(f"backends.{name}").BACKEND for name in BUILTIN],
+                         ENTRY_POINT_GROUP, "backend", lambda b: b.family)
     known = [e.name for e in serving_engines()]
     for b in found:
         for p in b.engines:

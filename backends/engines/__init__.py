@@ -15,16 +15,13 @@ compiler.ir.errors.BadInput: unknown serving engine 'tgi'; use one of vllm, sgla
 from __future__ import annotations
 
 import importlib
-import logging
 from functools import lru_cache
-from importlib import metadata
 
 from backends.engines.base import ServingEngine
+from backends.plugins import with_plugins
 from cost_models.engines import GENERIC as GENERIC_COSTS
 from cost_models.engines import Engine, at_version
 from compiler.ir.errors import BadInput
-
-log = logging.getLogger(__name__)
 
 BUILTIN = ("vllm", "sglang", "trtllm", "optimum_habana", "external")
 #: The engine-neutral costs a pool gets when its cluster entry names no engine (`cost_models.engines.GENERIC`).
@@ -35,19 +32,8 @@ ENTRY_POINT_GROUP = "gimletc.engines"
 @lru_cache(maxsize=1)
 def serving_engines() -> tuple[ServingEngine, ...]:
     """Every engine: the built-in ones in `BUILTIN`'s order, then the plug-ins by entry-point name."""
-    found: list[ServingEngine] = [importlib.import_module(f"backends.engines.{m}").ENGINE for m in BUILTIN]
-    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        try:
-            plugin = ep.load()
-        except Exception as e:  # a broken plugin must not take the others down
-            log.warning("skipping serving-engine plugin %s (%s: %s)", ep.name, type(e).__name__, e)
-            continue
-        found.append(plugin() if isinstance(plugin, type) else plugin)
-    names = [e.name for e in found]
-    dupes = {n for n in names if names.count(n) > 1}
-    if dupes:
-        raise BadInput(f"serving engines registered twice: {sorted(dupes)}; uninstall the duplicate plugin")
-    return tuple(found)
+    return with_plugins([importlib.import_module(f"backends.engines.{m}").ENGINE for m in BUILTIN],
+                        ENTRY_POINT_GROUP, "serving engine", lambda e: e.name)
 
 
 def find(name: str) -> ServingEngine | None:

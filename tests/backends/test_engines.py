@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from backends import engines, registry
+from backends import engines, plugins, registry
 from backends.base import Backend
 from backends.engines.base import LaunchInputs, RouterCommand, ServingEngine, Upstreams
 from compiler.ir.engine_platform import EnginePlatform
@@ -66,7 +66,7 @@ def stub_registered(monkeypatch):
     def fake(group: str | None = None, **_):
         return [FakeEntryPoint("stubserve", lambda: Stub)] if group == engines.ENTRY_POINT_GROUP else []
 
-    monkeypatch.setattr(engines.metadata, "entry_points", fake)
+    monkeypatch.setattr(plugins.metadata, "entry_points", fake)
     engines.serving_engines.cache_clear()
     monkeypatch.setattr(registry, "backends", lambda: swapped)
     yield
@@ -105,7 +105,7 @@ def test_a_backend_naming_an_unregistered_engine_is_refused(monkeypatch):
     def fake(group: str | None = None, **_):
         return [FakeEntryPoint("orphan", lambda: Orphan)] if group == registry.ENTRY_POINT_GROUP else []
 
-    monkeypatch.setattr(registry.metadata, "entry_points", fake)
+    monkeypatch.setattr(plugins.metadata, "entry_points", fake)
     registry.backends.cache_clear()
     engines.serving_engines.cache_clear()
     try:

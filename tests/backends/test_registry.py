@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from backends import registry
+from backends import plugins, registry
 from backends.base import Backend
 from compiler.ir.device_spec import DeviceSpec, MemoryTier
 from compiler.ir.errors import BadInput
@@ -52,7 +52,7 @@ def entry_points(monkeypatch):
         def fake(group: str | None = None, **_):
             return list(eps) if group == registry.ENTRY_POINT_GROUP else []
 
-        monkeypatch.setattr(registry.metadata, "entry_points", fake)
+        monkeypatch.setattr(plugins.metadata, "entry_points", fake)
         registry.backends.cache_clear()
 
     yield install
