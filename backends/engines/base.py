@@ -139,7 +139,7 @@ class ServingEngine:
     #: Orchestrators whose serving objects run this engine (llm-d's guides and KServe's LLMInferenceService: vLLM).
     orchestrators: tuple[str, ...] = ()
     local_platforms: tuple[str, ...] = ()  # builds `gimletc deploy --local` starts on this host
-    #: What the engine's own benchmark results say of a run (`gimletc calibrate --engine` measures only these).
+    #: `gimletc calibrate --engine` can start it on this host and sweep it with its own benchmark client.
     calibrated_here: bool = False
 
     def launch(self, x: LaunchInputs, connector: KvEnd | None) -> tuple[list[str], dict[str, str]]:
