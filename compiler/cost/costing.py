@@ -76,7 +76,7 @@ def on_basis(option: PoolOption, cluster: Cluster) -> PoolOption:
     the chip footing (``power_w`` from the step, ``provisioned_w`` the devices' TDP); this is the one place
     they move to another, so every generator (plain, attention/FFN, drafted) agrees."""
     basis, pue = cluster.power_basis, cluster.pue_factor
-    specs = [(cluster.served(d).spec, k) for d, k in option.devices]
+    specs = [(cluster.spec(d), k) for d, k in option.devices]
     provisioned, idle = _rated_w(specs, basis, pue)
     return replace(option, power_w=draw_on_basis_w(option.power_w, specs, basis, pue), provisioned_w=provisioned,
                    idle_w=idle)
@@ -89,7 +89,7 @@ def with_node_power(option: PoolOption, devices: set[str], change: float, cluste
     basis, pue = cluster.power_basis, cluster.pue_factor
     if basis == "chip":
         return option
-    moved = [(cluster.served(d).spec, k) for d, k in option.devices if d in devices]
+    moved = [(cluster.spec(d), k) for d, k in option.devices if d in devices]
     if not moved:
         return option
     full, idle = (w * change for w in _rated_w(moved, basis, pue))

@@ -355,6 +355,11 @@ class Cluster(Frozen):
         """The serving engine a pool of `device_id` runs (``generic`` unless the file names one)."""
         return self._pool(device_id).engine
 
+    def spec(self, device_id: str) -> DeviceSpec:
+        """A pool's device spec (the catalog's, or this host's for ``cpu-host``), without its engine or calibration:
+        what counting its watts needs."""
+        return registry.device(device_id)
+
     def served(self, device_id: str) -> ServedDevice:
         """A pool's device type as the cost code reads it: its spec, its engine's costs as measured there and its
         calibration (`compiler.inputs.served`)."""
