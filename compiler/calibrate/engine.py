@@ -253,14 +253,12 @@ def base_deployment(budget: int = BUDGET_TOKENS, max_batch: int = MAX_SEQS):
     """llama-mini on one cpu-host at bf16 (the engine's dtype), at the host's own derate and an engine to be fitted:
     vLLM's CPU build steps synchronously (`overlap` False: vllm/platforms/cpu.py sets async_scheduling False, "async
     scheduling is not required on CPU") and mixes prefill chunks into decode steps (chunked prefill)."""
-    from backends.registry import device
     from compiler.cost.deployment import deployment
     from compiler.inputs.served import served
     from compiler.driver import block_graph, stored_precision
     from compiler.ir.precision import Precision
     from backends.engines import engine_costs
 
-    spec = device(DEVICE_ID)
     dep = deployment(served(DEVICE_ID), 1, 1, 1, stored_precision(MODEL, Precision.of("bf16")))
     engine = replace(engine_costs("vllm"), overlap=False, mixes_prefill=True, prefill_budget_tokens=budget,
                      max_batch=max_batch, fp8_compute_eff=None, calibrated_on=DEVICE_ID)
